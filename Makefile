@@ -1,0 +1,38 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROTOS := $(wildcard proto/tikk/v1/*.proto)
+
+.PHONY: demo test check lint proto proto-check venv
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(PY) examples/demo.py
+
+proto: venv
+	$(PY) -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+
+# Regenerates the stubs into a scratch folder and fails if they differ from the committed ones.
+proto-check: venv
+	rm -rf .proto-check && mkdir -p .proto-check
+	$(PY) -m grpc_tools.protoc -I proto --python_out=.proto-check --pyi_out=.proto-check --grpc_python_out=.proto-check $(PROTOS)
+	diff -r -x __init__.py -x __pycache__ -x '*.typed' .proto-check/tikk/v1 tikk/v1
+	rm -rf .proto-check
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+check: lint proto-check
+
+test: check
+	bash scripts/run-tests.sh

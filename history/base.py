@@ -1,0 +1,52 @@
+"""The run-history interface. Records are appended, never updated in place.
+
+Backends: ``history.sqlite`` (embedded). Every method may raise ``BackendUnavailable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from tikk.model import Page, RunRecord, RunStatus
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """Runs of ``queue`` that finished in [start_ms, end_ms), optionally of one status."""
+
+    namespace: str
+    queue: str
+    start_ms: int
+    end_ms: int
+    status: RunStatus | None = None
+
+
+class RunHistory(Protocol):
+    """Durable, append-only log of runs, queryable by task and by (queue, time range)."""
+
+    async def append(self, record: RunRecord) -> None:
+        """Store ``record``. Idempotent on (namespace, run_id): a run reported twice (e.g. after
+        a lost acknowledgement) is stored once, and the first version is kept."""
+        ...
+
+    async def get(self, namespace: str, run_id: str) -> RunRecord:
+        """One run; raises ``NotFound``."""
+        ...
+
+    async def list_for_task(
+        self, namespace: str, task_id: str, page_size: int, page_token: str
+    ) -> Page[RunRecord]:
+        """Runs of one task, newest (by finish time) first."""
+        ...
+
+    async def list_by_queue(
+        self, query: RunQuery, page_size: int, page_token: str
+    ) -> Page[RunRecord]:
+        """Runs matching ``query``, newest first. Raises ``InvalidArgument`` for a malformed
+        token."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections; idempotent."""
+        ...

@@ -1,0 +1,115 @@
+"""Embedded run history on SQLite."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from history.base import RunQuery
+from tikk.errors import NotFound
+from tikk.model import Page, RunRecord, RunStatus
+from tikk.paging import decode_token, encode_token
+from tikk.sqlite_runner import SqliteRunner
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    namespace TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    handler TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    status INTEGER NOT NULL,
+    scheduled_ms INTEGER NOT NULL,
+    fired_ms INTEGER NOT NULL,
+    started_ms INTEGER NOT NULL,
+    finished_ms INTEGER NOT NULL,
+    worker_id TEXT NOT NULL,
+    error_type TEXT NOT NULL,
+    error_message TEXT NOT NULL,
+    output BLOB NOT NULL,
+    idempotency_key TEXT NOT NULL,
+    PRIMARY KEY (namespace, run_id)
+);
+CREATE INDEX IF NOT EXISTS runs_by_task ON runs (namespace, task_id, finished_ms, run_id);
+CREATE INDEX IF NOT EXISTS runs_by_queue ON runs (namespace, queue, finished_ms, run_id);
+"""
+
+_COLUMNS = (
+    "namespace, run_id, task_id, queue, handler, attempt, status, scheduled_ms, fired_ms, "
+    "started_ms, finished_ms, worker_id, error_type, error_message, output, idempotency_key"
+)
+
+
+def _record_from_row(row: Any) -> RunRecord:
+    values = list(row)
+    values[6] = RunStatus(values[6])
+    values[14] = bytes(values[14])
+    return RunRecord(*values)
+
+
+def _row(r: RunRecord) -> tuple[object, ...]:
+    return (
+        r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
+        r.scheduled_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id, r.error_type,
+        r.error_message, r.output, r.idempotency_key,
+    )  # fmt: skip
+
+
+class SqliteRunHistory:
+    """``RunHistory`` on one SQLite file; see ``history.base`` for semantics."""
+
+    def __init__(self, path: str) -> None:
+        self._db = SqliteRunner(path, SCHEMA)
+
+    async def append(self, record: RunRecord) -> None:
+        sql = f"INSERT OR IGNORE INTO runs ({_COLUMNS}) VALUES ({','.join('?' * 16)})"
+        await self._db.run(lambda conn: conn.execute(sql, _row(record)))
+
+    async def get(self, namespace: str, run_id: str) -> RunRecord:
+        sql = f"SELECT {_COLUMNS} FROM runs WHERE namespace=? AND run_id=?"
+        row = await self._db.run(lambda conn: conn.execute(sql, (namespace, run_id)).fetchone())
+        if row is None:
+            raise NotFound(f"run {run_id!r} not found in namespace {namespace!r}")
+        return _record_from_row(row)
+
+    async def list_for_task(
+        self, namespace: str, task_id: str, page_size: int, page_token: str
+    ) -> Page[RunRecord]:
+        return await self._page(
+            "namespace=? AND task_id=?", [namespace, task_id], page_size, page_token
+        )
+
+    async def list_by_queue(
+        self, query: RunQuery, page_size: int, page_token: str
+    ) -> Page[RunRecord]:
+        where = "namespace=? AND queue=? AND finished_ms >= ? AND finished_ms < ?"
+        args: list[object] = [query.namespace, query.queue, query.start_ms, query.end_ms]
+        if query.status is not None:
+            where += " AND status=?"
+            args.append(int(query.status))
+        return await self._page(where, args, page_size, page_token)
+
+    async def _page(
+        self, where: str, args: list[object], page_size: int, page_token: str
+    ) -> Page[RunRecord]:
+        after = decode_token(page_token, (int, str))
+        if after:
+            where += " AND (finished_ms, run_id) < (?, ?)"
+            args = [*args, *after]
+        sql = (
+            f"SELECT {_COLUMNS} FROM runs WHERE {where}"
+            " ORDER BY finished_ms DESC, run_id DESC LIMIT ?"
+        )
+
+        def work(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(sql, [*args, page_size + 1]).fetchall()
+
+        rows = await self._db.run(work)
+        records = [_record_from_row(r) for r in rows[:page_size]]
+        if len(rows) <= page_size:
+            return Page(records)
+        return Page(records, encode_token(records[-1].finished_ms, records[-1].run_id))
+
+    async def close(self) -> None:
+        await self._db.close()

@@ -1,0 +1,51 @@
+"""The ready-queue message format: a serialised ``tikk.v1.Delivery``.
+
+Producers (dispatcher) and the server, which receives deliveries back inside run results,
+convert here and nowhere else.
+"""
+
+from __future__ import annotations
+
+from tikk.buckets import shard_of
+from tikk.model import Delivery, DueEntry
+from tikk.timestamps import from_timestamp, to_timestamp
+from tikk.v1 import worker_pb2
+
+
+def to_proto(delivery: Delivery) -> worker_pb2.Delivery:
+    e = delivery.entry
+    return worker_pb2.Delivery(
+        namespace=e.namespace,
+        task_id=e.task_id,
+        queue=e.queue,
+        handler=e.handler,
+        payload=e.payload,
+        labels=dict(e.labels),
+        attempt=e.attempt,
+        max_attempts=e.max_attempts,
+        scheduled_time=to_timestamp(e.scheduled_ms),
+        due_time=to_timestamp(e.due_ms),
+        fired_time=to_timestamp(delivery.fired_ms),
+        idempotency_key=e.idempotency_key,
+    )
+
+
+def encode(delivery: Delivery) -> bytes:
+    return to_proto(delivery).SerializeToString()
+
+
+def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
+    entry = DueEntry(
+        shard=shard_of(msg.namespace, msg.task_id, shard_count),
+        due_ms=from_timestamp(msg.due_time),
+        namespace=msg.namespace,
+        task_id=msg.task_id,
+        attempt=msg.attempt,
+        queue=msg.queue,
+        handler=msg.handler,
+        payload=msg.payload,
+        labels=dict(msg.labels),
+        max_attempts=msg.max_attempts,
+        scheduled_ms=from_timestamp(msg.scheduled_time),
+    )
+    return Delivery(entry, from_timestamp(msg.fired_time))

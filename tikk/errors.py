@@ -1,0 +1,55 @@
+"""The one error tree of tikk.
+
+::
+
+    TikkError
+    ├── InvalidArgument       bad input; names the field            (INVALID_ARGUMENT)
+    ├── NotFound              no such task / run                    (NOT_FOUND)
+    ├── AlreadyExists         same id, different content            (ALREADY_EXISTS)
+    ├── FailedPrecondition    the operation does not fit the state  (FAILED_PRECONDITION)
+    ├── StaleOwner            a fencing epoch was refused           (ABORTED)
+    └── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
+
+Backends translate their driver's exceptions into this tree at their boundary, once; the gRPC
+layer maps the tree to status codes in one place (``server/status.py``). ``retriable`` says
+whether the same call may succeed when simply repeated.
+"""
+
+from __future__ import annotations
+
+
+class TikkError(Exception):
+    """Base of every error tikk raises on purpose."""
+
+    retriable = False
+
+
+class InvalidArgument(TikkError):
+    """A request field is malformed or out of range; nothing was written."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class NotFound(TikkError):
+    """The named task or run does not exist in the namespace."""
+
+
+class AlreadyExists(TikkError):
+    """A task with this id exists with different content."""
+
+
+class FailedPrecondition(TikkError):
+    """The request is valid but the current state does not allow it."""
+
+
+class StaleOwner(TikkError):
+    """An owner presented a fencing epoch older than the one recorded for the shard."""
+
+
+class BackendUnavailable(TikkError):
+    """A store or queue could not be reached or timed out; the call may be repeated."""
+
+    retriable = True

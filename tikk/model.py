@@ -1,0 +1,264 @@
+"""Domain types of tikk: frozen dataclasses, no protobuf.
+
+Times are integer milliseconds since the Unix epoch (UTC) throughout the core.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
+
+DEFAULT_NAMESPACE = "default"
+
+
+class TaskState(enum.IntEnum):
+    """Lifecycle of a task; values equal the ``tikk.v1.TaskState`` numbers."""
+
+    SCHEDULED = 1
+    DISPATCHED = 2
+    SUCCEEDED = 3
+    DEAD_LETTERED = 4
+    CANCELLED = 5
+
+    @property
+    def finished(self) -> bool:
+        return self in (TaskState.SUCCEEDED, TaskState.DEAD_LETTERED, TaskState.CANCELLED)
+
+
+class RunStatus(enum.IntEnum):
+    """Outcome of one run; values equal the ``tikk.v1.RunStatus`` numbers."""
+
+    SUCCEEDED = 1
+    FAILED = 2
+    DEAD_LETTERED = 3
+
+
+class ResultKind(enum.IntEnum):
+    """What a worker reports about a run; values equal ``tikk.v1.ResultKind``."""
+
+    SUCCEEDED = 1
+    FAILED = 2
+    RETRY = 3
+    FAILED_PERMANENTLY = 4
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How failed runs are retried (see ``tikk.backoff``)."""
+
+    max_attempts: int = 3
+    initial_backoff_ms: int = 1_000
+    multiplier: float = 2.0
+    max_backoff_ms: int = 300_000
+    jitter: float = 1.0
+
+
+@dataclass(frozen=True)
+class Task:
+    """A one-off task and where it stands.
+
+    ``scheduled_ms`` is the instant the occurrence was scheduled for and never changes across
+    retries; ``due_ms`` is when the current attempt may start (never earlier).
+    """
+
+    namespace: str
+    task_id: str
+    queue: str
+    handler: str
+    payload: bytes
+    labels: Mapping[str, str]
+    retry: RetryPolicy
+    state: TaskState
+    attempt: int
+    due_ms: int
+    scheduled_ms: int
+    created_ms: int
+    updated_ms: int
+    shard: int
+    # Digest of the request that created the task, for idempotent re-creation.
+    fingerprint: str
+    last_error_type: str = ""
+    last_error_message: str = ""
+
+    @property
+    def idempotency_key(self) -> str:
+        return occurrence_key(self.namespace, self.task_id, self.scheduled_ms)
+
+    def entry(self) -> DueEntry:
+        """The due-index row of the current attempt."""
+        return DueEntry(
+            shard=self.shard,
+            due_ms=self.due_ms,
+            namespace=self.namespace,
+            task_id=self.task_id,
+            attempt=self.attempt,
+            queue=self.queue,
+            handler=self.handler,
+            payload=self.payload,
+            labels=self.labels,
+            max_attempts=self.retry.max_attempts,
+            scheduled_ms=self.scheduled_ms,
+        )
+
+    def evolve(self, **changes: object) -> Task:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def occurrence_key(namespace: str, task_id: str, scheduled_ms: int) -> str:
+    """The idempotency key of one occurrence: same for every delivery and retry of it."""
+    return f"{namespace}/{task_id}@{scheduled_ms}"
+
+
+@dataclass(frozen=True)
+class DueEntry:
+    """One row of the due index: all the dispatcher needs to publish, without a second read."""
+
+    shard: int
+    due_ms: int
+    namespace: str
+    task_id: str
+    attempt: int
+    queue: str
+    handler: str
+    payload: bytes
+    labels: Mapping[str, str] = field(default_factory=dict)
+    max_attempts: int = 1
+    scheduled_ms: int = 0
+
+    @property
+    def second(self) -> int:
+        return self.due_ms // 1000
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.task_id}"
+
+    @property
+    def position(self) -> tuple[int, str]:
+        """Clustering order inside a shard: (second, task key)."""
+        return (self.second, self.key)
+
+    @property
+    def idempotency_key(self) -> str:
+        return occurrence_key(self.namespace, self.task_id, self.scheduled_ms)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A due task as handed to the ready queue."""
+
+    entry: DueEntry
+    fired_ms: int
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Per-shard dispatch cursor: every index row with second <= ``second`` was handed off."""
+
+    second: int
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Succeed:
+    """Transition of a dispatched attempt: it succeeded."""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Transition of a dispatched attempt: schedule attempt + 1 at ``due_ms``."""
+
+    due_ms: int
+    error_type: str
+    error_message: str
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """Transition of a dispatched attempt: give up and dead-letter the task."""
+
+    error_type: str
+    error_message: str
+
+
+Transition = Succeed | Retry | DeadLetter
+
+
+def apply_transition(task: Task, transition: Transition, now_ms: int) -> Task:
+    """The task after a dispatched attempt ended with ``transition`` (same for every backend)."""
+    match transition:
+        case Succeed():
+            return task.evolve(state=TaskState.SUCCEEDED, updated_ms=now_ms)
+        case Retry(due_ms=due_ms, error_type=etype, error_message=emsg):
+            return task.evolve(
+                state=TaskState.SCHEDULED, attempt=task.attempt + 1, due_ms=due_ms,
+                updated_ms=now_ms, last_error_type=etype, last_error_message=emsg,
+            )  # fmt: skip
+        case DeadLetter(error_type=etype, error_message=emsg):
+            return task.evolve(
+                state=TaskState.DEAD_LETTERED, updated_ms=now_ms,
+                last_error_type=etype, last_error_message=emsg,
+            )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One append-only record of a run, as stored in the run history."""
+
+    namespace: str
+    run_id: str
+    task_id: str
+    queue: str
+    handler: str
+    attempt: int
+    status: RunStatus
+    scheduled_ms: int
+    fired_ms: int
+    started_ms: int
+    finished_ms: int
+    worker_id: str
+    error_type: str = ""
+    error_message: str = ""
+    output: bytes = b""
+    idempotency_key: str = ""
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What a worker reported about one run of a delivery."""
+
+    run_id: str
+    entry: DueEntry
+    fired_ms: int
+    kind: ResultKind
+    started_ms: int
+    finished_ms: int
+    worker_id: str
+    error_type: str = ""
+    error_message: str = ""
+    output: bytes = b""
+    retry_after_ms: int | None = None
+
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing; ``next_token`` is empty on the last page."""
+
+    items: list[T]
+    next_token: str = ""
+
+
+def fingerprint(*parts: object) -> str:
+    """A stable digest of the given request parts (for idempotent creates)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part if isinstance(part, bytes) else repr(part).encode()
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()

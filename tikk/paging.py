@@ -1,0 +1,42 @@
+"""Opaque page tokens: URL-safe base64 of a small JSON list, validated on the way back in."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+
+from tikk.errors import InvalidArgument
+
+MAX_PAGE_SIZE = 1000
+DEFAULT_PAGE_SIZE = 100
+
+
+def encode_token(*parts: int | str) -> str:
+    raw = json.dumps(list(parts), separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_token(token: str, shape: tuple[type, ...]) -> list[int | str] | None:
+    """The parts of ``token`` (None for an empty token); ``InvalidArgument`` if malformed."""
+    if not token:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        parts = json.loads(raw)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidArgument("page_token", "malformed page token") from exc
+    if not isinstance(parts, list) or len(parts) != len(shape):
+        raise InvalidArgument("page_token", "malformed page token")
+    if not all(type(p) is t for p, t in zip(parts, shape, strict=True)):
+        raise InvalidArgument("page_token", "malformed page token")
+    return parts
+
+
+def page_size(requested: int) -> int:
+    """0 → the default; otherwise 1..MAX_PAGE_SIZE."""
+    if requested == 0:
+        return DEFAULT_PAGE_SIZE
+    if requested < 0 or requested > MAX_PAGE_SIZE:
+        raise InvalidArgument("page_size", f"must be between 1 and {MAX_PAGE_SIZE}")
+    return requested

@@ -1,0 +1,87 @@
+"""Running blocking SQLite work off the event loop, on one thread that owns the connection."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+from tikk.errors import BackendUnavailable
+
+T = TypeVar("T")
+
+
+def path_from_url(url: str) -> str:
+    """``sqlite:///abs/path.db`` or ``sqlite:relative.db`` → a file path (``:memory:`` kept)."""
+    for prefix in ("sqlite:///", "sqlite://", "sqlite:"):
+        if url.startswith(prefix):
+            rest = url[len(prefix) :]
+            return "/" + rest if prefix == "sqlite:///" and not rest.startswith("/") else rest
+    return url
+
+
+class SqliteRunner:
+    """One connection, used only from one worker thread: SQLite objects must not cross threads.
+
+    WAL mode lets other processes (a separate dispatcher, the CLI) read while this one writes;
+    ``busy_timeout`` makes concurrent writers wait rather than fail.
+    """
+
+    def __init__(self, path: str, schema: str) -> None:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+        self._conn: sqlite3.Connection | None = None
+        self._executor.submit(self._open, path, schema).result()
+
+    def _open(self, path: str, schema: str) -> None:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode survives a process crash (kill -9); only an OS crash can lose the
+        # last transactions.
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.executescript(schema)
+        self._conn = conn
+
+    async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``work(conn)`` on the SQLite thread; driver errors become ``BackendUnavailable``."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._call, work)
+
+    def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            raise BackendUnavailable("sqlite store is closed")
+        try:
+            return work(self._conn)
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"sqlite: {exc}") from exc
+
+    async def close(self) -> None:
+        if self._conn is None:
+            return
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, self._close)
+        self._executor.shutdown(wait=True)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class Transaction:
+    """``with Transaction(conn):`` — BEGIN IMMEDIATE … COMMIT, ROLLBACK on error."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._conn.execute("BEGIN IMMEDIATE")
+        return self._conn
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")

@@ -1,0 +1,383 @@
+"""Embedded task store on SQLite, with the due index shaped like the Cassandra table."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second, second_of, task_key
+from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner, TikkError
+from tikk.model import (
+    Cursor,
+    DueEntry,
+    Page,
+    RetryPolicy,
+    Task,
+    TaskState,
+    Transition,
+    apply_transition,
+)
+from tikk.paging import decode_token, encode_token
+from tikk.sqlite_runner import SqliteRunner, Transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS tasks (
+    namespace TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    queue TEXT NOT NULL,
+    handler TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    labels TEXT NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    initial_backoff_ms INTEGER NOT NULL,
+    multiplier REAL NOT NULL,
+    max_backoff_ms INTEGER NOT NULL,
+    jitter REAL NOT NULL,
+    state INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    due_ms INTEGER NOT NULL,
+    scheduled_ms INTEGER NOT NULL,
+    created_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    shard INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL,
+    last_error_type TEXT NOT NULL DEFAULT '',
+    last_error_message TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (namespace, task_id)
+);
+CREATE INDEX IF NOT EXISTS tasks_by_queue ON tasks (namespace, queue, state, task_id);
+CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (namespace, state, updated_ms, task_id);
+CREATE TABLE IF NOT EXISTS due (
+    shard INTEGER NOT NULL,
+    minute INTEGER NOT NULL,
+    second INTEGER NOT NULL,
+    task_key TEXT NOT NULL,
+    due_ms INTEGER NOT NULL,
+    namespace TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    queue TEXT NOT NULL,
+    handler TEXT NOT NULL,
+    payload BLOB NOT NULL,
+    labels TEXT NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    scheduled_ms INTEGER NOT NULL,
+    PRIMARY KEY (shard, minute, second, task_key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS cursors (
+    shard INTEGER PRIMARY KEY,
+    second INTEGER NOT NULL,
+    epoch INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_TASK_COLUMNS = (
+    "namespace, task_id, queue, handler, payload, labels, max_attempts, initial_backoff_ms, "
+    "multiplier, max_backoff_ms, jitter, state, attempt, due_ms, scheduled_ms, created_ms, "
+    "updated_ms, shard, fingerprint, last_error_type, last_error_message"
+)
+_DUE_COLUMNS = (
+    "shard, due_ms, namespace, task_id, attempt, queue, handler, payload, labels, "
+    "max_attempts, scheduled_ms"
+)
+
+
+def _task_row(t: Task) -> tuple[object, ...]:
+    r = t.retry
+    return (
+        t.namespace, t.task_id, t.queue, t.handler, t.payload, json.dumps(dict(t.labels)),
+        r.max_attempts, r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter,
+        int(t.state), t.attempt, t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms,
+        t.shard, t.fingerprint, t.last_error_type, t.last_error_message,
+    )  # fmt: skip
+
+
+def _task_from_row(row: Any) -> Task:
+    (ns, tid, queue, handler, payload, labels, max_att, init_ms, mult, max_ms, jitter,
+     state, attempt, due_ms, sched_ms, created_ms, updated_ms, shard, fp, etype, emsg,
+     ) = row  # fmt: skip
+    return Task(
+        namespace=str(ns), task_id=str(tid), queue=str(queue), handler=str(handler),
+        payload=bytes(payload),
+        labels=json.loads(str(labels)),
+        retry=RetryPolicy(int(max_att), int(init_ms), float(mult), int(max_ms), float(jitter)),
+        state=TaskState(state), attempt=int(attempt),
+        due_ms=int(due_ms), scheduled_ms=int(sched_ms),
+        created_ms=int(created_ms), updated_ms=int(updated_ms), shard=int(shard),
+        fingerprint=str(fp), last_error_type=str(etype), last_error_message=str(emsg),
+    )  # fmt: skip
+
+
+def _entry_from_row(row: Any) -> DueEntry:
+    shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched = row
+    return DueEntry(
+        shard=int(shard), due_ms=int(due_ms), namespace=str(ns), task_id=str(tid),
+        attempt=int(attempt), queue=str(queue), handler=str(handler),
+        payload=bytes(payload), labels=json.loads(str(labels)),
+        max_attempts=int(max_att), scheduled_ms=int(sched),
+    )  # fmt: skip
+
+
+def _insert_due(conn: sqlite3.Connection, e: DueEntry) -> None:
+    conn.execute(
+        "INSERT OR REPLACE INTO due (shard, minute, second, task_key, due_ms, namespace, task_id,"
+        " attempt, queue, handler, payload, labels, max_attempts, scheduled_ms)"
+        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            e.shard, minute_of_second(e.second), e.second, e.key, e.due_ms, e.namespace,
+            e.task_id, e.attempt, e.queue, e.handler, e.payload, json.dumps(dict(e.labels)),
+            e.max_attempts, e.scheduled_ms,
+        ),
+    )  # fmt: skip
+
+
+def _delete_due(conn: sqlite3.Connection, t: Task) -> None:
+    second = second_of(t.due_ms)
+    conn.execute(
+        "DELETE FROM due WHERE shard=? AND minute=? AND second=? AND task_key=?",
+        (t.shard, minute_of_second(second), second, task_key(t.namespace, t.task_id)),
+    )
+
+
+def _fetch_task(conn: sqlite3.Connection, namespace: str, task_id: str) -> Task:
+    row = conn.execute(
+        f"SELECT {_TASK_COLUMNS} FROM tasks WHERE namespace=? AND task_id=?", (namespace, task_id)
+    ).fetchone()
+    if row is None:
+        raise NotFound(f"task {task_id!r} not found in namespace {namespace!r}")
+    return _task_from_row(row)
+
+
+def _save_task(conn: sqlite3.Connection, t: Task) -> None:
+    conn.execute(f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES ({','.join('?' * 21)})",
+                 _task_row(t))  # fmt: skip
+
+
+def _create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
+    cur = conn.execute(
+        f"INSERT OR IGNORE INTO tasks ({_TASK_COLUMNS}) VALUES ({','.join('?' * 21)})",
+        _task_row(task),
+    )
+    if cur.rowcount == 0:
+        existing = _fetch_task(conn, task.namespace, task.task_id)
+        if existing.fingerprint != task.fingerprint:
+            raise AlreadyExists(
+                f"task {task.task_id!r} already exists in namespace {task.namespace!r} "
+                "with different content"
+            )
+        return existing, False
+    _insert_due(conn, task.entry())
+    return task, True
+
+
+class SqliteTaskStore:
+    """``TaskStore`` on one SQLite file (``sqlite:///path``); see ``tikk.store`` for semantics."""
+
+    def __init__(self, path: str, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
+        self._db = SqliteRunner(path, SCHEMA)
+        self._shard_count = shard_count
+        self._checked = False
+
+    @property
+    def shard_count(self) -> int:
+        return self._shard_count
+
+    async def check_shard_count(self) -> None:
+        """Refuse to open a store that was created with another shard count."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR IGNORE INTO store_meta VALUES ('shard_count', ?)",
+                (str(self._shard_count),),
+            )
+            stored = conn.execute("SELECT value FROM store_meta WHERE key='shard_count'").fetchone()
+            if int(stored[0]) != self._shard_count:
+                raise FailedPrecondition(
+                    f"store was created with {stored[0]} shards, configured {self._shard_count}"
+                )
+
+        await self._db.run(work)
+
+    async def create(self, task: Task) -> tuple[Task, bool]:
+        def work(conn: sqlite3.Connection) -> tuple[Task, bool]:
+            with Transaction(conn):
+                return _create_one(conn, task)
+
+        return await self._db.run(work)
+
+    async def create_many(self, tasks: Sequence[Task]) -> list[tuple[Task, bool] | TikkError]:
+        def work(conn: sqlite3.Connection) -> list[tuple[Task, bool] | TikkError]:
+            out: list[tuple[Task, bool] | TikkError] = []
+            with Transaction(conn):
+                for task in tasks:
+                    try:
+                        out.append(_create_one(conn, task))
+                    except AlreadyExists as exc:
+                        out.append(exc)
+            return out
+
+        return await self._db.run(work)
+
+    async def get(self, namespace: str, task_id: str) -> Task:
+        return await self._db.run(lambda conn: _fetch_task(conn, namespace, task_id))
+
+    async def cancel(self, namespace: str, task_id: str, now_ms: int) -> Task:
+        def work(conn: sqlite3.Connection) -> Task:
+            with Transaction(conn):
+                task = _fetch_task(conn, namespace, task_id)
+                if task.state is TaskState.CANCELLED:
+                    return task
+                if task.state is not TaskState.SCHEDULED:
+                    raise FailedPrecondition(
+                        f"task {task_id!r} is {task.state.name.lower()} and can no longer be "
+                        "cancelled"
+                    )
+                cancelled = task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
+                _save_task(conn, cancelled)
+                _delete_due(conn, task)
+                return cancelled
+
+        return await self._db.run(work)
+
+    async def list_tasks(
+        self, namespace: str, queue: str, state: TaskState | None, page_size: int, page_token: str
+    ) -> Page[Task]:
+        after = decode_token(page_token, (str,))
+        after_id = str(after[0]) if after else ""
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE namespace=? AND queue=? AND task_id>?"
+        args: list[object] = [namespace, queue, after_id]
+        if state is not None:
+            sql += " AND state=?"
+            args.append(int(state))
+        sql += " ORDER BY task_id LIMIT ?"
+        args.append(page_size + 1)
+        rows = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
+        tasks = [_task_from_row(r) for r in rows[:page_size]]
+        more = len(rows) > page_size
+        return Page(tasks, encode_token(tasks[-1].task_id) if more else "")
+
+    async def list_dead_letters(
+        self, namespace: str, queue: str, page_size: int, page_token: str
+    ) -> Page[Task]:
+        after = decode_token(page_token, (int, str))
+        sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE namespace=? AND state=?"
+        args: list[object] = [namespace, int(TaskState.DEAD_LETTERED)]
+        if queue:
+            sql += " AND queue=?"
+            args.append(queue)
+        if after:
+            sql += " AND (updated_ms, task_id) < (?, ?)"
+            args += after
+        sql += " ORDER BY updated_ms DESC, task_id DESC LIMIT ?"
+        args.append(page_size + 1)
+        rows = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
+        tasks = [_task_from_row(r) for r in rows[:page_size]]
+        if len(rows) <= page_size:
+            return Page(tasks)
+        return Page(tasks, encode_token(tasks[-1].updated_ms, tasks[-1].task_id))
+
+    async def read_due(
+        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+    ) -> list[DueEntry]:
+        after_second, after_key = after
+        if until_second <= after_second - 1:
+            return []
+        sql = (
+            f"SELECT {_DUE_COLUMNS} FROM due WHERE shard=? AND minute BETWEEN ? AND ?"
+            " AND (second, task_key) > (?, ?) AND second <= ?"
+            " ORDER BY minute, second, task_key LIMIT ?"
+        )
+        args = (
+            shard, minute_of_second(after_second), minute_of_second(until_second),
+            after_second, after_key, until_second, limit,
+        )  # fmt: skip
+        rows = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
+        return [_entry_from_row(r) for r in rows]
+
+    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> list[DueEntry]:
+        def work(conn: sqlite3.Connection) -> list[DueEntry]:
+            ok: list[DueEntry] = []
+            with Transaction(conn):
+                for e in entries:
+                    cur = conn.execute(
+                        "UPDATE tasks SET state=?, updated_ms=? WHERE namespace=? AND task_id=?"
+                        " AND attempt=? AND due_ms=? AND state IN (?, ?)",
+                        (
+                            int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id,
+                            e.attempt, e.due_ms, int(TaskState.SCHEDULED),
+                            int(TaskState.DISPATCHED),
+                        ),
+                    )  # fmt: skip
+                    if cur.rowcount == 1:
+                        ok.append(e)
+            return ok
+
+        return await self._db.run(work)
+
+    async def finish_attempt(
+        self, namespace: str, task_id: str, attempt: int, transition: Transition, now_ms: int
+    ) -> Task | None:
+        def work(conn: sqlite3.Connection) -> Task | None:
+            with Transaction(conn):
+                task = _fetch_task(conn, namespace, task_id)
+                if task.state is not TaskState.DISPATCHED or task.attempt != attempt:
+                    return None
+                updated = apply_transition(task, transition, now_ms)
+                _save_task(conn, updated)
+                if updated.state is TaskState.SCHEDULED:
+                    _insert_due(conn, updated.entry())
+                return updated
+
+        return await self._db.run(work)
+
+    async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
+        def work(conn: sqlite3.Connection) -> Task:
+            with Transaction(conn):
+                task = _fetch_task(conn, namespace, task_id)
+                if task.state is not TaskState.DEAD_LETTERED:
+                    raise FailedPrecondition(
+                        f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
+                    )
+                again = task.evolve(
+                    state=TaskState.SCHEDULED, attempt=1, due_ms=now_ms, updated_ms=now_ms
+                )
+                _save_task(conn, again)
+                _insert_due(conn, again.entry())
+                return again
+
+        return await self._db.run(work)
+
+    async def get_cursor(self, shard: int) -> Cursor:
+        row = await self._db.run(
+            lambda conn: conn.execute(
+                "SELECT second, epoch FROM cursors WHERE shard=?", (shard,)
+            ).fetchone()
+        )
+        return Cursor(0, 0) if row is None else Cursor(int(row[0]), int(row[1]))
+
+    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            with Transaction(conn):
+                row = conn.execute("SELECT second, epoch FROM cursors WHERE shard=?", (shard,))
+                current = row.fetchone()
+                if current is not None and int(current[1]) > epoch:
+                    raise StaleOwner(
+                        f"shard {shard}: epoch {epoch} is older than owner epoch {current[1]}"
+                    )
+                new_second = max(second, int(current[0])) if current else second
+                conn.execute(
+                    "INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (shard, new_second, epoch)
+                )
+                # Whole minute buckets behind the cursor are done; drop them in one range delete.
+                conn.execute(
+                    "DELETE FROM due WHERE shard=? AND minute < ?",
+                    (shard, minute_of_second(new_second)),
+                )
+
+        await self._db.run(work)
+
+    async def close(self) -> None:
+        await self._db.close()

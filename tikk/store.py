@@ -1,0 +1,114 @@
+"""The task store interface: tasks by id, the due index, and per-shard dispatch cursors.
+
+The due index is partitioned by (shard, minute of due time) and clustered by (second, task
+key); an entry carries everything needed to publish it. Backends: ``tikk.sqlite_store``
+(embedded). Every method may raise ``BackendUnavailable`` when the backend cannot be reached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from tikk.errors import TikkError
+from tikk.model import Cursor, DueEntry, Page, Task, TaskState, Transition
+
+
+class TaskStore(Protocol):
+    """Durable home of tasks. Safe to share between coroutines of one event loop."""
+
+    @property
+    def shard_count(self) -> int:
+        """Number of shards of this deployment; fixed once tasks exist."""
+        ...
+
+    async def create(self, task: Task) -> tuple[Task, bool]:
+        """Store a new task and its due-index row together; neither is visible without the other.
+
+        Idempotent: if a task with the same (namespace, id) and the same ``fingerprint`` exists,
+        returns it with ``False``. Returns the stored task with ``True`` otherwise.
+        Raises ``AlreadyExists`` if the id is taken by a task with another fingerprint.
+        """
+        ...
+
+    async def create_many(self, tasks: Sequence[Task]) -> list[tuple[Task, bool] | TikkError]:
+        """``create`` for each task, in order, with one outcome per task (never dropping one).
+
+        Per-task failures (``AlreadyExists``) are returned in place; a backend failure raises.
+        """
+        ...
+
+    async def get(self, namespace: str, task_id: str) -> Task:
+        """The task; raises ``NotFound``."""
+        ...
+
+    async def cancel(self, namespace: str, task_id: str, now_ms: int) -> Task:
+        """Cancel a SCHEDULED task so it never fires; idempotent on a CANCELLED task.
+
+        Raises ``NotFound``, or ``FailedPrecondition`` for a dispatched or finished task.
+        """
+        ...
+
+    async def list_tasks(
+        self, namespace: str, queue: str, state: TaskState | None, page_size: int, page_token: str
+    ) -> Page[Task]:
+        """Tasks of a queue (optionally in one state) ordered by id; ``page_token`` from a
+        previous page or empty. Raises ``InvalidArgument`` for a malformed token."""
+        ...
+
+    async def list_dead_letters(
+        self, namespace: str, queue: str, page_size: int, page_token: str
+    ) -> Page[Task]:
+        """Dead-lettered tasks, newest first; ``queue`` empty means every queue."""
+        ...
+
+    async def read_due(
+        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+    ) -> list[DueEntry]:
+        """Due-index rows of ``shard`` with position (second, key) > ``after`` and second <=
+        ``until_second``, in position order, at most ``limit``. Reads only the minute buckets
+        in that range; cost depends on what is due, not on how much is stored.
+
+        May return rows of tasks that were since cancelled or moved; ``mark_dispatched`` filters.
+        """
+        ...
+
+    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> list[DueEntry]:
+        """Move each entry's task to DISPATCHED and return the entries that may be published:
+        those whose task is still at that attempt and due time and is SCHEDULED or already
+        DISPATCHED (re-publishing after a crash is allowed: at-least-once). Cancelled,
+        finished or rescheduled tasks are left out.
+        """
+        ...
+
+    async def finish_attempt(
+        self, namespace: str, task_id: str, attempt: int, transition: Transition, now_ms: int
+    ) -> Task | None:
+        """Apply the outcome of a dispatched attempt: success, a retry (written into its
+        future bucket with the task row, together) or a dead letter.
+
+        Returns the updated task, or ``None`` when the report is stale (the task is not
+        DISPATCHED at ``attempt``, e.g. a duplicate delivery). Raises ``NotFound``.
+        """
+        ...
+
+    async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
+        """Schedule a dead-lettered task again at ``now_ms`` with attempt 1 of a fresh
+        occurrence. Raises ``NotFound`` or ``FailedPrecondition`` if not dead-lettered."""
+        ...
+
+    async def get_cursor(self, shard: int) -> Cursor:
+        """The shard's dispatch cursor; a never-dispatched shard starts at second 0, epoch 0."""
+        ...
+
+    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
+        """Record that every row of ``shard`` with second <= ``second`` was handed off.
+
+        Fenced: raises ``StaleOwner`` if an owner with a larger epoch has written the cursor.
+        Never moves the cursor backwards. Rows at or before the cursor may be discarded.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections; idempotent."""
+        ...

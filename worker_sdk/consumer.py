@@ -1,0 +1,51 @@
+"""The consumer side of the ready queue, as the worker sees it.
+
+Backends: ``worker_sdk.local_queue`` (``local://`` URLs, the embedded queue).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from tikk.v1 import worker_pb2
+
+
+@dataclass(frozen=True)
+class Message:
+    """One leased message. ``receipt`` is backend-specific and identifies this lease."""
+
+    delivery: worker_pb2.Delivery
+    delivery_count: int
+    receipt: object
+
+
+class QueueConsumer(Protocol):
+    async def fetch(self, max_messages: int) -> list[Message]:
+        """Lease up to ``max_messages`` visible messages of the consumer's queues; returns at
+        once, possibly empty. A leased message is invisible to other consumers until it is
+        committed or its lease runs out."""
+        ...
+
+    async def commit(self, message: Message) -> None:
+        """The message is done (the server acknowledged its result): remove it. A lease that
+        already ran out is not an error; the message may then be delivered again."""
+        ...
+
+    async def extend(self, messages: Sequence[Message]) -> None:
+        """Renew the leases of messages still being worked on."""
+        ...
+
+    async def close(self) -> None:
+        """Release resources; uncommitted messages are delivered again later."""
+        ...
+
+
+def open_consumer(url: str, queues: Sequence[str], visibility_ms: int) -> QueueConsumer:
+    """The consumer for a queue URL handed out by the server's ``GetWorkerConfig``."""
+    if url.startswith("local:"):
+        from worker_sdk.local_queue import LocalQueueConsumer
+
+        return LocalQueueConsumer(url.removeprefix("local://"), queues, visibility_ms)
+    raise ValueError(f"unsupported queue URL {url!r}: this worker supports local://")

@@ -1,0 +1,100 @@
+"""Consumer of the embedded ready queue (``dispatcher.local_queue`` defines the table)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from tikk.errors import BackendUnavailable
+from tikk.v1 import worker_pb2
+from worker_sdk.consumer import Message
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class LocalQueueConsumer:
+    """Leases messages from the queue file; a lease lasts ``visibility_ms`` unless extended."""
+
+    def __init__(self, path: str, queues: Sequence[str], visibility_ms: int) -> None:
+        self._path = path
+        self._queues = list(queues)
+        self._visibility_ms = visibility_ms
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-queue")
+        self._conn: sqlite3.Connection | None = None
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._guarded, fn, *args)
+
+    def _guarded(self, fn: Any, *args: Any) -> Any:
+        try:
+            if self._conn is None:
+                self._conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
+                self._conn.execute("PRAGMA busy_timeout=30000")
+            return fn(self._conn, *args)
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []  # the dispatcher has not created the queue yet: nothing to consume
+            raise BackendUnavailable(f"local queue: {exc}") from exc
+
+    async def fetch(self, max_messages: int) -> list[Message]:
+        result: list[Message] = await self._run(self._fetch, max_messages)
+        return result
+
+    def _fetch(self, conn: sqlite3.Connection, max_messages: int) -> list[Message]:
+        now = _now_ms()
+        marks = ",".join("?" * len(self._queues))
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows = conn.execute(
+                f"SELECT id, body, deliveries FROM messages WHERE queue IN ({marks})"
+                " AND visible_ms <= ? ORDER BY visible_ms, id LIMIT ?",
+                [*self._queues, now, max_messages],
+            ).fetchall()
+            out = []
+            for msg_id, body, deliveries in rows:
+                lease = uuid.uuid4().hex
+                conn.execute(
+                    "UPDATE messages SET visible_ms=?, deliveries=deliveries+1, lease=? WHERE id=?",
+                    (now + self._visibility_ms, lease, msg_id),
+                )
+                delivery = worker_pb2.Delivery.FromString(body)
+                out.append(Message(delivery, int(deliveries) + 1, (msg_id, lease)))
+            conn.execute("COMMIT")
+            return out
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    async def commit(self, message: Message) -> None:
+        await self._run(self._commit, message.receipt)
+
+    @staticmethod
+    def _commit(conn: sqlite3.Connection, receipt: tuple[int, str]) -> None:
+        conn.execute("DELETE FROM messages WHERE id=? AND lease=?", receipt)
+
+    async def extend(self, messages: Sequence[Message]) -> None:
+        await self._run(self._extend, [m.receipt for m in messages])
+
+    def _extend(self, conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
+        until = _now_ms() + self._visibility_ms
+        conn.executemany(
+            "UPDATE messages SET visible_ms=? WHERE id=? AND lease=?",
+            [(until, msg_id, lease) for msg_id, lease in receipts],
+        )
+
+    async def close(self) -> None:
+        def shut(conn: sqlite3.Connection) -> None:
+            conn.close()
+            self._conn = None
+
+        if self._conn is not None:
+            await self._run(shut)
+        self._executor.shutdown(wait=True)
