@@ -21,6 +21,7 @@ CREATE TABLE IF NOT EXISTS runs (
     attempt INTEGER NOT NULL,
     status INTEGER NOT NULL,
     scheduled_ms INTEGER NOT NULL,
+    due_ms INTEGER NOT NULL,
     fired_ms INTEGER NOT NULL,
     started_ms INTEGER NOT NULL,
     finished_ms INTEGER NOT NULL,
@@ -36,23 +37,24 @@ CREATE INDEX IF NOT EXISTS runs_by_queue ON runs (namespace, queue, finished_ms,
 """
 
 _COLUMNS = (
-    "namespace, run_id, task_id, queue, handler, attempt, status, scheduled_ms, fired_ms, "
-    "started_ms, finished_ms, worker_id, error_type, error_message, output, idempotency_key"
+    "namespace, run_id, task_id, queue, handler, attempt, status, scheduled_ms, due_ms, "
+    "fired_ms, started_ms, finished_ms, worker_id, error_type, error_message, output, "
+    "idempotency_key"
 )
 
 
 def _record_from_row(row: Any) -> RunRecord:
     values = list(row)
     values[6] = RunStatus(values[6])
-    values[14] = bytes(values[14])
+    values[15] = bytes(values[15])
     return RunRecord(*values)
 
 
 def _row(r: RunRecord) -> tuple[object, ...]:
     return (
         r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
-        r.scheduled_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id, r.error_type,
-        r.error_message, r.output, r.idempotency_key,
+        r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id,
+        r.error_type, r.error_message, r.output, r.idempotency_key,
     )  # fmt: skip
 
 
@@ -63,7 +65,7 @@ class SqliteRunHistory:
         self._db = SqliteRunner(path, SCHEMA)
 
     async def append(self, record: RunRecord) -> None:
-        sql = f"INSERT OR IGNORE INTO runs ({_COLUMNS}) VALUES ({','.join('?' * 16)})"
+        sql = f"INSERT OR IGNORE INTO runs ({_COLUMNS}) VALUES ({','.join('?' * 17)})"
         await self._db.run(lambda conn: conn.execute(sql, _row(record)))
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:

@@ -216,6 +216,7 @@ class RunRecord:
     attempt: int
     status: RunStatus
     scheduled_ms: int
+    due_ms: int
     fired_ms: int
     started_ms: int
     finished_ms: int

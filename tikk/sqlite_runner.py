@@ -14,15 +14,6 @@ from tikk.errors import BackendUnavailable
 T = TypeVar("T")
 
 
-def path_from_url(url: str) -> str:
-    """``sqlite:///abs/path.db`` or ``sqlite:relative.db`` → a file path (``:memory:`` kept)."""
-    for prefix in ("sqlite:///", "sqlite://", "sqlite:"):
-        if url.startswith(prefix):
-            rest = url[len(prefix) :]
-            return "/" + rest if prefix == "sqlite:///" and not rest.startswith("/") else rest
-    return url
-
-
 class SqliteRunner:
     """One connection, used only from one worker thread: SQLite objects must not cross threads.
 

@@ -23,7 +23,7 @@ RUN_STATUS_FAILED: RunStatus
 RUN_STATUS_DEAD_LETTERED: RunStatus
 
 class Run(_message.Message):
-    __slots__ = ("namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_time", "fired_time", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "idempotency_key")
+    __slots__ = ("namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_time", "fired_time", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "idempotency_key", "due_time")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class Run(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DUE_TIME_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     run_id: str
     task_id: str
@@ -56,7 +57,8 @@ class Run(_message.Message):
     error_message: str
     output: bytes
     idempotency_key: str
-    def __init__(self, namespace: _Optional[str] = ..., run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., attempt: _Optional[int] = ..., status: _Optional[_Union[RunStatus, str]] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., output: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    due_time: _timestamp_pb2.Timestamp
+    def __init__(self, namespace: _Optional[str] = ..., run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., attempt: _Optional[int] = ..., status: _Optional[_Union[RunStatus, str]] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., output: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ListTaskRunsRequest(_message.Message):
     __slots__ = ("namespace", "task_id", "page_size", "page_token")

@@ -1,0 +1,1 @@
+"""Example workers and the demo of tikk on the embedded default."""

@@ -1,0 +1,88 @@
+"""Assembly of the gRPC server: services, health, reflection, graceful stop.
+
+Health turns SERVING only after the stores are open, and NOT_SERVING at the start of a
+stop, so load balancers drain before in-flight calls are cut.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from server.lifecycle import Lifecycle
+from server.services import HistoryService, TaskService, WorkerService
+from server.wiring import Backends
+from tikk.clock import Clock
+from tikk.settings import Settings
+from tikk.v1 import (
+    history_pb2,
+    history_pb2_grpc,
+    tasks_pb2,
+    tasks_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
+log = logging.getLogger("tikk.server")
+
+_SERVICES = [
+    tasks_pb2.DESCRIPTOR.services_by_name["TaskService"].full_name,
+    history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name,
+    worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+]
+
+
+class ApiServer:
+    """The tikk API on one port. ``start`` binds and returns the port actually bound."""
+
+    def __init__(
+        self, settings: Settings, backends: Backends, clock: Clock, rng: random.Random
+    ) -> None:
+        self.settings = settings
+        limit = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ]
+        )
+        lifecycle = Lifecycle(backends.store, backends.history, clock, settings.limits, rng)
+        tasks_pb2_grpc.add_TaskServiceServicer_to_server(
+            TaskService(lifecycle, settings), self._server
+        )
+        history_pb2_grpc.add_HistoryServiceServicer_to_server(
+            HistoryService(lifecycle, settings), self._server
+        )
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(
+            WorkerService(lifecycle, settings), self._server
+        )
+        # grpc-stubs predates the asyncio health servicer.
+        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection(
+            [*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
+        )
+        self.port = 0
+
+    async def start(self) -> int:
+        self.port = self._server.add_insecure_port(self.settings.listen)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {self.settings.listen}")
+        await self._server.start()
+        await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        return self.port
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self._server.stop(grace_s)
+
+    async def wait(self) -> None:
+        await self._server.wait_for_termination()
+
+    async def _set_health(self, status: int) -> None:
+        for name in ["", *_SERVICES]:
+            await self._health.set(name, status)

@@ -1,0 +1,410 @@
+"""The ``tikk`` command line: run the processes, and talk to a server as a client.
+
+Exit codes: 0 ok, 1 the server refused the request, 2 bad usage, 3 server unreachable,
+4 the worker module could not be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf.json_format import MessageToDict
+
+from tikk.settings import Settings, embedded_urls
+from tikk.timestamps import to_duration, to_timestamp
+from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IMPORT = 0, 1, 2, 3, 4
+DEFAULT_SERVER = os.environ.get("TIKK_SERVER", "127.0.0.1:7070")
+_OUR_PACKAGES = {"tikk", "server", "dispatcher", "worker_sdk", "history"}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``250ms``, ``30s``, ``5m``, ``1h30m``, ``2d`` → milliseconds."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r} (e.g. 30s, 5m, 1h30m)")
+    return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+
+
+def parse_time_ms(text: str) -> int:
+    """An ISO-8601 instant; without an offset it is taken as UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad time {text!r} (ISO-8601 expected)") from exc
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return int(value.timestamp() * 1000)
+
+
+def load_worker(target: str) -> Any:
+    """Import ``module:attribute``. The module is looked up after our own packages, so a
+    user's file cannot shadow tikk's, and a name that collides is refused clearly."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImportError(f"worker target must be MODULE:ATTRIBUTE, got {target!r}")
+    if module_name.split(".")[0] in _OUR_PACKAGES:
+        raise ImportError(f"worker module {module_name!r} collides with a tikk package name")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+    obj = getattr(importlib.import_module(module_name), attr, None)
+    from worker_sdk import Worker
+
+    if not isinstance(obj, Worker):
+        raise ImportError(f"{target} is not a worker_sdk.Worker")
+    return obj
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    urls = embedded_urls(args.data_dir)
+    return Settings(
+        store_url=args.store or urls["store_url"],
+        history_url=args.history or urls["history_url"],
+        queue_url=args.queue or urls["queue_url"],
+        shard_count=args.shards,
+        listen=getattr(args, "listen", "127.0.0.1:7070"),
+    )
+
+
+def _run_dev(args: argparse.Namespace) -> int:
+    return _serve(args, dispatcher=True)
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    return _serve(args, dispatcher=False)
+
+
+def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
+    from server.runtime import install_stop_signals, serve
+
+    try:
+        workers = [load_worker(t) for t in args.worker]
+    except ImportError as exc:
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_IMPORT
+    settings = _settings(args)
+
+    def ready(port: int) -> None:
+        host = settings.listen.rpartition(":")[0] or "127.0.0.1"
+        print(f"tikk {args.command} listening on {host}:{port}", flush=True)
+        print(f"  store {settings.store_url}\n  queue {settings.queue_url}", flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await serve(settings, stop, dispatcher=dispatcher, workers=workers, on_ready=ready)
+
+    asyncio.run(main())
+    return EXIT_OK
+
+
+def _run_dispatcher(args: argparse.Namespace) -> int:
+    from server.runtime import install_stop_signals, run_dispatcher
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        print("tikk dispatcher running", flush=True)
+        await run_dispatcher(_settings(args), stop)
+
+    asyncio.run(main())
+    return EXIT_OK
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    from server.runtime import install_stop_signals
+
+    try:
+        worker = load_worker(args.target)
+    except ImportError as exc:
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_IMPORT
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        done: int = await worker.run(args.server, burst=args.burst, stop=stop)
+        return done
+
+    done = asyncio.run(main())
+    print(f"tikk worker finished {done} runs", flush=True)
+    return EXIT_OK
+
+
+# --- client commands ---------------------------------------------------------------------
+
+
+def _ts(ts: Any) -> str:
+    return datetime.fromtimestamp(ts.ToMilliseconds() / 1000, tz=UTC).isoformat(
+        timespec="milliseconds"
+    )
+
+
+def _task_line(t: tasks_pb2.Task) -> str:
+    state = tasks_pb2.TaskState.Name(t.state).removeprefix("TASK_STATE_").lower()
+    line = f"{t.id}  {state:<13} {t.queue}/{t.handler}  attempt {t.attempt}  due {_ts(t.due_time)}"
+    return line + (
+        f"  error {t.last_error_type}: {t.last_error_message}" if t.last_error_type else ""
+    )
+
+
+def _run_line(r: history_pb2.Run) -> str:
+    status = history_pb2.RunStatus.Name(r.status).removeprefix("RUN_STATUS_").lower()
+    late = r.start_time.ToMilliseconds() - r.due_time.ToMilliseconds()
+    line = (
+        f"{r.run_id}  {r.task_id}  attempt {r.attempt}  {status:<13} "
+        f"started {_ts(r.start_time)}  late {late} ms"
+    )
+    return line + (f"  {r.error_type}: {r.error_message}" if r.error_type else "")
+
+
+def _show(args: argparse.Namespace, msg: Any, text: Callable[[], str]) -> None:
+    if args.json:
+        print(json.dumps(MessageToDict(msg, preserving_proto_field_name=True), indent=2))
+    else:
+        print(text())
+
+
+def _task_create(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = tasks_pb2.CreateTaskRequest(
+        namespace=args.namespace, task_id=args.id or "", queue=args.queue, handler=args.handler,
+        payload=(Path(args.payload_file).read_bytes() if args.payload_file
+                 else (args.payload or "").encode()),
+        labels=dict(kv.split("=", 1) for kv in args.label),
+    )  # fmt: skip
+    if args.at is not None:
+        req.run_at.CopyFrom(to_timestamp(args.at))
+    elif args.delay is not None:
+        req.delay.CopyFrom(to_duration(args.delay))
+    if args.max_attempts is not None:
+        req.retry_policy.max_attempts = args.max_attempts
+    resp = tasks_pb2_grpc.TaskServiceStub(ch).CreateTask(req, timeout=args.timeout)
+    _show(args, resp, lambda: ("created " if resp.created else "exists  ") + _task_line(resp.task))
+
+
+def _task_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = tasks_pb2.GetTaskRequest(namespace=args.namespace, task_id=args.id)
+    t = tasks_pb2_grpc.TaskServiceStub(ch).GetTask(req, timeout=args.timeout)
+    _show(args, t, lambda: _task_line(t))
+
+
+def _task_cancel(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = tasks_pb2.CancelTaskRequest(namespace=args.namespace, task_id=args.id)
+    t = tasks_pb2_grpc.TaskServiceStub(ch).CancelTask(req, timeout=args.timeout)
+    _show(args, t, lambda: _task_line(t))
+
+
+def _task_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    state = tasks_pb2.TaskState.Value("TASK_STATE_" + args.state.upper()) if args.state else 0
+    req = tasks_pb2.ListTasksRequest(
+        namespace=args.namespace, queue=args.queue, state=state,  # type: ignore[arg-type]
+        page_size=args.limit, page_token=args.page_token,
+    )  # fmt: skip
+    resp = tasks_pb2_grpc.TaskServiceStub(ch).ListTasks(req, timeout=args.timeout)
+    _show(args, resp, lambda: _lines([_task_line(t) for t in resp.tasks], resp.next_page_token))
+
+
+def _lines(lines: list[str], token: str) -> str:
+    return "\n".join(lines + ([f"(more: --page-token {token})"] if token else [])) or "(none)"
+
+
+def _runs_task(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = history_pb2.ListTaskRunsRequest(
+        namespace=args.namespace, task_id=args.id, page_size=args.limit,
+        page_token=args.page_token,
+    )  # fmt: skip
+    resp = history_pb2_grpc.HistoryServiceStub(ch).ListTaskRuns(req, timeout=args.timeout)
+    _show(args, resp, lambda: _lines([_run_line(r) for r in resp.runs], resp.next_page_token))
+
+
+def _runs_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    status = history_pb2.RunStatus.Value("RUN_STATUS_" + args.status.upper()) if args.status else 0
+    now = int(datetime.now(tz=UTC).timestamp() * 1000)
+    req = history_pb2.ListRunsRequest(
+        namespace=args.namespace, queue=args.queue, status=status,  # type: ignore[arg-type]
+        start_time=to_timestamp(now - args.since), end_time=to_timestamp(now + 1),
+        page_size=args.limit, page_token=args.page_token,
+    )  # fmt: skip
+    resp = history_pb2_grpc.HistoryServiceStub(ch).ListRuns(req, timeout=args.timeout)
+    _show(args, resp, lambda: _lines([_run_line(r) for r in resp.runs], resp.next_page_token))
+
+
+def _runs_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = history_pb2.GetRunRequest(namespace=args.namespace, run_id=args.run_id)
+    r = history_pb2_grpc.HistoryServiceStub(ch).GetRun(req, timeout=args.timeout)
+    _show(args, r, lambda: _run_line(r))
+
+
+def _dead_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = history_pb2.ListDeadLettersRequest(
+        namespace=args.namespace, queue=args.queue or "", page_size=args.limit,
+        page_token=args.page_token,
+    )  # fmt: skip
+    resp = history_pb2_grpc.HistoryServiceStub(ch).ListDeadLetters(req, timeout=args.timeout)
+    _show(args, resp, lambda: _lines([_task_line(t) for t in resp.tasks], resp.next_page_token))
+
+
+def _dead_redrive(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = history_pb2.RedriveTaskRequest(namespace=args.namespace, task_id=args.id)
+    t = history_pb2_grpc.HistoryServiceStub(ch).RedriveTask(req, timeout=args.timeout)
+    _show(args, t, lambda: _task_line(t))
+
+
+def _client(action: Callable[[argparse.Namespace, grpc.Channel], None]) -> Callable[..., int]:
+    def run(args: argparse.Namespace) -> int:
+        with grpc.insecure_channel(args.server) as channel:
+            try:
+                action(args, channel)
+            except grpc.RpcError as exc:
+                code = exc.code()
+                print(f"tikk: {code.name}: {exc.details()}", file=sys.stderr)
+                return EXIT_UNREACHABLE if code is grpc.StatusCode.UNAVAILABLE else EXIT_REFUSED
+        return EXIT_OK
+
+    return run
+
+
+# --- argument parsing --------------------------------------------------------------------
+
+
+def _backend_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default="data", help="where the embedded SQLite files live")
+    p.add_argument("--store", help="task store URL (default: sqlite under --data-dir)")
+    p.add_argument("--history", help="run history URL (default: sqlite under --data-dir)")
+    p.add_argument("--queue", help="ready queue URL (default: local:// under --data-dir)")
+    p.add_argument("--shards", type=int, default=256, help="shard count (fixed per store)")
+
+
+def _client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", default=DEFAULT_SERVER, help="address of a tikk server")
+    p.add_argument("--namespace", default="", help="namespace (default: 'default')")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+
+
+def _paging(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--page-token", default="")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tikk", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    for name, fn, help_text in [
+        ("dev", _run_dev, "all in one: API server + dispatcher (+ workers), embedded"),
+        ("server", _run_server, "the API server"),
+    ]:
+        p = sub.add_parser(name, help=help_text)
+        _backend_options(p)
+        p.add_argument("--listen", default="127.0.0.1:7070", help="host:port (port 0 = any)")
+        p.add_argument("--worker", action="append", default=[], metavar="MODULE:ATTR",
+                       help="also run this worker in-process (repeatable)")  # fmt: skip
+        p.set_defaults(func=fn)
+
+    p = sub.add_parser("dispatcher", help="a dispatcher: moves due tasks to the ready queue")
+    _backend_options(p)
+    p.set_defaults(func=_run_dispatcher)
+
+    p = sub.add_parser("worker", help="run a worker_sdk.Worker")
+    p.add_argument("target", metavar="MODULE:ATTR")
+    p.add_argument("--server", default=DEFAULT_SERVER)
+    p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    p.set_defaults(func=_run_worker)
+
+    _task_commands(sub.add_parser("task", help="create, get, cancel, list tasks"))
+    _run_commands(sub.add_parser("runs", help="run history"))
+    _dead_commands(sub.add_parser("dead-letters", help="dead-lettered tasks"))
+    return parser
+
+
+def _task_commands(parent: argparse.ArgumentParser) -> None:
+    sub = parent.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("create")
+    _client_options(p)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--handler", required=True)
+    p.add_argument("--id", help="task id (default: assigned by the server)")
+    p.add_argument("--payload", help="payload text")
+    p.add_argument("--payload-file", help="read the payload bytes from a file")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--at", type=parse_time_ms, help="ISO-8601 instant (UTC if no offset)")
+    when.add_argument("--in", dest="delay", type=parse_duration_ms, help="delay, e.g. 30s")
+    p.add_argument("--max-attempts", type=int)
+    p.set_defaults(func=_client(_task_create))
+    for name, fn in [("get", _task_get), ("cancel", _task_cancel)]:
+        p = sub.add_parser(name)
+        _client_options(p)
+        p.add_argument("id")
+        p.set_defaults(func=_client(fn))
+    p = sub.add_parser("list")
+    _client_options(p)
+    _paging(p)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--state", choices=["scheduled", "dispatched", "succeeded",
+                                       "dead_lettered", "cancelled"])  # fmt: skip
+    p.set_defaults(func=_client(_task_list))
+
+
+def _run_commands(parent: argparse.ArgumentParser) -> None:
+    sub = parent.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("task", help="runs of one task, newest first")
+    _client_options(p)
+    _paging(p)
+    p.add_argument("id")
+    p.set_defaults(func=_client(_runs_task))
+    p = sub.add_parser("list", help="runs of a queue in a time window")
+    _client_options(p)
+    _paging(p)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--status", choices=["succeeded", "failed", "dead_lettered"])
+    p.add_argument("--since", type=parse_duration_ms, default=3_600_000, help="e.g. 1h")
+    p.set_defaults(func=_client(_runs_list))
+    p = sub.add_parser("get")
+    _client_options(p)
+    p.add_argument("run_id")
+    p.set_defaults(func=_client(_runs_get))
+
+
+def _dead_commands(parent: argparse.ArgumentParser) -> None:
+    sub = parent.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("list")
+    _client_options(p)
+    _paging(p)
+    p.add_argument("--queue")
+    p.set_defaults(func=_client(_dead_list))
+    p = sub.add_parser("redrive")
+    _client_options(p)
+    p.add_argument("id")
+    p.set_defaults(func=_client(_dead_redrive))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

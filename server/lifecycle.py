@@ -1,0 +1,109 @@
+"""What the server does with tasks and run results, independent of gRPC.
+
+The one place that decides retries: a failed run is retried with exponential backoff and
+jitter, scheduled durably through the task store, until the task's last attempt; then, or on
+a non-retryable failure, the task is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Sequence
+
+from history.base import RunHistory
+from tikk.backoff import retry_delay_ms
+from tikk.clock import Clock
+from tikk.errors import NotFound, TikkError
+from tikk.model import (
+    DeadLetter,
+    ResultKind,
+    Retry,
+    RunRecord,
+    RunReport,
+    RunStatus,
+    Succeed,
+    Task,
+    Transition,
+)
+from tikk.settings import Limits
+from tikk.store import TaskStore
+
+
+class Lifecycle:
+    def __init__(
+        self,
+        store: TaskStore,
+        history: RunHistory,
+        clock: Clock,
+        limits: Limits,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.store = store
+        self.history = history
+        self.clock = clock
+        self.limits = limits
+        self._rng = rng or random.Random()
+
+    async def create(self, task: Task) -> tuple[Task, bool]:
+        return await self.store.create(task)
+
+    async def create_many(self, tasks: Sequence[Task]) -> list[tuple[Task, bool] | TikkError]:
+        return await self.store.create_many(tasks)
+
+    async def cancel(self, namespace: str, task_id: str) -> Task:
+        return await self.store.cancel(namespace, task_id, self.clock.now_ms())
+
+    async def redrive(self, namespace: str, task_id: str) -> Task:
+        return await self.store.redrive(namespace, task_id, self.clock.now_ms())
+
+    async def record_result(self, report: RunReport) -> RunRecord:
+        """Append the run to the history, then move the task on (success, retry or dead
+        letter). Safe to repeat: the history keeps one record per run id, and a repeated or
+        stale report leaves the task alone."""
+        now = self.clock.now_ms()
+        e = report.entry
+        status, transition = await self._decide(report, now)
+        record = RunRecord(
+            namespace=e.namespace,
+            run_id=report.run_id,
+            task_id=e.task_id,
+            queue=e.queue,
+            handler=e.handler,
+            attempt=e.attempt,
+            status=status,
+            scheduled_ms=e.scheduled_ms,
+            due_ms=e.due_ms,
+            fired_ms=report.fired_ms,
+            started_ms=report.started_ms,
+            finished_ms=report.finished_ms,
+            worker_id=report.worker_id,
+            error_type=report.error_type,
+            error_message=report.error_message,
+            output=report.output,
+            idempotency_key=e.idempotency_key,
+        )
+        await self.history.append(record)
+        # A task that is gone (its store was reset) still leaves its run on record.
+        with contextlib.suppress(NotFound):
+            await self.store.finish_attempt(e.namespace, e.task_id, e.attempt, transition, now)
+        return record
+
+    async def _decide(self, report: RunReport, now: int) -> tuple[RunStatus, Transition]:
+        if report.kind is ResultKind.SUCCEEDED:
+            return RunStatus.SUCCEEDED, Succeed()
+        etype, emsg = report.error_type, report.error_message
+        dead = (RunStatus.DEAD_LETTERED, DeadLetter(etype, emsg))
+        if report.kind is ResultKind.FAILED_PERMANENTLY:
+            return dead
+        try:
+            task = await self.store.get(report.entry.namespace, report.entry.task_id)
+        except NotFound:
+            return dead
+        if report.entry.attempt >= task.retry.max_attempts:
+            return dead
+        if report.kind is ResultKind.RETRY and report.retry_after_ms is not None:
+            delay = min(report.retry_after_ms, self.limits.max_backoff_ms)
+        else:
+            delay = retry_delay_ms(task.retry, report.entry.attempt, self._rng)
+        return RunStatus.FAILED, Retry(now + delay, etype, emsg)

@@ -1,0 +1,92 @@
+"""Running the processes of tikk: API server, dispatcher, and in-process workers.
+
+Shutdown order (on SIGINT/SIGTERM): health NOT_SERVING → workers stop fetching and finish
+in-flight runs → dispatcher stops and writes its cursors → API server stops with a grace
+period → stores close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+from collections.abc import Callable, Sequence
+
+from dispatcher.scanner import Dispatcher, DispatchSettings
+from server.app import ApiServer
+from server.wiring import open_backends, open_ownership, open_queue, open_store
+from tikk.clock import Clock, SystemClock
+from tikk.settings import Settings
+from worker_sdk import Worker
+
+log = logging.getLogger("tikk")
+
+
+def install_stop_signals(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+
+async def run_dispatcher(
+    settings: Settings,
+    stop: asyncio.Event,
+    clock: Clock | None = None,
+    dispatch: DispatchSettings | None = None,
+) -> None:
+    clock = clock or SystemClock()
+    store = await open_store(settings)
+    queue = open_queue(settings)
+    ownership = open_ownership(settings, epoch=clock.now_ms())
+    await ownership.start()
+    try:
+        await Dispatcher(store, queue, ownership, clock, settings=dispatch).run(stop)
+    finally:
+        await ownership.stop()
+        await queue.close()
+        await store.close()
+
+
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    dispatcher: bool = False,
+    workers: Sequence[Worker] = (),
+    on_ready: Callable[[int], None] = lambda port: None,
+    clock: Clock | None = None,
+) -> None:
+    """Serve the API (and optionally dispatch and run workers in-process) until ``stop``."""
+    clock = clock or SystemClock()
+    backends = await open_backends(settings)
+    api = ApiServer(settings, backends, clock, random.Random())
+    port = await api.start()
+    background: list[asyncio.Task[object]] = []
+    worker_stop = asyncio.Event()
+    if dispatcher:
+        background.append(asyncio.create_task(run_dispatcher(settings, stop, clock)))
+    address = f"127.0.0.1:{port}"
+    background += [asyncio.create_task(w.run(address, stop=worker_stop)) for w in workers]
+    on_ready(port)
+    try:
+        await _until_stopped(stop, background)
+    finally:
+        worker_stop.set()
+        stop.set()
+        await asyncio.gather(*background, return_exceptions=True)
+        await api.stop()
+        await backends.close()
+
+
+async def _until_stopped(stop: asyncio.Event, background: list[asyncio.Task[object]]) -> None:
+    """Wait for ``stop``; a background part that dies takes the process down with it."""
+    waiter = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([waiter, *background], return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    for task in done:
+        if task is not waiter and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+            raise SystemExit(1)

@@ -1,0 +1,246 @@
+"""gRPC servicers of tikk.v1: thin adapters from protobuf to ``Lifecycle`` and the stores."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from history.base import RunQuery
+from server import convert, validation
+from server.lifecycle import Lifecycle
+from server.status import code_of, maps_errors, numeric
+from tikk import delivery_codec
+from tikk.errors import InvalidArgument, TikkError
+from tikk.model import ResultKind, RunReport, RunStatus, Task
+from tikk.paging import page_size
+from tikk.settings import Settings
+from tikk.timestamps import to_duration
+from tikk.v1 import (
+    history_pb2,
+    history_pb2_grpc,
+    tasks_pb2,
+    tasks_pb2_grpc,
+    worker_pb2,
+    worker_pb2_grpc,
+)
+
+log = logging.getLogger("tikk.server")
+Ctx = grpc.aio.ServicerContext[Any, Any]
+_HOUR_MS = 3_600_000
+
+
+class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
+    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
+        self._lc = lifecycle
+        self._settings = settings
+
+    def _validate(self, req: tasks_pb2.CreateTaskRequest) -> Task:
+        now = self._lc.clock.now_ms()
+        return validation.create_task(req, self._settings.limits, self._settings.shard_count, now)
+
+    @maps_errors
+    async def CreateTask(
+        self, request: tasks_pb2.CreateTaskRequest, context: Ctx
+    ) -> tasks_pb2.CreateTaskResponse:
+        task, created = await self._lc.create(self._validate(request))
+        return tasks_pb2.CreateTaskResponse(task=convert.task_to_proto(task), created=created)
+
+    async def CreateTasks(
+        self, request_iterator: AsyncIterator[tasks_pb2.CreateTasksRequest], context: Ctx
+    ) -> tasks_pb2.CreateTasksResponse:
+        response = tasks_pb2.CreateTasksResponse()
+        index = 0
+        try:
+            async for chunk in request_iterator:
+                await self._create_chunk(chunk, index, response)
+                index += len(chunk.tasks)
+        except TikkError as exc:
+            # A backend failure mid-stream: everything before this chunk is stored and was
+            # counted; report the failure rather than a partial success.
+            await context.abort(code_of(exc), f"after {index} items: {exc}")
+        return response
+
+    async def _create_chunk(
+        self, chunk: tasks_pb2.CreateTasksRequest, first: int, out: tasks_pb2.CreateTasksResponse
+    ) -> None:
+        valid: list[tuple[int, Task]] = []
+        for offset, req in enumerate(chunk.tasks):
+            try:
+                valid.append((first + offset, self._validate(req)))
+            except InvalidArgument as exc:
+                _item(out, first + offset, exc, req.task_id)
+        outcomes = await self._lc.create_many([t for _, t in valid])
+        for (index, task), outcome in zip(valid, outcomes, strict=True):
+            if isinstance(outcome, TikkError):
+                _item(out, index, outcome, task.task_id)
+            else:
+                out.results.append(
+                    tasks_pb2.CreateTasksItemResult(
+                        index=index, task_id=outcome[0].task_id, created=outcome[1]
+                    )
+                )
+                out.accepted += 1
+        out.results.sort(key=lambda r: r.index)
+
+    @maps_errors
+    async def GetTask(self, request: tasks_pb2.GetTaskRequest, context: Ctx) -> tasks_pb2.Task:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._settings.limits)
+        return convert.task_to_proto(await self._lc.store.get(ns, tid))
+
+    @maps_errors
+    async def CancelTask(
+        self, request: tasks_pb2.CancelTaskRequest, context: Ctx
+    ) -> tasks_pb2.Task:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._settings.limits)
+        return convert.task_to_proto(await self._lc.cancel(ns, tid))
+
+    @maps_errors
+    async def ListTasks(
+        self, request: tasks_pb2.ListTasksRequest, context: Ctx
+    ) -> tasks_pb2.ListTasksResponse:
+        ns = validation.namespace(request.namespace)
+        queue = validation.queue(request.queue, self._settings.limits)
+        state = validation.task_state(request.state)
+        size = page_size(request.page_size)
+        page = await self._lc.store.list_tasks(ns, queue, state, size, request.page_token)
+        return tasks_pb2.ListTasksResponse(
+            tasks=[convert.task_to_proto(t) for t in page.items], next_page_token=page.next_token
+        )
+
+
+def _item(out: tasks_pb2.CreateTasksResponse, index: int, exc: TikkError, task_id: str) -> None:
+    out.results.append(
+        tasks_pb2.CreateTasksItemResult(
+            index=index, code=numeric(code_of(exc)), message=str(exc), task_id=task_id
+        )
+    )
+    out.rejected += 1
+
+
+class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[misc]
+    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
+        self._lc = lifecycle
+        self._limits = settings.limits
+
+    @maps_errors
+    async def ListTaskRuns(
+        self, request: history_pb2.ListTaskRunsRequest, context: Ctx
+    ) -> history_pb2.ListRunsResponse:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._limits)
+        size = page_size(request.page_size)
+        page = await self._lc.history.list_for_task(ns, tid, size, request.page_token)
+        return _runs(page.items, page.next_token)
+
+    @maps_errors
+    async def ListRuns(
+        self, request: history_pb2.ListRunsRequest, context: Ctx
+    ) -> history_pb2.ListRunsResponse:
+        ns = validation.namespace(request.namespace)
+        queue = validation.queue(request.queue, self._limits)
+        status = validation.run_status(request.status)
+        now = self._lc.clock.now_ms()
+        end = (
+            validation.timestamp_ms(request.end_time, "end_time")
+            if request.HasField("end_time")
+            else now + 1
+        )
+        start = (
+            validation.timestamp_ms(request.start_time, "start_time")
+            if request.HasField("start_time")
+            else end - _HOUR_MS
+        )
+        if start >= end:
+            raise InvalidArgument("start_time", "must be before end_time")
+        query = RunQuery(ns, queue, start, end, RunStatus(status) if status else None)
+        size = page_size(request.page_size)
+        page = await self._lc.history.list_by_queue(query, size, request.page_token)
+        return _runs(page.items, page.next_token)
+
+    @maps_errors
+    async def GetRun(self, request: history_pb2.GetRunRequest, context: Ctx) -> history_pb2.Run:
+        ns = validation.namespace(request.namespace)
+        if not request.run_id:
+            raise InvalidArgument("run_id", "must not be empty")
+        return convert.run_to_proto(await self._lc.history.get(ns, request.run_id))
+
+    @maps_errors
+    async def ListDeadLetters(
+        self, request: history_pb2.ListDeadLettersRequest, context: Ctx
+    ) -> history_pb2.ListDeadLettersResponse:
+        ns = validation.namespace(request.namespace)
+        queue = validation.queue(request.queue, self._limits) if request.queue else ""
+        size = page_size(request.page_size)
+        page = await self._lc.store.list_dead_letters(ns, queue, size, request.page_token)
+        return history_pb2.ListDeadLettersResponse(
+            tasks=[convert.task_to_proto(t) for t in page.items], next_page_token=page.next_token
+        )
+
+    @maps_errors
+    async def RedriveTask(
+        self, request: history_pb2.RedriveTaskRequest, context: Ctx
+    ) -> tasks_pb2.Task:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._limits)
+        return convert.task_to_proto(await self._lc.redrive(ns, tid))
+
+
+def _runs(items: list[Any], token: str) -> history_pb2.ListRunsResponse:
+    return history_pb2.ListRunsResponse(
+        runs=[convert.run_to_proto(r) for r in items], next_page_token=token
+    )
+
+
+class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
+    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
+        self._lc = lifecycle
+        self._settings = settings
+
+    @maps_errors
+    async def GetWorkerConfig(
+        self, request: worker_pb2.GetWorkerConfigRequest, context: Ctx
+    ) -> worker_pb2.GetWorkerConfigResponse:
+        return worker_pb2.GetWorkerConfigResponse(
+            queue_url=self._settings.queue_url,
+            visibility_timeout=to_duration(self._settings.visibility_timeout_ms),
+        )
+
+    async def ReportResults(
+        self, request_iterator: AsyncIterator[worker_pb2.RunResult], context: Ctx
+    ) -> AsyncIterator[worker_pb2.ResultAck]:
+        async for result in request_iterator:
+            try:
+                await self._lc.record_result(self._report(result))
+                yield worker_pb2.ResultAck(run_id=result.run_id)
+            except TikkError as exc:
+                log.warning("result %s not recorded: %s", result.run_id, exc)
+                yield worker_pb2.ResultAck(
+                    run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
+                )
+
+    def _report(self, r: worker_pb2.RunResult) -> RunReport:
+        if not r.run_id:
+            raise InvalidArgument("run_id", "must not be empty")
+        try:
+            kind = ResultKind(r.kind)
+        except ValueError:
+            raise InvalidArgument("kind", f"unknown result kind {r.kind}") from None
+        delivery = delivery_codec.from_proto(r.delivery, self._settings.shard_count)
+        return RunReport(
+            run_id=r.run_id,
+            entry=delivery.entry,
+            fired_ms=delivery.fired_ms,
+            kind=kind,
+            started_ms=validation.timestamp_ms(r.start_time, "start_time"),
+            finished_ms=validation.timestamp_ms(r.finish_time, "finish_time"),
+            worker_id=r.worker_id,
+            error_type=r.error_type,
+            error_message=r.error_message,
+            output=r.output,
+            retry_after_ms=r.retry_after.ToMilliseconds() if r.HasField("retry_after") else None,
+        )

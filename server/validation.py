@@ -1,0 +1,193 @@
+"""Request validation: protobuf in, domain objects out, or ``InvalidArgument`` naming the field.
+
+Nothing here fixes input silently: a value outside the limits is refused, never trimmed.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from tikk.buckets import shard_of
+from tikk.errors import InvalidArgument
+from tikk.model import DEFAULT_NAMESPACE, RetryPolicy, Task, TaskState, fingerprint
+from tikk.settings import Limits
+from tikk.v1 import history_pb2, tasks_pb2
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
+# 0001-01-01 .. 9999-12-31, the range google.protobuf.Timestamp allows.
+_MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
+
+def namespace(value: str, field: str = "namespace") -> str:
+    if not value:
+        return DEFAULT_NAMESPACE
+    if not _NAMESPACE.fullmatch(value):
+        raise InvalidArgument(field, "must be 1-64 of A-Z a-z 0-9 . _ - starting alphanumeric")
+    return value
+
+
+def task_id(value: str, limits: Limits, field: str = "task_id") -> str:
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > limits.max_id_length:
+        raise InvalidArgument(field, f"longer than {limits.max_id_length} characters")
+    if _has_control(value) or value != value.strip():
+        raise InvalidArgument(field, "must not contain control characters or edge whitespace")
+    return value
+
+
+def queue(value: str, limits: Limits, field: str = "queue") -> str:
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > limits.max_queue_length:
+        raise InvalidArgument(field, f"longer than {limits.max_queue_length} characters")
+    if not _QUEUE.fullmatch(value):
+        raise InvalidArgument(field, "must be A-Z a-z 0-9 . _ - starting alphanumeric")
+    return value
+
+
+def _handler(value: str, limits: Limits) -> str:
+    if not value:
+        raise InvalidArgument("handler", "must not be empty")
+    if len(value) > limits.max_handler_length:
+        raise InvalidArgument("handler", f"longer than {limits.max_handler_length} characters")
+    if _has_control(value):
+        raise InvalidArgument("handler", "must not contain control characters")
+    return value
+
+
+def _labels(labels: dict[str, str], limits: Limits) -> dict[str, str]:
+    if len(labels) > limits.max_labels:
+        raise InvalidArgument("labels", f"more than {limits.max_labels} labels")
+    for key, value in labels.items():
+        if not _LABEL_KEY.fullmatch(key):
+            raise InvalidArgument(f"labels[{key!r}]", "key must be 1-63 of A-Z a-z 0-9 . _ / -")
+        if len(value) > limits.max_label_value_length or _has_control(value):
+            raise InvalidArgument(
+                f"labels[{key!r}]",
+                f"value must be at most {limits.max_label_value_length} printable characters",
+            )
+    return dict(sorted(labels.items()))
+
+
+def timestamp_ms(ts: Timestamp, field: str) -> int:
+    if not (_MIN_SECONDS <= ts.seconds <= _MAX_SECONDS) or not (0 <= ts.nanos < 1_000_000_000):
+        raise InvalidArgument(field, "not a valid timestamp")
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def duration_ms(d: Duration, field: str, max_ms: int) -> int:
+    if not (0 <= d.nanos < 1_000_000_000 and d.seconds >= 0):
+        raise InvalidArgument(field, "must be a non-negative duration")
+    ms = d.seconds * 1000 + d.nanos // 1_000_000
+    if ms > max_ms:
+        raise InvalidArgument(field, f"longer than {max_ms // 86_400_000} days")
+    return ms
+
+
+def retry_policy(msg: tasks_pb2.RetryPolicy, limits: Limits) -> RetryPolicy:
+    """Unset fields take the defaults; set ones must make sense together."""
+    d = limits.default_retry
+    f = "retry_policy."
+    attempts = msg.max_attempts if msg.HasField("max_attempts") else d.max_attempts
+    if not 1 <= attempts <= limits.max_attempts:
+        raise InvalidArgument(f + "max_attempts", f"must be between 1 and {limits.max_attempts}")
+    cap = limits.max_backoff_ms
+    initial = (
+        duration_ms(msg.initial_backoff, f + "initial_backoff", cap)
+        if msg.HasField("initial_backoff")
+        else d.initial_backoff_ms
+    )
+    maximum = (
+        duration_ms(msg.max_backoff, f + "max_backoff", cap)
+        if msg.HasField("max_backoff")
+        else max(d.max_backoff_ms, initial)
+    )
+    if initial > maximum:
+        raise InvalidArgument(f + "initial_backoff", "must not exceed max_backoff")
+    multiplier = msg.multiplier if msg.HasField("multiplier") else d.multiplier
+    if not 1.0 <= multiplier <= 100.0:
+        raise InvalidArgument(f + "multiplier", "must be between 1.0 and 100.0")
+    jitter = msg.jitter if msg.HasField("jitter") else d.jitter
+    if not 0.0 <= jitter <= 1.0:
+        raise InvalidArgument(f + "jitter", "must be between 0.0 and 1.0")
+    return RetryPolicy(attempts, initial, multiplier, maximum, jitter)
+
+
+def _requested_time(req: tasks_pb2.CreateTaskRequest, limits: Limits, now_ms: int) -> int:
+    horizon = limits.max_schedule_ahead_ms
+    match req.WhichOneof("when"):
+        case "run_at":
+            at = timestamp_ms(req.run_at, "run_at")
+            if at - now_ms > horizon:
+                raise InvalidArgument("run_at", "more than 10 years ahead")
+            return at
+        case "delay":
+            return now_ms + duration_ms(req.delay, "delay", horizon)
+        case _:
+            return now_ms
+
+
+def create_task(
+    req: tasks_pb2.CreateTaskRequest, limits: Limits, shard_count: int, now_ms: int
+) -> Task:
+    """A new SCHEDULED task from a create request (``InvalidArgument`` on bad input).
+
+    A run time in the past is accepted and runs now: the due time is never before the
+    moment the task was accepted, so no dispatcher has already passed it.
+    """
+    ns = namespace(req.namespace)
+    tid = task_id(req.task_id, limits) if req.task_id else uuid.uuid4().hex
+    q = queue(req.queue, limits)
+    handler = _handler(req.handler, limits)
+    if len(req.payload) > limits.max_payload_bytes:
+        raise InvalidArgument("payload", f"larger than {limits.max_payload_bytes} bytes")
+    labels = _labels(dict(req.labels), limits)
+    policy = retry_policy(req.retry_policy, limits) if req.HasField("retry_policy") else None
+    requested = _requested_time(req, limits, now_ms)
+    when = req.WhichOneof("when")
+    when_spec = (when, requested if when == "run_at" else req.delay.ToMilliseconds())
+    return Task(
+        namespace=ns,
+        task_id=tid,
+        queue=q,
+        handler=handler,
+        payload=req.payload,
+        labels=labels,
+        retry=policy or limits.default_retry,
+        state=TaskState.SCHEDULED,
+        attempt=1,
+        due_ms=max(requested, now_ms),
+        scheduled_ms=requested,
+        created_ms=now_ms,
+        updated_ms=now_ms,
+        shard=shard_of(ns, tid, shard_count),
+        fingerprint=fingerprint(ns, tid, q, handler, req.payload, labels, policy, when_spec),
+    )
+
+
+def task_state(value: int) -> TaskState | None:
+    if value == tasks_pb2.TASK_STATE_UNSPECIFIED:
+        return None
+    try:
+        return TaskState(value)
+    except ValueError:
+        raise InvalidArgument("state", f"unknown task state {value}") from None
+
+
+def run_status(value: int) -> int | None:
+    if value == history_pb2.RUN_STATUS_UNSPECIFIED:
+        return None
+    if value not in history_pb2.RunStatus.values():
+        raise InvalidArgument("status", f"unknown run status {value}")
+    return value

@@ -1,0 +1,52 @@
+"""Settings of a tikk deployment: backend URLs, shard count and input limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tikk.buckets import DEFAULT_SHARD_COUNT
+from tikk.model import RetryPolicy
+
+TEN_YEARS_MS = 10 * 366 * 24 * 3600 * 1000
+ONE_YEAR_MS = 366 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the API accepts. Anything outside is INVALID_ARGUMENT, never silently trimmed."""
+
+    max_payload_bytes: int = 256 * 1024
+    max_id_length: int = 128
+    max_queue_length: int = 128
+    max_handler_length: int = 256
+    max_labels: int = 64
+    max_label_value_length: int = 256
+    max_schedule_ahead_ms: int = TEN_YEARS_MS
+    max_backoff_ms: int = ONE_YEAR_MS
+    max_attempts: int = 1000
+    default_retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where the backends live (``sqlite://…``, ``local://…``) and how the API behaves."""
+
+    store_url: str
+    history_url: str
+    queue_url: str
+    shard_count: int = DEFAULT_SHARD_COUNT
+    listen: str = "127.0.0.1:7070"
+    # How long a worker holds a message before it is handed to another worker.
+    visibility_timeout_ms: int = 60_000
+    limits: Limits = field(default_factory=Limits)
+
+
+def embedded_urls(data_dir: str | Path) -> dict[str, str]:
+    """The embedded default: store, history and queue as SQLite files under ``data_dir``."""
+    base = Path(data_dir).resolve()
+    return {
+        "store_url": f"sqlite://{base / 'tikk.db'}",
+        "history_url": f"sqlite://{base / 'history.db'}",
+        "queue_url": f"local://{base / 'queue.db'}",
+    }
