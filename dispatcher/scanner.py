@@ -59,10 +59,10 @@ class _ShardState:
     # Resume position of the regular scan, and the last second read completely.
     scan_from: tuple[int, str]
     complete_through: int
-    # (task key, attempt) → second of rows seen after the cursor (held, in flight or sent).
-    seen: dict[tuple[str, int], int] = field(default_factory=dict)
+    # Row identity → second of rows seen after the cursor (held, in flight or sent).
+    seen: dict[tuple[str, int, int], int] = field(default_factory=dict)
     # Same keys for rows not yet acknowledged by the queue.
-    unacked: dict[tuple[str, int], int] = field(default_factory=dict)
+    unacked: dict[tuple[str, int, int], int] = field(default_factory=dict)
     last_rescan_ms: int = 0
     last_deep_rescan_ms: int = 0
     last_flush_ms: int = 0
@@ -79,8 +79,9 @@ class DispatchStats:
     lateness_ms: list[int] = field(default_factory=list)
 
 
-def _row_key(e: DueEntry) -> tuple[str, int]:
-    return (e.key, e.attempt)
+def _row_key(e: DueEntry) -> tuple[str, int, int]:
+    """A row's identity: a retry (next attempt) or a re-drive (new due time) is a new row."""
+    return (e.key, e.attempt, e.due_ms)
 
 
 class Dispatcher:

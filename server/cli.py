@@ -79,6 +79,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         queue_url=args.queue or urls["queue_url"],
         shard_count=args.shards,
         listen=getattr(args, "listen", "127.0.0.1:7070"),
+        visibility_timeout_ms=getattr(args, "visibility_timeout", 60_000),
     )
 
 
@@ -314,6 +315,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)
         _backend_options(p)
         p.add_argument("--listen", default="127.0.0.1:7070", help="host:port (port 0 = any)")
+        p.add_argument(
+            "--visibility-timeout",
+            type=parse_duration_ms,
+            default=60_000,
+            help="how long a worker may hold a task before redelivery (e.g. 60s)",
+        )
         p.add_argument("--worker", action="append", default=[], metavar="MODULE:ATTR",
                        help="also run this worker in-process (repeatable)")  # fmt: skip
         p.set_defaults(func=fn)

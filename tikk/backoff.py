@@ -10,7 +10,10 @@ from tikk.model import RetryPolicy
 def base_delay_ms(policy: RetryPolicy, failed_attempt: int) -> int:
     """The un-jittered delay after attempt ``failed_attempt`` (1-based) failed."""
     exponent = max(0, failed_attempt - 1)
-    delay = policy.initial_backoff_ms * policy.multiplier**exponent
+    try:
+        delay = policy.initial_backoff_ms * policy.multiplier**exponent
+    except OverflowError:  # e.g. x100 after attempt 999: far beyond any cap
+        return policy.max_backoff_ms
     return int(min(delay, policy.max_backoff_ms))
 
 

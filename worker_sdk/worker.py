@@ -71,7 +71,7 @@ class Worker:
         *,
         concurrency: int = 16,
         worker_id: str | None = None,
-        poll_interval_s: float = 0.05,
+        poll_interval_s: float = 0.025,
         max_deliveries: int = 10,
         shutdown_timeout_s: float = 30.0,
     ) -> None:

@@ -1,0 +1,76 @@
+"""The RunHistory contract (history.base), run against every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from history.base import RunHistory, RunQuery
+from tests.factories import T0, make_run
+from tikk.errors import InvalidArgument, NotFound
+from tikk.model import RunStatus
+
+
+async def test_append_then_get(history: RunHistory) -> None:
+    run = make_run("r1")
+    await history.append(run)
+    assert await history.get("default", "r1") == run
+    with pytest.raises(NotFound):
+        await history.get("other-namespace", "r1")
+
+
+async def test_append_is_idempotent_and_never_overwrites(history: RunHistory) -> None:
+    first = make_run("r1", status=RunStatus.SUCCEEDED)
+    await history.append(first)
+    await history.append(make_run("r1", status=RunStatus.FAILED))
+    assert await history.get("default", "r1") == first
+    page = await history.list_for_task("default", "t1", 10, "")
+    assert len(page.items) == 1
+
+
+async def test_runs_of_a_task_newest_first_with_paging(history: RunHistory) -> None:
+    for i in range(5):
+        await history.append(make_run(f"r{i}", finished_ms=T0 + i * 1000, attempt=i + 1))
+    await history.append(make_run("other", task_id="t2"))
+    p1 = await history.list_for_task("default", "t1", 2, "")
+    p2 = await history.list_for_task("default", "t1", 2, p1.next_token)
+    p3 = await history.list_for_task("default", "t1", 2, p2.next_token)
+    ids = [r.run_id for p in (p1, p2, p3) for r in p.items]
+    assert ids == ["r4", "r3", "r2", "r1", "r0"]
+    assert p3.next_token == ""
+
+
+async def test_runs_by_queue_time_range_and_status(history: RunHistory) -> None:
+    await history.append(make_run("old", finished_ms=T0 - 7_200_000, status=RunStatus.FAILED))
+    await history.append(make_run("f1", finished_ms=T0 - 60_000, status=RunStatus.FAILED))
+    await history.append(make_run("ok", finished_ms=T0 - 30_000))
+    await history.append(make_run("d1", finished_ms=T0 - 10_000, status=RunStatus.DEAD_LETTERED))
+    await history.append(make_run("q2", finished_ms=T0 - 5_000, queue="q2"))
+    hour = RunQuery("default", "q", T0 - 3_600_000, T0)
+    all_runs = await history.list_by_queue(hour, 100, "")
+    assert [r.run_id for r in all_runs.items] == ["d1", "ok", "f1"]
+    failed = RunQuery("default", "q", T0 - 3_600_000, T0, RunStatus.FAILED)
+    assert [r.run_id for r in (await history.list_by_queue(failed, 100, "")).items] == ["f1"]
+    # The end of the range is exclusive.
+    edge = RunQuery("default", "q", T0 - 60_000, T0 - 30_000)
+    assert [r.run_id for r in (await history.list_by_queue(edge, 100, "")).items] == ["f1"]
+
+
+async def test_queue_listing_pages(history: RunHistory) -> None:
+    for i in range(7):
+        await history.append(make_run(f"r{i}", task_id=f"t{i}", finished_ms=T0 - i))
+    query = RunQuery("default", "q", T0 - 100, T0 + 1)
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = await history.list_by_queue(query, 3, token)
+        seen += [r.run_id for r in page.items]
+        token = page.next_token
+        if not token:
+            break
+    assert seen == [f"r{i}" for i in range(7)]
+
+
+async def test_bad_page_token_is_invalid_argument(history: RunHistory) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        await history.list_for_task("default", "t1", 10, "not-a-token!")
+    assert info.value.field == "page_token"

@@ -1,0 +1,216 @@
+"""The TaskStore contract (tikk.store), run against every backend."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.factories import T0, make_task
+from tikk.buckets import second_of
+from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
+from tikk.model import DeadLetter, Retry, Succeed, TaskState
+from tikk.store import TaskStore
+
+
+async def read_all(store: TaskStore, shard: int, until_ms: int) -> list[str]:
+    rows = await store.read_due(shard, (0, ""), second_of(until_ms), 10_000)
+    return [r.task_id for r in rows]
+
+
+async def test_create_then_get_round_trips(store: TaskStore) -> None:
+    task = make_task("a", payload=b"\x00\xffbytes")
+    stored, created = await store.create(task)
+    assert created and stored == task
+    assert await store.get("default", "a") == task
+
+
+async def test_create_is_idempotent_for_same_content(store: TaskStore) -> None:
+    task = make_task("a")
+    await store.create(task)
+    again, created = await store.create(task)
+    assert not created and again == task
+
+
+async def test_same_id_different_content_is_already_exists(store: TaskStore) -> None:
+    await store.create(make_task("a", payload=b"one"))
+    with pytest.raises(AlreadyExists):
+        await store.create(make_task("a", payload=b"two"))
+    assert (await store.get("default", "a")).payload == b"one"
+
+
+async def test_ids_are_scoped_by_namespace(store: TaskStore) -> None:
+    await store.create(make_task("a", namespace="n1", payload=b"one"))
+    _, created = await store.create(make_task("a", namespace="n2", payload=b"two"))
+    assert created
+    assert (await store.get("n2", "a")).payload == b"two"
+    with pytest.raises(NotFound):
+        await store.get("n3", "a")
+
+
+async def test_create_many_reports_each_item(store: TaskStore) -> None:
+    await store.create(make_task("taken", payload=b"x"))
+    outcomes = await store.create_many(
+        [make_task("n1"), make_task("taken", payload=b"y"), make_task("n2")]
+    )
+    assert isinstance(outcomes[1], AlreadyExists)
+    assert [o[1] for o in (outcomes[0], outcomes[2]) if not isinstance(o, Exception)] == [
+        True,
+        True,
+    ]
+    assert (await store.get("default", "n2")).task_id == "n2"
+
+
+async def test_read_due_returns_only_the_requested_slice_in_order(store: TaskStore) -> None:
+    # Tasks of one shard across three minutes; ids chosen so they share a shard.
+    shard = make_task("x0").shard
+    ids = [f"x{i}" for i in range(400) if make_task(f"x{i}").shard == shard][:6]
+    dues = [T0 + 1_000, T0 + 1_500, T0 + 61_000, T0 + 62_000, T0 + 125_000, T0 + 125_000]
+    for tid, due in zip(ids, dues, strict=True):
+        await store.create(make_task(tid, due_ms=due))
+    rows = await store.read_due(shard, (0, ""), second_of(T0 + 62_000), 100)
+    assert [r.task_id for r in rows] == ids[:4]
+    assert [r.due_ms for r in rows] == dues[:4]
+    # Strictly after a position: same second, later key only.
+    after = rows[0].position
+    rest = await store.read_due(shard, after, second_of(T0 + 200_000), 100)
+    assert [r.task_id for r in rest] == ids[1:]
+    # Limit pages through in position order.
+    page = await store.read_due(shard, (0, ""), second_of(T0 + 200_000), 2)
+    assert [r.task_id for r in page] == ids[:2]
+
+
+async def test_due_entry_carries_what_publishing_needs(store: TaskStore) -> None:
+    task = make_task("a", payload=b"data", max_attempts=7)
+    await store.create(task)
+    (entry,) = await store.read_due(task.shard, (0, ""), second_of(task.due_ms), 10)
+    assert (entry.queue, entry.handler, entry.payload) == ("q", "h", b"data")
+    assert entry.labels == {"team": "a"}
+    assert entry.max_attempts == 7
+    assert entry.idempotency_key == task.idempotency_key
+
+
+async def test_other_shards_are_not_read(store: TaskStore) -> None:
+    task = make_task("a")
+    await store.create(task)
+    other = (task.shard + 1) % store.shard_count
+    assert await read_all(store, other, task.due_ms) == []
+
+
+async def test_cancel_removes_from_due_index(store: TaskStore) -> None:
+    task = make_task("a")
+    await store.create(task)
+    cancelled = await store.cancel("default", "a", T0 + 5)
+    assert cancelled.state is TaskState.CANCELLED
+    assert await read_all(store, task.shard, task.due_ms) == []
+    # Idempotent on an already-cancelled task.
+    assert (await store.cancel("default", "a", T0 + 6)).state is TaskState.CANCELLED
+
+
+async def test_cancel_refuses_dispatched_and_missing(store: TaskStore) -> None:
+    task = make_task("a")
+    await store.create(task)
+    await store.mark_dispatched([task.entry()], T0)
+    with pytest.raises(FailedPrecondition):
+        await store.cancel("default", "a", T0)
+    with pytest.raises(NotFound):
+        await store.cancel("default", "missing", T0)
+
+
+async def test_mark_dispatched_filters_cancelled_and_allows_resend(store: TaskStore) -> None:
+    a, b = make_task("a"), make_task("b")
+    await store.create_many([a, b])
+    await store.cancel("default", "b", T0)
+    ok = await store.mark_dispatched([a.entry(), b.entry()], T0 + 10_000)
+    assert [e.task_id for e in ok] == ["a"]
+    assert (await store.get("default", "a")).state is TaskState.DISPATCHED
+    # After a crash the same row is published again (at-least-once).
+    again = await store.mark_dispatched([a.entry()], T0 + 10_500)
+    assert [e.task_id for e in again] == ["a"]
+
+
+async def test_finish_attempt_success(store: TaskStore) -> None:
+    a = make_task("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], T0)
+    done = await store.finish_attempt("default", "a", 1, Succeed(), T0 + 1)
+    assert done is not None and done.state is TaskState.SUCCEEDED
+    # A duplicate report is stale and changes nothing.
+    assert await store.finish_attempt("default", "a", 1, Succeed(), T0 + 2) is None
+
+
+async def test_finish_attempt_retry_writes_future_bucket(store: TaskStore) -> None:
+    a = make_task("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], a.due_ms)
+    retry_at = a.due_ms + 90_000
+    t = await store.finish_attempt("default", "a", 1, Retry(retry_at, "E", "m"), a.due_ms)
+    assert t is not None
+    assert (t.state, t.attempt, t.due_ms) == (TaskState.SCHEDULED, 2, retry_at)
+    assert t.idempotency_key == a.idempotency_key
+    rows = await store.read_due(a.shard, (second_of(a.due_ms), "~"), second_of(retry_at), 10)
+    assert [(r.task_id, r.attempt, r.due_ms) for r in rows] == [("a", 2, retry_at)]
+    # The old attempt can no longer be marked.
+    assert await store.mark_dispatched([a.entry()], retry_at) == []
+
+
+async def test_finish_attempt_dead_letter_and_redrive(store: TaskStore) -> None:
+    a = make_task("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], T0)
+    dead = await store.finish_attempt("default", "a", 1, DeadLetter("E", "bad"), T0 + 1)
+    assert dead is not None and dead.state is TaskState.DEAD_LETTERED
+    assert (dead.last_error_type, dead.last_error_message) == ("E", "bad")
+    page = await store.list_dead_letters("default", "", 10, "")
+    assert [t.task_id for t in page.items] == ["a"]
+    again = await store.redrive("default", "a", T0 + 100)
+    assert (again.state, again.attempt, again.due_ms) == (TaskState.SCHEDULED, 1, T0 + 100)
+    assert (await store.list_dead_letters("default", "", 10, "")).items == []
+    with pytest.raises(FailedPrecondition):
+        await store.redrive("default", "a", T0 + 200)
+
+
+async def test_finish_attempt_on_missing_task_is_not_found(store: TaskStore) -> None:
+    with pytest.raises(NotFound):
+        await store.finish_attempt("default", "nope", 1, Succeed(), T0)
+
+
+async def test_list_tasks_pages_by_queue_and_state(store: TaskStore) -> None:
+    for i in range(5):
+        await store.create(make_task(f"t{i}", queue="q1"))
+    await store.create(make_task("other", queue="q2"))
+    await store.cancel("default", "t3", T0)
+    first = await store.list_tasks("default", "q1", None, 2, "")
+    second = await store.list_tasks("default", "q1", None, 2, first.next_token)
+    third = await store.list_tasks("default", "q1", None, 2, second.next_token)
+    ids = [t.task_id for p in (first, second, third) for t in p.items]
+    assert ids == ["t0", "t1", "t2", "t3", "t4"] and third.next_token == ""
+    cancelled = await store.list_tasks("default", "q1", TaskState.CANCELLED, 10, "")
+    assert [t.task_id for t in cancelled.items] == ["t3"]
+
+
+async def test_cursor_is_fenced_by_epoch_and_never_goes_back(store: TaskStore) -> None:
+    assert (await store.get_cursor(3)).second == 0
+    await store.advance_cursor(3, 100, epoch=5)
+    await store.advance_cursor(3, 90, epoch=5)
+    assert (await store.get_cursor(3)).second == 100
+    await store.advance_cursor(3, 120, epoch=6)
+    with pytest.raises(StaleOwner):
+        await store.advance_cursor(3, 200, epoch=5)
+    cursor = await store.get_cursor(3)
+    assert (cursor.second, cursor.epoch) == (120, 6)
+
+
+async def test_rows_after_cursor_survive_cursor_moves(store: TaskStore) -> None:
+    late = make_task("late", due_ms=T0 + 300_000)
+    await store.create(late)
+    await store.advance_cursor(late.shard, second_of(T0 + 200_000), epoch=1)
+    rows = await store.read_due(late.shard, (second_of(T0 + 200_000) + 1, ""),
+                                second_of(late.due_ms), 10)  # fmt: skip
+    assert [r.task_id for r in rows] == ["late"]
+
+
+async def test_concurrent_creates_of_one_id_store_one_task(store: TaskStore) -> None:
+    task = make_task("same")
+    results = await asyncio.gather(*(store.create(task) for _ in range(10)))
+    assert sum(created for _, created in results) == 1

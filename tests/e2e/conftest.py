@@ -1,0 +1,175 @@
+"""Real processes for end-to-end tests: ``tikk dev`` on a free port and ``tikk worker``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[2]
+_LISTENING = re.compile(r"listening on [\d.]+:(\d+)")
+
+
+class Process:
+    """A child process whose output is collected (and echoed on failure)."""
+
+    def __init__(self, args: list[str], env: dict[str, str]) -> None:
+        self.args = args
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "server.cli", *args],
+            cwd=ROOT,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = 30.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if m := pattern.search(line):
+                    return m
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise AssertionError(f"{self.args} never printed {pattern.pattern!r}:\n" + self.output())
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+    def kill9(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait(10)
+
+
+class Stack:
+    """``tikk dev`` (server + dispatcher) and worker processes on one data directory."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.log = data_dir / "executions.jsonl"
+        self.server: Process | None = None
+        self.workers: list[Process] = []
+        self.address = ""
+        self._channel: grpc.Channel | None = None
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"TIKK_E2E_LOG": str(self.log), "PYTHONUNBUFFERED": "1"}
+
+    def start_server(self) -> str:
+        self.server = Process(
+            [
+                "dev",
+                "--data-dir",
+                str(self.data_dir),
+                "--listen",
+                "127.0.0.1:0",
+                "--shards",
+                "64",
+                "--visibility-timeout",
+                "4s",
+            ],
+            self.env,
+        )
+        port = self.server.wait_for(_LISTENING).group(1)
+        self.address = f"127.0.0.1:{port}"
+        if self._channel is not None:
+            self._channel.close()
+        self._channel = grpc.insecure_channel(self.address)
+        return self.address
+
+    def start_worker(self) -> Process:
+        w = Process(["worker", "tests.e2e.worker_app:worker", "--server", self.address], self.env)
+        self.workers.append(w)
+        return w
+
+    @property
+    def tasks(self) -> Any:
+        return tasks_pb2_grpc.TaskServiceStub(self._channel)
+
+    @property
+    def history(self) -> Any:
+        return history_pb2_grpc.HistoryServiceStub(self._channel)
+
+    def executions(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+
+    def runs(self, namespace: str, task_id: str) -> list[history_pb2.Run]:
+        req = history_pb2.ListTaskRunsRequest(namespace=namespace, task_id=task_id)
+        return list(reversed(self.history.ListTaskRuns(req, timeout=10).runs))
+
+    def task(self, namespace: str, task_id: str) -> tasks_pb2.Task:
+        req = tasks_pb2.GetTaskRequest(namespace=namespace, task_id=task_id)
+        t: tasks_pb2.Task = self.tasks.GetTask(req, timeout=10)
+        return t
+
+    def close(self) -> None:
+        for w in self.workers:
+            w.stop()
+        if self.server is not None:
+            self.server.stop()
+        if self._channel is not None:
+            self._channel.close()
+
+
+def eventually(check: Callable[[], Any], timeout: float = 20.0, every: float = 0.1) -> Any:
+    """Poll ``check`` until it returns a truthy value; fail with its last value otherwise."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    s = Stack(tmp_path_factory.mktemp("stack"))
+    s.start_server()
+    s.start_worker()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def ns() -> str:
+    """A namespace of its own for each test, so tests sharing a stack do not see each other."""
+    return "t-" + uuid.uuid4().hex[:12]

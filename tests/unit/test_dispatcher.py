@@ -1,0 +1,211 @@
+"""The dispatcher, tick by tick, on the embedded store and queue with a manual clock."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dispatcher.local_queue import LocalReadyQueue
+from dispatcher.ownership import SingleOwner
+from dispatcher.scanner import Dispatcher, DispatchSettings
+from tests.factories import T0, make_task
+from tikk.buckets import second_of
+from tikk.clock import ManualClock
+from tikk.errors import BackendUnavailable
+from tikk.model import Delivery, DueEntry
+from tikk.sqlite_store import SqliteTaskStore
+from worker_sdk.local_queue import LocalQueueConsumer
+
+SHARDS = 4
+SETTINGS = DispatchSettings(prefetch_ms=2_000, rescan_interval_ms=250, late_write_grace_s=5,
+                            cursor_flush_interval_ms=0)  # fmt: skip
+
+
+class SwitchableQueue(LocalReadyQueue):
+    """The embedded queue, with a switch that makes publishing fail like an outage."""
+
+    failing = False
+
+    async def publish(self, deliveries: Sequence[Delivery]) -> None:
+        if self.failing:
+            raise BackendUnavailable("queue outage")
+        await super().publish(deliveries)
+
+
+class CountingStore(SqliteTaskStore):
+    rows_read = 0
+    ids_read: set[str] = set()
+
+    async def read_due(
+        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+    ) -> list[DueEntry]:
+        rows = await super().read_due(shard, after, until_second, limit)
+        self.rows_read += len(rows)
+        self.ids_read = self.ids_read | {r.task_id for r in rows}
+        return rows
+
+
+@dataclass
+class Rig:
+    store: CountingStore
+    queue: SwitchableQueue
+    consumer: LocalQueueConsumer
+    clock: ManualClock
+    tmp: Path
+
+    def dispatcher(self, epoch: int = 1, settings: DispatchSettings = SETTINGS) -> Dispatcher:
+        owner = SingleOwner(SHARDS, epoch)
+        return Dispatcher(self.store, self.queue, owner, self.clock, settings=settings)
+
+    async def published(self) -> list[tuple[str, int]]:
+        msgs = await self.consumer.fetch(10_000)
+        for m in msgs:
+            await self.consumer.commit(m)
+        return [(m.delivery.task_id, m.delivery.fired_time.ToMilliseconds()) for m in msgs]
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    store = CountingStore(str(tmp_path / "tikk.db"), SHARDS)
+    queue = SwitchableQueue(str(tmp_path / "queue.db"))
+    consumer = LocalQueueConsumer(str(tmp_path / "queue.db"), ["q"], 60_000)
+    yield Rig(store, queue, consumer, ManualClock(T0), tmp_path)
+    await consumer.close()
+    await queue.close()
+    await store.close()
+
+
+async def test_fires_at_due_instant_not_before(rig: Rig) -> None:
+    due = T0 + 10_123
+    await rig.store.create(make_task("a", due_ms=due, shard_count=SHARDS))
+    d = rig.dispatcher()
+    for now in (T0, T0 + 8_500, due - 1):
+        wake = await d.tick(now)
+        assert await rig.published() == []
+    assert wake == due  # held in memory: the next step is at the due millisecond
+    await d.tick(due)
+    assert await rig.published() == [("a", due)]
+
+
+async def test_each_row_is_published_once_across_many_ticks(rig: Rig) -> None:
+    tasks = [make_task(f"t{i}", due_ms=T0 + 1_000 + i * 37, shard_count=SHARDS)
+             for i in range(300)]  # fmt: skip
+    await rig.store.create_many(tasks)
+    d = rig.dispatcher()
+    sent: list[tuple[str, int]] = []
+    for now in range(T0, T0 + 30_000, 50):
+        await d.tick(now)
+        sent += await rig.published()
+    assert sorted(t for t, _ in sent) == sorted(t.task_id for t in tasks)
+    due = {t.task_id: t.due_ms for t in tasks}
+    assert all(due[t] <= fired < due[t] + 50 for t, fired in sent)
+
+
+async def test_cursor_moves_only_after_the_queue_acknowledged(rig: Rig) -> None:
+    task = make_task("a", due_ms=T0 + 1_000, shard_count=SHARDS)
+    await rig.store.create(task)
+    d = rig.dispatcher()
+    rig.queue.failing = True
+    for now in range(T0, T0 + 20_000, 500):
+        with pytest.raises(BackendUnavailable):
+            await d.tick(now + 1_000)
+    # Far past the grace period, yet the cursor waits for the unacknowledged row.
+    assert (await rig.store.get_cursor(task.shard)).second < second_of(task.due_ms)
+    rig.queue.failing = False
+    await d.tick(T0 + 21_000)
+    assert await rig.published() == [("a", T0 + 21_000)]
+    await d.tick(T0 + 30_000)
+    assert (await rig.store.get_cursor(task.shard)).second >= second_of(task.due_ms)
+
+
+async def test_a_restarted_dispatcher_resends_what_was_not_behind_the_cursor(rig: Rig) -> None:
+    task = make_task("a", due_ms=T0 + 1_000, shard_count=SHARDS)
+    await rig.store.create(task)
+    first = rig.dispatcher(epoch=1)
+    await first.tick(T0 + 1_000)
+    assert [t for t, _ in await rig.published()] == ["a"]
+    # `first` dies before its cursor passes the row (it trails by the grace period).
+    second = rig.dispatcher(epoch=2)
+    await second.tick(T0 + 1_500)
+    assert [t for t, _ in await rig.published()] == ["a"]  # at-least-once: a duplicate
+
+
+async def test_cancelled_task_is_not_fired_even_when_held(rig: Rig) -> None:
+    await rig.store.create(make_task("a", due_ms=T0 + 1_500, shard_count=SHARDS))
+    d = rig.dispatcher()
+    await d.tick(T0)
+    assert d.held == 1
+    await rig.store.cancel("default", "a", T0 + 100)
+    await d.tick(T0 + 1_500)
+    assert await rig.published() == []
+    assert d.stats.skipped == 1
+
+
+async def test_task_written_into_an_already_scanned_second_still_fires(rig: Rig) -> None:
+    d = rig.dispatcher()
+    for now in range(T0, T0 + 10_000, 100):
+        await d.tick(now)
+    now = T0 + 10_000
+    # Created "due now" (the server never accepts a due time before its own now) and one due
+    # inside the prefetch window that was already read.
+    await rig.store.create(make_task("now", due_ms=now, shard_count=SHARDS))
+    await rig.store.create(make_task("soon", due_ms=now + 1_200, shard_count=SHARDS))
+    sent: list[tuple[str, int]] = []
+    for t in range(now, now + 2_000, 100):
+        await d.tick(t)
+        sent += await rig.published()
+    fired = dict(sent)
+    assert set(fired) == {"now", "soon"}
+    assert now <= fired["now"] <= now + SETTINGS.rescan_interval_ms + 100
+    assert fired["soon"] == now + 1_200
+
+
+async def test_late_write_within_grace_period_fires(rig: Rig) -> None:
+    d = rig.dispatcher()
+    for now in range(T0, T0 + 10_000, 100):
+        await d.tick(now)
+    # A writer whose clock lags by 3 s (less than the 5 s grace) writes a task "due now".
+    late = make_task("skewed", due_ms=T0 + 7_000, shard_count=SHARDS)
+    await rig.store.create(late)
+    sent: list[tuple[str, int]] = []
+    for t in range(T0 + 10_000, T0 + 16_000, 100):
+        await d.tick(t)
+        sent += await rig.published()
+    assert [t for t, _ in sent] == ["skewed"]
+
+
+async def test_catch_up_after_downtime_fires_everything_once(rig: Rig) -> None:
+    tasks = [make_task(f"t{i}", due_ms=T0 + i * 2_000, shard_count=SHARDS) for i in range(300)]
+    await rig.store.create_many(tasks)
+    d = rig.dispatcher(settings=DispatchSettings(scan_limit=17, cursor_flush_interval_ms=0))
+    now = T0 + 700_000  # the dispatcher was down for more than 11 minutes
+    await d.tick(now)
+    sent = await rig.published()
+    assert sorted(t for t, _ in sent) == sorted(t.task_id for t in tasks)
+    assert all(fired == now for _, fired in sent)
+
+
+async def test_poll_reads_only_what_is_due(rig: Rig) -> None:
+    far = [make_task(f"far{i}", due_ms=T0 + 86_400_000 + i, shard_count=SHARDS)
+           for i in range(5_000)]  # fmt: skip
+    near = [make_task(f"near{i}", due_ms=T0 + 1_000 + i, shard_count=SHARDS) for i in range(20)]
+    await rig.store.create_many(far + near)
+    d = rig.dispatcher()
+    for now in range(T0, T0 + 4_000, 100):
+        await d.tick(now)
+    assert len(await rig.published()) == 20
+    # Rescans re-read the last few seconds; the 5,000 rows due tomorrow are never touched.
+    assert not any(i.startswith("far") for i in rig.store.ids_read)
+    assert rig.store.rows_read <= 20 * 20
+
+
+async def test_older_owner_is_fenced_and_stops_moving_the_cursor(rig: Rig) -> None:
+    old, new = rig.dispatcher(epoch=1), rig.dispatcher(epoch=2)
+    await new.tick(T0 + 20_000)
+    await old.tick(T0 + 40_000)
+    assert old._shards == {}  # every shard was refused: it stops acting on them
+    cursor = await rig.store.get_cursor(0)
+    assert cursor.epoch == 2
