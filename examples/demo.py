@@ -31,10 +31,23 @@ def now_ms() -> int:
 
 def start_dev(data_dir: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", "dev", "--data-dir", data_dir,
-         "--listen", "127.0.0.1:0", "--worker", "examples.demo_worker:worker"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "dev",
+            "--data-dir",
+            data_dir,
+            "--listen",
+            "127.0.0.1:0",
+            "--worker",
+            "examples.demo_worker:worker",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     assert proc.stdout is not None
     for line in proc.stdout:
         print(f"  | {line.rstrip()}")
@@ -46,26 +59,41 @@ def start_dev(data_dir: str) -> tuple[subprocess.Popen[str], str]:
 def schedule(tasks: tasks_pb2_grpc.TaskServiceStub) -> dict[str, int]:
     """A bulk load through the streaming RPC; returns task id → due time (ms)."""
     start = now_ms() + 1_000
-    quick = tasks_pb2.RetryPolicy(max_attempts=3, initial_backoff=to_duration(500),
-                                  multiplier=2.0, jitter=0.2)  # fmt: skip
+    quick = tasks_pb2.RetryPolicy(
+        max_attempts=3, initial_backoff=to_duration(500), multiplier=2.0, jitter=0.2
+    )
     items, dues = [], {}
     for i in range(30):
         due = start + i * 300
-        items.append(tasks_pb2.CreateTaskRequest(
-            task_id=f"greet-{i:02d}", queue="demo", handler="greet", run_at=to_timestamp(due),
-            payload=json.dumps({"name": f"user {i}"}).encode(),
-        ))  # fmt: skip
+        items.append(
+            tasks_pb2.CreateTaskRequest(
+                task_id=f"greet-{i:02d}",
+                queue="demo",
+                handler="greet",
+                run_at=to_timestamp(due),
+                payload=json.dumps({"name": f"user {i}"}).encode(),
+            )
+        )
         dues[f"greet-{i:02d}"] = due
-    for task_id, handler, due in [("flaky", "flaky", start + 2_000),
-                                  ("broken", "broken", start + 3_000)]:  # fmt: skip
-        items.append(tasks_pb2.CreateTaskRequest(
-            task_id=task_id, queue="demo", handler=handler, run_at=to_timestamp(due),
-            retry_policy=quick,
-        ))  # fmt: skip
+    for task_id, handler, due in [
+        ("flaky", "flaky", start + 2_000),
+        ("broken", "broken", start + 3_000),
+    ]:
+        items.append(
+            tasks_pb2.CreateTaskRequest(
+                task_id=task_id,
+                queue="demo",
+                handler=handler,
+                run_at=to_timestamp(due),
+                retry_policy=quick,
+            )
+        )
         dues[task_id] = due
     resp = tasks.CreateTasks(iter([tasks_pb2.CreateTasksRequest(tasks=items)]), timeout=30)
-    print(f"scheduled {resp.accepted} tasks ({resp.rejected} rejected) over the next "
-          f"{(max(dues.values()) - now_ms()) / 1000:.1f} s\n")  # fmt: skip
+    print(
+        f"scheduled {resp.accepted} tasks ({resp.rejected} rejected) over the next "
+        f"{(max(dues.values()) - now_ms()) / 1000:.1f} s\n"
+    )
     return dues
 
 
@@ -77,25 +105,34 @@ def fmt_run(r: history_pb2.Run) -> str:
     late = r.start_time.ToMilliseconds() - r.due_time.ToMilliseconds()
     clock = time.strftime("%H:%M:%S", time.gmtime(r.start_time.seconds))
     ms = r.start_time.ToMilliseconds() % 1000
-    line = (f"{clock}.{ms:03d}  {r.task_id:<9} attempt {r.attempt}  {status_name(r.status):<13}"
-            f" lateness {late:>4} ms")  # fmt: skip
+    line = (
+        f"{clock}.{ms:03d}  {r.task_id:<9} attempt {r.attempt}  {status_name(r.status):<13}"
+        f" lateness {late:>4} ms"
+    )
     return line + (f"  {r.error_type}: {r.error_message}" if r.error_type else "")
 
 
-def follow(history: history_pb2_grpc.HistoryServiceStub, tasks: tasks_pb2_grpc.TaskServiceStub,
-           dues: dict[str, int], since: int) -> list[history_pb2.Run]:  # fmt: skip
+def follow(
+    history: history_pb2_grpc.HistoryServiceStub,
+    tasks: tasks_pb2_grpc.TaskServiceStub,
+    dues: dict[str, int],
+    since: int,
+) -> list[history_pb2.Run]:
     """Print runs as they are recorded until every task is final (or 60 s pass)."""
     seen: dict[str, history_pb2.Run] = {}
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        req = history_pb2.ListRunsRequest(queue="demo", start_time=to_timestamp(since),
-                                          page_size=1000)  # fmt: skip
+        req = history_pb2.ListRunsRequest(
+            queue="demo", start_time=to_timestamp(since), page_size=1000
+        )
         fresh = [r for r in history.ListRuns(req, timeout=10).runs if r.run_id not in seen]
         for r in sorted(fresh, key=lambda r: r.start_time.ToMilliseconds()):
             seen[r.run_id] = r
             print(fmt_run(r))
-        states = [tasks.GetTask(tasks_pb2.GetTaskRequest(task_id=t), timeout=10).state
-                  for t in ("flaky", "broken")]  # fmt: skip
+        states = [
+            tasks.GetTask(tasks_pb2.GetTaskRequest(task_id=t), timeout=10).state
+            for t in ("flaky", "broken")
+        ]
         if len({r.task_id for r in seen.values()}) == len(dues) and set(states) <= FINAL:
             return list(seen.values())
         time.sleep(0.2)
@@ -104,8 +141,10 @@ def follow(history: history_pb2_grpc.HistoryServiceStub, tasks: tasks_pb2_grpc.T
 
 def report(runs: list[history_pb2.Run], history: history_pb2_grpc.HistoryServiceStub) -> bool:
     lateness = sorted(r.start_time.ToMilliseconds() - r.due_time.ToMilliseconds() for r in runs)
-    print(f"\n{len(runs)} runs; lateness due → handler start: min {lateness[0]} ms, "
-          f"median {lateness[len(lateness) // 2]} ms, max {lateness[-1]} ms")  # fmt: skip
+    print(
+        f"\n{len(runs)} runs; lateness due → handler start: min {lateness[0]} ms, "
+        f"median {lateness[len(lateness) // 2]} ms, max {lateness[-1]} ms"
+    )
     ok = all(0 <= x < 1_000 for x in lateness)
     for task_id in ("flaky", "broken"):
         print(f"\nrun history of {task_id!r} (newest first):")

@@ -205,8 +205,9 @@ async def test_rows_after_cursor_survive_cursor_moves(store: TaskStore) -> None:
     late = make_task("late", due_ms=T0 + 300_000)
     await store.create(late)
     await store.advance_cursor(late.shard, second_of(T0 + 200_000), epoch=1)
-    rows = await store.read_due(late.shard, (second_of(T0 + 200_000) + 1, ""),
-                                second_of(late.due_ms), 10)  # fmt: skip
+    rows = await store.read_due(
+        late.shard, (second_of(T0 + 200_000) + 1, ""), second_of(late.due_ms), 10
+    )
     assert [r.task_id for r in rows] == ["late"]
 
 

@@ -29,9 +29,12 @@ def succeeded(stack: Stack) -> int:
     count, token = 0, ""
     while True:
         req = tasks_pb2.ListTasksRequest(
-            namespace=NS, queue="e2e", state=tasks_pb2.TASK_STATE_SUCCEEDED, page_size=1000,
+            namespace=NS,
+            queue="e2e",
+            state=tasks_pb2.TASK_STATE_SUCCEEDED,
+            page_size=1000,
             page_token=token,
-        )  # fmt: skip
+        )
         page = stack.tasks.ListTasks(req, timeout=10)
         count += len(page.tasks)
         token = page.next_page_token
@@ -43,11 +46,14 @@ def test_kill9_of_the_embedded_process_loses_no_accepted_task(fresh: Stack) -> N
     fresh.start_worker()
     start = time.time_ns() // 1_000_000
     dues = {f"k{i}": start + 500 + i * 15 for i in range(300)}  # due over ~5 s
-    chunk = tasks_pb2.CreateTasksRequest(tasks=[
-        tasks_pb2.CreateTaskRequest(namespace=NS, task_id=tid, queue="e2e", handler="record",
-                                    run_at=to_timestamp(due))
-        for tid, due in dues.items()
-    ])  # fmt: skip
+    chunk = tasks_pb2.CreateTasksRequest(
+        tasks=[
+            tasks_pb2.CreateTaskRequest(
+                namespace=NS, task_id=tid, queue="e2e", handler="record", run_at=to_timestamp(due)
+            )
+            for tid, due in dues.items()
+        ]
+    )
     resp = fresh.tasks.CreateTasks(iter([chunk]), timeout=30)
     assert resp.accepted == len(dues)
     eventually(lambda: len(fresh.executions()) >= 60, timeout=20)
@@ -69,8 +75,9 @@ def test_kill9_of_the_embedded_process_loses_no_accepted_task(fresh: Stack) -> N
 
 def test_kill9_of_a_worker_mid_task_redelivers_it(fresh: Stack) -> None:
     victim = fresh.start_worker()
-    req = tasks_pb2.CreateTaskRequest(namespace=NS, task_id="slow", queue="e2e", handler="slow",
-                                      payload=b"3")  # fmt: skip
+    req = tasks_pb2.CreateTaskRequest(
+        namespace=NS, task_id="slow", queue="e2e", handler="slow", payload=b"3"
+    )
     fresh.tasks.CreateTask(req, timeout=10)
     eventually(lambda: [e for e in fresh.executions() if e["task_id"] == "slow"], timeout=20)
     victim.kill9()
@@ -86,8 +93,9 @@ def test_kill9_of_a_worker_mid_task_redelivers_it(fresh: Stack) -> None:
 
 def test_worker_sigterm_finishes_in_flight_work(fresh: Stack) -> None:
     worker = fresh.start_worker()
-    req = tasks_pb2.CreateTaskRequest(namespace=NS, task_id="drain", queue="e2e",
-                                      handler="slow", payload=b"1.5")  # fmt: skip
+    req = tasks_pb2.CreateTaskRequest(
+        namespace=NS, task_id="drain", queue="e2e", handler="slow", payload=b"1.5"
+    )
     fresh.tasks.CreateTask(req, timeout=10)
     eventually(lambda: [e for e in fresh.executions() if e["task_id"] == "drain"], timeout=20)
     assert worker.stop() == 0
@@ -97,14 +105,19 @@ def test_worker_sigterm_finishes_in_flight_work(fresh: Stack) -> None:
 
 def test_worker_burst_mode_exits_when_queue_is_empty(fresh: Stack) -> None:
     for i in range(5):
-        req = tasks_pb2.CreateTaskRequest(namespace=NS, task_id=f"b{i}", queue="e2e",
-                                          handler="record", delay=to_duration(0))  # fmt: skip
+        req = tasks_pb2.CreateTaskRequest(
+            namespace=NS, task_id=f"b{i}", queue="e2e", handler="record", delay=to_duration(0)
+        )
         fresh.tasks.CreateTask(req, timeout=10)
-    eventually(lambda: all(fresh.task(NS, f"b{i}").state == tasks_pb2.TASK_STATE_DISPATCHED
-                           for i in range(5)))  # fmt: skip
+    eventually(
+        lambda: all(
+            fresh.task(NS, f"b{i}").state == tasks_pb2.TASK_STATE_DISPATCHED for i in range(5)
+        )
+    )
     from tests.e2e.conftest import Process
 
-    burst = Process(["worker", "tests.e2e.worker_app:worker", "--server", fresh.address,
-                     "--burst"], fresh.env)  # fmt: skip
+    burst = Process(
+        ["worker", "tests.e2e.worker_app:worker", "--server", fresh.address, "--burst"], fresh.env
+    )
     assert burst.proc.wait(60) == 0
     assert "finished 5 runs" in burst.output()

@@ -138,9 +138,13 @@ def test_cancel_before_due_never_runs(stack: Stack, ns: str) -> None:
 
 def test_idempotent_create(stack: Stack, ns: str) -> None:
     req = tasks_pb2.CreateTaskRequest(
-        namespace=ns, task_id="once", queue="e2e", handler="record", payload=b"x",
+        namespace=ns,
+        task_id="once",
+        queue="e2e",
+        handler="record",
+        payload=b"x",
         delay=to_duration(60_000),
-    )  # fmt: skip
+    )
     first = stack.tasks.CreateTask(req)
     time.sleep(0.05)  # a retry of the same request arrives later: still the same task
     second = stack.tasks.CreateTask(req)
@@ -181,8 +185,12 @@ BAD_CREATES = [
 def test_bad_create_is_invalid_argument_naming_the_field(
     stack: Stack, ns: str, field: str, fields: dict[str, object]
 ) -> None:
-    base: dict[str, object] = {"namespace": ns, "task_id": "bad", "queue": "e2e",
-                               "handler": "record"}  # fmt: skip
+    base: dict[str, object] = {
+        "namespace": ns,
+        "task_id": "bad",
+        "queue": "e2e",
+        "handler": "record",
+    }
     req = tasks_pb2.CreateTaskRequest(**{**base, **fields})  # type: ignore[arg-type]
     with pytest.raises(grpc.RpcError) as info:
         stack.tasks.CreateTask(req)
@@ -195,19 +203,37 @@ def test_bad_create_is_invalid_argument_naming_the_field(
 
 def test_lookups_report_not_found_and_bad_paging(stack: Stack, ns: str) -> None:
     cases: list[tuple[Callable[[], object], grpc.StatusCode]] = [
-        (lambda: stack.tasks.GetTask(tasks_pb2.GetTaskRequest(namespace=ns, task_id="nope")),
-         grpc.StatusCode.NOT_FOUND),
-        (lambda: stack.history.GetRun(history_pb2.GetRunRequest(namespace=ns, run_id="nope")),
-         grpc.StatusCode.NOT_FOUND),
-        (lambda: stack.tasks.ListTasks(tasks_pb2.ListTasksRequest(
-            namespace=ns, queue="e2e", page_token="%%%")), grpc.StatusCode.INVALID_ARGUMENT),
-        (lambda: stack.tasks.ListTasks(tasks_pb2.ListTasksRequest(
-            namespace=ns, queue="e2e", page_size=5000)), grpc.StatusCode.INVALID_ARGUMENT),
-        (lambda: stack.tasks.ListTasks(tasks_pb2.ListTasksRequest(namespace=ns)),
-         grpc.StatusCode.INVALID_ARGUMENT),
-        (lambda: stack.history.RedriveTask(history_pb2.RedriveTaskRequest(
-            namespace=ns, task_id="nope")), grpc.StatusCode.NOT_FOUND),
-    ]  # fmt: skip
+        (
+            lambda: stack.tasks.GetTask(tasks_pb2.GetTaskRequest(namespace=ns, task_id="nope")),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (
+            lambda: stack.history.GetRun(history_pb2.GetRunRequest(namespace=ns, run_id="nope")),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+        (
+            lambda: stack.tasks.ListTasks(
+                tasks_pb2.ListTasksRequest(namespace=ns, queue="e2e", page_token="%%%")
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            lambda: stack.tasks.ListTasks(
+                tasks_pb2.ListTasksRequest(namespace=ns, queue="e2e", page_size=5000)
+            ),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            lambda: stack.tasks.ListTasks(tasks_pb2.ListTasksRequest(namespace=ns)),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+        (
+            lambda: stack.history.RedriveTask(
+                history_pb2.RedriveTaskRequest(namespace=ns, task_id="nope")
+            ),
+            grpc.StatusCode.NOT_FOUND,
+        ),
+    ]
     for call, code in cases:
         with pytest.raises(grpc.RpcError) as info:
             call()
@@ -218,8 +244,13 @@ def test_batch_create_reports_every_item(stack: Stack, ns: str) -> None:
     create(stack, ns, "taken", payload=b"original", delay=to_duration(60_000))
 
     def item(task_id: str, **kw: object) -> tasks_pb2.CreateTaskRequest:
-        fields: dict[str, object] = {"namespace": ns, "task_id": task_id, "queue": "e2e",
-                                     "handler": "record", "delay": to_duration(60_000)}  # fmt: skip
+        fields: dict[str, object] = {
+            "namespace": ns,
+            "task_id": task_id,
+            "queue": "e2e",
+            "handler": "record",
+            "delay": to_duration(60_000),
+        }
         return tasks_pb2.CreateTaskRequest(**{**fields, **kw})  # type: ignore[arg-type]
 
     chunks = [
@@ -244,9 +275,11 @@ def test_runs_by_queue_and_status_in_a_time_range(stack: Stack, ns: str) -> None
     eventually(lambda: state_of(stack, ns, "bad") == tasks_pb2.TASK_STATE_DEAD_LETTERED)
     eventually(lambda: state_of(stack, ns, "ok") == tasks_pb2.TASK_STATE_SUCCEEDED)
     req = history_pb2.ListRunsRequest(
-        namespace=ns, queue="e2e", start_time=to_timestamp(start),
+        namespace=ns,
+        queue="e2e",
+        start_time=to_timestamp(start),
         status=history_pb2.RUN_STATUS_DEAD_LETTERED,
-    )  # fmt: skip
+    )
     assert [r.task_id for r in stack.history.ListRuns(req).runs] == ["bad"]
     req.status = history_pb2.RUN_STATUS_UNSPECIFIED
     assert sorted(r.task_id for r in stack.history.ListRuns(req).runs) == ["bad", "ok"]

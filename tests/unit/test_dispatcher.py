@@ -20,8 +20,9 @@ from tikk.sqlite_store import SqliteTaskStore
 from worker_sdk.local_queue import LocalQueueConsumer
 
 SHARDS = 4
-SETTINGS = DispatchSettings(prefetch_ms=2_000, rescan_interval_ms=250, late_write_grace_s=5,
-                            cursor_flush_interval_ms=0)  # fmt: skip
+SETTINGS = DispatchSettings(
+    prefetch_ms=2_000, rescan_interval_ms=250, late_write_grace_s=5, cursor_flush_interval_ms=0
+)
 
 
 class SwitchableQueue(LocalReadyQueue):
@@ -91,8 +92,7 @@ async def test_fires_at_due_instant_not_before(rig: Rig) -> None:
 
 
 async def test_each_row_is_published_once_across_many_ticks(rig: Rig) -> None:
-    tasks = [make_task(f"t{i}", due_ms=T0 + 1_000 + i * 37, shard_count=SHARDS)
-             for i in range(300)]  # fmt: skip
+    tasks = [make_task(f"t{i}", due_ms=T0 + 1_000 + i * 37, shard_count=SHARDS) for i in range(300)]
     await rig.store.create_many(tasks)
     d = rig.dispatcher()
     sent: list[tuple[str, int]] = []
@@ -189,8 +189,9 @@ async def test_catch_up_after_downtime_fires_everything_once(rig: Rig) -> None:
 
 
 async def test_poll_reads_only_what_is_due(rig: Rig) -> None:
-    far = [make_task(f"far{i}", due_ms=T0 + 86_400_000 + i, shard_count=SHARDS)
-           for i in range(5_000)]  # fmt: skip
+    far = [
+        make_task(f"far{i}", due_ms=T0 + 86_400_000 + i, shard_count=SHARDS) for i in range(5_000)
+    ]
     near = [make_task(f"near{i}", due_ms=T0 + 1_000 + i, shard_count=SHARDS) for i in range(20)]
     await rig.store.create_many(far + near)
     d = rig.dispatcher()
