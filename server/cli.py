@@ -148,6 +148,25 @@ def _run_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_stack(args: argparse.Namespace) -> int:
+    from server import stack
+
+    try:
+        if args.action == "up":
+            stack.up(args.services or None, fresh=args.fresh)
+            print("\nbackend URLs for tikk:")
+            for name, url in stack.URLS.items():
+                print(f"  --{name.removesuffix('_url').replace('_', '-')} {url}")
+        elif args.action == "down":
+            stack.down()
+        else:
+            return EXIT_OK if stack.status() else EXIT_REFUSED
+    except stack.StackError as exc:
+        print(f"tikk stack: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    return EXIT_OK
+
+
 # --- client commands ---------------------------------------------------------------------
 
 
@@ -334,6 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server", default=DEFAULT_SERVER)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     p.set_defaults(func=_run_worker)
+
+    p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("services", nargs="*", help="cassandra, kafka, zookeeper (default: all)")
+    p.add_argument("--fresh", action="store_true", help="wipe the services' data first")
+    p.set_defaults(func=_run_stack)
 
     _task_commands(sub.add_parser("task", help="create, get, cancel, list tasks"))
     _run_commands(sub.add_parser("runs", help="run history"))

@@ -1,0 +1,297 @@
+"""The local production stack: Cassandra, Kafka (KRaft) and ZooKeeper as local processes.
+
+``tikk stack up`` resolves the servers' jars through Maven (``infra/*/pom.xml``) into
+``.stack/lib``, starts each service on loopback with small heaps and non-default ports, and
+waits until it really answers. Data and logs live under ``.stack/`` (or ``$TIKK_STACK_DIR``).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INFRA = ROOT / "infra"
+JAVA_HOME_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
+CQL_PORT, KAFKA_PORT, CONTROLLER_PORT, ZK_PORT = 19042, 19092, 19093, 12181
+URLS = {
+    "store_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
+    "history_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
+    "queue_url": f"kafka://127.0.0.1:{KAFKA_PORT}",
+    "ownership_url": f"zk://127.0.0.1:{ZK_PORT}/tikk",
+}
+
+
+class StackError(Exception):
+    """A service could not be fetched or started; the message says what to do."""
+
+
+def stack_dir() -> Path:
+    return Path(os.environ.get("TIKK_STACK_DIR", ROOT / ".stack")).resolve()
+
+
+def java() -> str:
+    """JDK 17 explicitly: Cassandra 5.0 cannot run on JDK 24+."""
+    home = Path(os.environ.get("TIKK_JAVA_HOME", JAVA_HOME_17))
+    binary = home / "bin" / "java"
+    if binary.exists():
+        return str(binary)
+    raise StackError(
+        f"JDK 17 not found at {home}. Install it (Debian: apt-get install openjdk-17-jdk-headless)"
+        " or set TIKK_JAVA_HOME to a JDK 17."
+    )
+
+
+def check_tools() -> None:
+    java()
+    if shutil.which("mvn") is None:
+        raise StackError("Maven (mvn) not found. Install it (Debian: apt-get install maven).")
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+
+    @property
+    def lib(self) -> Path:
+        return stack_dir() / "lib" / self.name
+
+    @property
+    def home(self) -> Path:
+        return stack_dir() / self.name
+
+    @property
+    def pidfile(self) -> Path:
+        return self.home / "java.pid"
+
+    @property
+    def log(self) -> Path:
+        return self.home / "logs" / {"cassandra": "system.log", "kafka": "server.log",
+                                     "zookeeper": "zookeeper.log"}[self.name]  # fmt: skip
+
+    def fetch(self) -> None:
+        if self.lib.exists() and any(self.lib.glob("*.jar")):
+            return
+        check_tools()
+        print(f"fetching {self.name} jars through Maven ...", flush=True)
+        done = subprocess.run(
+            ["mvn", "-B", "-q", "-f", str(INFRA / self.name / "pom.xml"),
+             "dependency:copy-dependencies", "-DincludeScope=runtime",
+             f"-DoutputDirectory={self.lib}"],
+            capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if done.returncode != 0:
+            shutil.rmtree(self.lib, ignore_errors=True)
+            raise StackError(f"Maven could not resolve {self.name}:\n{done.stdout[-4000:]}")
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text())
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ValueError, IndexError):
+            return None
+        return None if state in ("Z", "X") else pid  # a zombie has exited
+
+    def tail(self, lines: int = 40) -> str:
+        chunks = []
+        for f in (self.log, self.home / "logs" / "stdout.log"):
+            if f.exists():
+                text = f.read_text(errors="replace").splitlines()[-lines:]
+                chunks.append(f"--- {f}\n" + "\n".join(text))
+        return "\n".join(chunks) or f"(no log under {self.home})"
+
+    def spawn(self, args: list[str]) -> None:
+        logs = self.home / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.home, start_new_session=True,
+            )  # fmt: skip
+        self.pidfile.write_text(str(proc.pid))
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        pid = self.pid()
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.pid() is not None:
+            time.sleep(0.2)
+        if self.pid() is not None:
+            os.kill(pid, signal.SIGKILL)
+        self.pidfile.unlink(missing_ok=True)
+
+
+CASSANDRA, KAFKA, ZOOKEEPER = Service("cassandra"), Service("kafka"), Service("zookeeper")
+SERVICES = [ZOOKEEPER, KAFKA, CASSANDRA]
+
+
+def _render(template: Path, target: Path, **values: object) -> None:
+    text = template.read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", str(value))
+    target.write_text(text)
+
+
+def _classpath(*parts: Path) -> str:
+    return ":".join(str(p) for p in parts)
+
+
+def start_zookeeper() -> None:
+    s = ZOOKEEPER
+    conf = s.home / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    _render(
+        INFRA / "zookeeper" / "zoo.cfg", conf / "zoo.cfg", DATA=s.home / "data", ZK_PORT=ZK_PORT
+    )
+    shutil.copy(INFRA / "zookeeper" / "logback.xml", conf / "logback.xml")
+    s.spawn([java(), "-Xms64m", "-Xmx256m", f"-Dzookeeper.log.dir={s.home / 'logs'}",
+             "-cp", _classpath(conf, s.lib / "*"),
+             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(conf / "zoo.cfg")])  # fmt: skip
+
+
+def zookeeper_ready() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", ZK_PORT), timeout=1) as sock:
+            sock.sendall(b"ruok")
+            return sock.recv(16) == b"imok"
+    except OSError:
+        return False
+
+
+def _kafka_java_opts() -> list[str]:
+    k = KAFKA
+    return [java(), "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-Djava.awt.headless=true", f"-Dkafka.logs.dir={k.home / 'logs'}",
+            f"-Dlog4j2.configurationFile=file:{k.home / 'conf' / 'log4j2.properties'}",
+            "-cp", str(k.lib / "*")]  # fmt: skip
+
+
+def start_kafka() -> None:
+    k = KAFKA
+    conf, data = k.home / "conf", k.home / "data"
+    conf.mkdir(parents=True, exist_ok=True)
+    props = conf / "server.properties"
+    _render(INFRA / "kafka" / "server.properties", props, DATA=data, KAFKA_PORT=KAFKA_PORT,
+            CONTROLLER_PORT=CONTROLLER_PORT)  # fmt: skip
+    shutil.copy(INFRA / "kafka" / "log4j2.properties", conf / "log4j2.properties")
+    if not (data / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        done = subprocess.run(
+            [*_kafka_java_opts(), "kafka.tools.StorageTool", "format", "-t", cluster_id,
+             "-c", str(props), "--ignore-formatted"],
+            capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
+    k.spawn([*_kafka_java_opts(), "kafka.Kafka", str(props)])
+
+
+def kafka_ready() -> bool:
+    log = KAFKA.log
+    return log.exists() and "Kafka Server started" in log.read_text(errors="replace")
+
+
+def start_cassandra() -> None:
+    c = CASSANDRA
+    conf = c.home / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    _render(INFRA / "cassandra" / "cassandra.yaml", conf / "cassandra.yaml", CQL_PORT=CQL_PORT)
+    shutil.copy(INFRA / "cassandra" / "logback.xml", conf / "logback.xml")
+    options = (INFRA / "cassandra" / "jvm17-server.options").read_text().split("\n")
+    # One option per line; "--add-exports X" is one option written with a space.
+    jvm_flags = [line.strip().replace(" ", "=", 1) for line in options if line.startswith("-")]
+    jamm = next(iter(sorted(c.lib.glob("jamm-*.jar"))), None)
+    if jamm is None:
+        raise StackError(f"jamm agent jar missing from {c.lib}; delete the folder and retry")
+    c.spawn([java(), "-Xms1g", "-Xmx1g", "-Xss256k", "-XX:+UseG1GC", "-da:net.openhft...",
+             "-Djava.net.preferIPv4Stack=true", f"-javaagent:{jamm}", *jvm_flags,
+             f"-Dcassandra.config=file://{conf / 'cassandra.yaml'}",
+             f"-Dcassandra.storagedir={c.home / 'data'}",
+             f"-Dcassandra.logdir={c.home / 'logs'}",
+             f"-Dlogback.configurationFile={conf / 'logback.xml'}",
+             "-Dcassandra-foreground=yes",
+             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+             "-Dcassandra.superuser_setup_delay_ms=0",
+             "-Dcassandra.unsafesystem=true",
+             "-Dcassandra.test.flush_local_schema_changes=false",
+             "-cp", _classpath(conf, c.lib / "*"),
+             "org.apache.cassandra.service.CassandraDaemon"])  # fmt: skip
+
+
+def cassandra_ready() -> bool:
+    # The native transport is bound last in start-up: a CQL port that accepts means ready.
+    log = CASSANDRA.log
+    if not (log.exists() and "Startup complete" in log.read_text(errors="replace")):
+        return False
+    try:
+        socket.create_connection(("127.0.0.1", CQL_PORT), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+_STARTERS = {"zookeeper": (start_zookeeper, zookeeper_ready, 60),
+             "kafka": (start_kafka, kafka_ready, 90),
+             "cassandra": (start_cassandra, cassandra_ready, 180)}  # fmt: skip
+
+
+def up(names: list[str] | None = None, fresh: bool = False) -> None:
+    """Start the services (all by default) and wait until each answers."""
+    unknown = set(names or []) - {s.name for s in SERVICES}
+    if unknown:
+        raise StackError(f"unknown service(s): {', '.join(sorted(unknown))}")
+    chosen = [s for s in SERVICES if names is None or s.name in names]
+    for s in chosen:
+        s.fetch()
+    for s in chosen:
+        start, ready, timeout_s = _STARTERS[s.name]
+        if s.pid() is not None and ready():
+            print(f"{s.name:<10} already running (pid {s.pid()}), log {s.log}")
+            continue
+        s.stop()
+        if fresh:
+            shutil.rmtree(s.home, ignore_errors=True)
+        began = time.monotonic()
+        start()
+        _wait(s, ready, timeout_s)
+        print(f"{s.name:<10} up in {time.monotonic() - began:4.1f}s (pid {s.pid()}), log {s.log}",
+              flush=True)  # fmt: skip
+
+
+def _wait(s: Service, ready: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if s.pid() is None:
+            raise StackError(f"{s.name} exited during start-up:\n{s.tail()}")
+        time.sleep(0.5)
+    raise StackError(f"{s.name} not ready after {timeout_s}s:\n{s.tail()}")
+
+
+def down() -> None:
+    for s in reversed(SERVICES):
+        s.stop()
+        print(f"{s.name:<10} stopped")
+
+
+def status() -> bool:
+    all_up = True
+    for s in SERVICES:
+        _, ready, _ = _STARTERS[s.name]
+        pid = s.pid()
+        state = "up" if pid and ready() else ("starting" if pid else "down")
+        all_up &= state == "up"
+        print(f"{s.name:<10} {state:<8} {('pid ' + str(pid)) if pid else '':<10} log {s.log}")
+    return all_up
