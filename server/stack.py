@@ -75,8 +75,13 @@ class Service:
 
     @property
     def log(self) -> Path:
-        return self.home / "logs" / {"cassandra": "system.log", "kafka": "server.log",
-                                     "zookeeper": "zookeeper.log"}[self.name]  # fmt: skip
+        return (
+            self.home
+            / "logs"
+            / {"cassandra": "system.log", "kafka": "server.log", "zookeeper": "zookeeper.log"}[
+                self.name
+            ]
+        )
 
     def fetch(self) -> None:
         if self.lib.exists() and any(self.lib.glob("*.jar")):
@@ -84,11 +89,21 @@ class Service:
         check_tools()
         print(f"fetching {self.name} jars through Maven ...", flush=True)
         done = subprocess.run(
-            ["mvn", "-B", "-q", "-f", str(INFRA / self.name / "pom.xml"),
-             "dependency:copy-dependencies", "-DincludeScope=runtime",
-             f"-DoutputDirectory={self.lib}"],
-            capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "mvn",
+                "-B",
+                "-q",
+                "-f",
+                str(INFRA / self.name / "pom.xml"),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={self.lib}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         if done.returncode != 0:
             shutil.rmtree(self.lib, ignore_errors=True)
             raise StackError(f"Maven could not resolve {self.name}:\n{done.stdout[-4000:]}")
@@ -114,9 +129,13 @@ class Service:
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
-                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.home, start_new_session=True,
-            )  # fmt: skip
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=self.home,
+                start_new_session=True,
+            )
         self.pidfile.write_text(str(proc.pid))
 
     def stop(self, timeout_s: float = 30.0) -> None:
@@ -155,9 +174,18 @@ def start_zookeeper() -> None:
         INFRA / "zookeeper" / "zoo.cfg", conf / "zoo.cfg", DATA=s.home / "data", ZK_PORT=ZK_PORT
     )
     shutil.copy(INFRA / "zookeeper" / "logback.xml", conf / "logback.xml")
-    s.spawn([java(), "-Xms64m", "-Xmx256m", f"-Dzookeeper.log.dir={s.home / 'logs'}",
-             "-cp", _classpath(conf, s.lib / "*"),
-             "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(conf / "zoo.cfg")])  # fmt: skip
+    s.spawn(
+        [
+            java(),
+            "-Xms64m",
+            "-Xmx256m",
+            f"-Dzookeeper.log.dir={s.home / 'logs'}",
+            "-cp",
+            _classpath(conf, s.lib / "*"),
+            "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+            str(conf / "zoo.cfg"),
+        ]
+    )
 
 
 def zookeeper_ready() -> bool:
@@ -171,10 +199,18 @@ def zookeeper_ready() -> bool:
 
 def _kafka_java_opts() -> list[str]:
     k = KAFKA
-    return [java(), "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-Djava.awt.headless=true", f"-Dkafka.logs.dir={k.home / 'logs'}",
-            f"-Dlog4j2.configurationFile=file:{k.home / 'conf' / 'log4j2.properties'}",
-            "-cp", str(k.lib / "*")]  # fmt: skip
+    return [
+        java(),
+        "-Xms256m",
+        "-Xmx768m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dkafka.logs.dir={k.home / 'logs'}",
+        f"-Dlog4j2.configurationFile=file:{k.home / 'conf' / 'log4j2.properties'}",
+        "-cp",
+        str(k.lib / "*"),
+    ]
 
 
 def start_kafka() -> None:
@@ -182,16 +218,32 @@ def start_kafka() -> None:
     conf, data = k.home / "conf", k.home / "data"
     conf.mkdir(parents=True, exist_ok=True)
     props = conf / "server.properties"
-    _render(INFRA / "kafka" / "server.properties", props, DATA=data, KAFKA_PORT=KAFKA_PORT,
-            CONTROLLER_PORT=CONTROLLER_PORT)  # fmt: skip
+    _render(
+        INFRA / "kafka" / "server.properties",
+        props,
+        DATA=data,
+        KAFKA_PORT=KAFKA_PORT,
+        CONTROLLER_PORT=CONTROLLER_PORT,
+    )
     shutil.copy(INFRA / "kafka" / "log4j2.properties", conf / "log4j2.properties")
     if not (data / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         done = subprocess.run(
-            [*_kafka_java_opts(), "kafka.tools.StorageTool", "format", "-t", cluster_id,
-             "-c", str(props), "--ignore-formatted"],
-            capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                *_kafka_java_opts(),
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                cluster_id,
+                "-c",
+                str(props),
+                "--ignore-formatted",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
         if done.returncode != 0:
             raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
     k.spawn([*_kafka_java_opts(), "kafka.Kafka", str(props)])
@@ -214,19 +266,31 @@ def start_cassandra() -> None:
     jamm = next(iter(sorted(c.lib.glob("jamm-*.jar"))), None)
     if jamm is None:
         raise StackError(f"jamm agent jar missing from {c.lib}; delete the folder and retry")
-    c.spawn([java(), "-Xms1g", "-Xmx1g", "-Xss256k", "-XX:+UseG1GC", "-da:net.openhft...",
-             "-Djava.net.preferIPv4Stack=true", f"-javaagent:{jamm}", *jvm_flags,
-             f"-Dcassandra.config=file://{conf / 'cassandra.yaml'}",
-             f"-Dcassandra.storagedir={c.home / 'data'}",
-             f"-Dcassandra.logdir={c.home / 'logs'}",
-             f"-Dlogback.configurationFile={conf / 'logback.xml'}",
-             "-Dcassandra-foreground=yes",
-             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-             "-Dcassandra.superuser_setup_delay_ms=0",
-             "-Dcassandra.unsafesystem=true",
-             "-Dcassandra.test.flush_local_schema_changes=false",
-             "-cp", _classpath(conf, c.lib / "*"),
-             "org.apache.cassandra.service.CassandraDaemon"])  # fmt: skip
+    c.spawn(
+        [
+            java(),
+            "-Xms1g",
+            "-Xmx1g",
+            "-Xss256k",
+            "-XX:+UseG1GC",
+            "-da:net.openhft...",
+            "-Djava.net.preferIPv4Stack=true",
+            f"-javaagent:{jamm}",
+            *jvm_flags,
+            f"-Dcassandra.config=file://{conf / 'cassandra.yaml'}",
+            f"-Dcassandra.storagedir={c.home / 'data'}",
+            f"-Dcassandra.logdir={c.home / 'logs'}",
+            f"-Dlogback.configurationFile={conf / 'logback.xml'}",
+            "-Dcassandra-foreground=yes",
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            "-Dcassandra.superuser_setup_delay_ms=0",
+            "-Dcassandra.unsafesystem=true",
+            "-Dcassandra.test.flush_local_schema_changes=false",
+            "-cp",
+            _classpath(conf, c.lib / "*"),
+            "org.apache.cassandra.service.CassandraDaemon",
+        ]
+    )
 
 
 def cassandra_ready() -> bool:
@@ -241,9 +305,11 @@ def cassandra_ready() -> bool:
     return True
 
 
-_STARTERS = {"zookeeper": (start_zookeeper, zookeeper_ready, 60),
-             "kafka": (start_kafka, kafka_ready, 90),
-             "cassandra": (start_cassandra, cassandra_ready, 180)}  # fmt: skip
+_STARTERS = {
+    "zookeeper": (start_zookeeper, zookeeper_ready, 60),
+    "kafka": (start_kafka, kafka_ready, 90),
+    "cassandra": (start_cassandra, cassandra_ready, 180),
+}
 
 
 def up(names: list[str] | None = None, fresh: bool = False) -> None:
@@ -265,8 +331,10 @@ def up(names: list[str] | None = None, fresh: bool = False) -> None:
         began = time.monotonic()
         start()
         _wait(s, ready, timeout_s)
-        print(f"{s.name:<10} up in {time.monotonic() - began:4.1f}s (pid {s.pid()}), log {s.log}",
-              flush=True)  # fmt: skip
+        print(
+            f"{s.name:<10} up in {time.monotonic() - began:4.1f}s (pid {s.pid()}), log {s.log}",
+            flush=True,
+        )
 
 
 def _wait(s: Service, ready: Callable[[], bool], timeout_s: float) -> None:
