@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from dispatcher.ready_queue import dead_letter_queue
 from tikk import delivery_codec
 from tikk.model import Delivery
 from tikk.sqlite_runner import SqliteRunner, Transaction
@@ -52,6 +53,29 @@ class LocalReadyQueue:
 
         if rows:
             await self._db.run(work)
+
+    async def publish_dead_letter(
+        self, delivery: Delivery, error_type: str, error_message: str
+    ) -> None:
+        body = delivery_codec.encode_dead_letter(
+            delivery, error_type, error_message, delivery.fired_ms
+        )
+        row = (
+            dead_letter_queue(delivery.entry.queue),
+            delivery.entry.key,
+            body,
+            delivery.fired_ms,
+            delivery.fired_ms,
+        )
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO messages (queue, message_key, body, enqueued_ms, visible_ms)"
+                " VALUES (?, ?, ?, ?, ?)",
+                row,
+            )
+
+        await self._db.run(work)
 
     async def close(self) -> None:
         await self._db.close()

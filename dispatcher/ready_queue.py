@@ -12,6 +12,13 @@ from typing import Protocol
 
 from tikk.model import Delivery
 
+DEAD_LETTER_SUFFIX = ".dlq"
+
+
+def dead_letter_queue(queue: str) -> str:
+    """Name of the dead-letter stream of ``queue``."""
+    return queue + DEAD_LETTER_SUFFIX
+
 
 class ReadyQueue(Protocol):
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
@@ -21,6 +28,15 @@ class ReadyQueue(Protocol):
         Raises ``BackendUnavailable`` if the queue did not confirm; then none, some or all
         may have been stored, and the caller publishes again.
         """
+        ...
+
+    async def publish_dead_letter(
+        self, delivery: Delivery, error_type: str, error_message: str
+    ) -> None:
+        """Append a dead-lettered task to its queue's dead-letter stream (``<queue>.dlq``), for
+        consumers that watch dead letters. The task store stays the record of truth (listing
+        and re-driving use it); this copy is for alerting and inspection. Raises
+        ``BackendUnavailable`` if not confirmed."""
         ...
 
     async def close(self) -> None:

@@ -50,7 +50,9 @@ class ApiServer:
                 ("grpc.max_send_message_length", limit),
             ]
         )
-        lifecycle = Lifecycle(backends.store, backends.history, clock, settings.limits, rng)
+        lifecycle = Lifecycle(
+            backends.store, backends.history, backends.queue, clock, limits=settings.limits, rng=rng
+        )
         tasks_pb2_grpc.add_TaskServiceServicer_to_server(
             TaskService(lifecycle, settings), self._server
         )

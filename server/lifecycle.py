@@ -2,7 +2,8 @@
 
 The one place that decides retries: a failed run is retried with exponential backoff and
 jitter, scheduled durably through the task store, until the task's last attempt; then, or on
-a non-retryable failure, the task is dead-lettered.
+a non-retryable failure, the task is dead-lettered (and a copy goes to the queue's dead-letter
+stream).
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import contextlib
 import random
 from collections.abc import Sequence
 
+from dispatcher.ready_queue import ReadyQueue
 from history.base import RunHistory
 from tikk.backoff import retry_delay_ms
 from tikk.clock import Clock
 from tikk.errors import NotFound, TikkError
 from tikk.model import (
     DeadLetter,
+    Delivery,
     ResultKind,
     Retry,
     RunRecord,
@@ -35,12 +38,15 @@ class Lifecycle:
         self,
         store: TaskStore,
         history: RunHistory,
+        queue: ReadyQueue,
         clock: Clock,
+        *,
         limits: Limits,
         rng: random.Random | None = None,
     ) -> None:
         self.store = store
         self.history = history
+        self.queue = queue
         self.clock = clock
         self.limits = limits
         self._rng = rng or random.Random()
@@ -84,6 +90,11 @@ class Lifecycle:
             idempotency_key=e.idempotency_key,
         )
         await self.history.append(record)
+        if isinstance(transition, DeadLetter):
+            # Before the task moves: if this fails the worker reports again, and the copy is
+            # published then (at least once).
+            delivery = Delivery(e, report.fired_ms)
+            await self.queue.publish_dead_letter(delivery, report.error_type, report.error_message)
         # A task that is gone (its store was reset) still leaves its run on record.
         with contextlib.suppress(NotFound):
             await self.store.finish_attempt(e.namespace, e.task_id, e.attempt, transition, now)

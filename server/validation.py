@@ -53,6 +53,8 @@ def queue(value: str, limits: Limits, field: str = "queue") -> str:
         raise InvalidArgument(field, f"longer than {limits.max_queue_length} characters")
     if not _QUEUE.fullmatch(value):
         raise InvalidArgument(field, "must be A-Z a-z 0-9 . _ - starting alphanumeric")
+    if value.endswith(".dlq"):
+        raise InvalidArgument(field, "names ending in .dlq are reserved for dead-letter streams")
     return value
 
 

@@ -56,11 +56,14 @@ def open_ownership(settings: Settings, epoch: int) -> Ownership:
 class Backends:
     store: TaskStore
     history: RunHistory
+    # The server's producer, for dead-letter streams.
+    queue: ReadyQueue
 
     async def close(self) -> None:
+        await self.queue.close()
         await self.store.close()
         await self.history.close()
 
 
 async def open_backends(settings: Settings) -> Backends:
-    return Backends(await open_store(settings), open_history(settings))
+    return Backends(await open_store(settings), open_history(settings), open_queue(settings))

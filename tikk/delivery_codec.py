@@ -34,6 +34,17 @@ def encode(delivery: Delivery) -> bytes:
     return to_proto(delivery).SerializeToString()
 
 
+def encode_dead_letter(
+    delivery: Delivery, error_type: str, error_message: str, at_ms: int
+) -> bytes:
+    return worker_pb2.DeadLetterRecord(
+        delivery=to_proto(delivery),
+        error_type=error_type,
+        error_message=error_message,
+        dead_lettered_time=to_timestamp(at_ms),
+    ).SerializeToString()
+
+
 def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
     entry = DueEntry(
         shard=shard_of(msg.namespace, msg.task_id, shard_count),

@@ -68,6 +68,18 @@ class Delivery(_message.Message):
     trace_context: _containers.ScalarMap[str, str]
     def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
+class DeadLetterRecord(_message.Message):
+    __slots__ = ("delivery", "error_type", "error_message", "dead_lettered_time")
+    DELIVERY_FIELD_NUMBER: _ClassVar[int]
+    ERROR_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERED_TIME_FIELD_NUMBER: _ClassVar[int]
+    delivery: Delivery
+    error_type: str
+    error_message: str
+    dead_lettered_time: _timestamp_pb2.Timestamp
+    def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., dead_lettered_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
 class RunResult(_message.Message):
     __slots__ = ("run_id", "delivery", "kind", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "retry_after")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]

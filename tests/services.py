@@ -1,0 +1,37 @@
+"""Where the tests find the real Cassandra, Kafka and ZooKeeper (``tikk stack up``).
+
+A test that needs a service it cannot reach fails under ``CI=true`` and is skipped elsewhere,
+with the command that starts the stack.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from server import stack
+
+CASSANDRA = os.environ.get("TIKK_TEST_CASSANDRA", f"127.0.0.1:{stack.CQL_PORT}")
+KAFKA = os.environ.get("TIKK_TEST_KAFKA", f"127.0.0.1:{stack.KAFKA_PORT}")
+ZOOKEEPER = os.environ.get("TIKK_TEST_ZOOKEEPER", f"127.0.0.1:{stack.ZK_PORT}")
+
+
+def _reachable(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def require(name: str, address: str) -> str:
+    """``address`` if the service answers there; otherwise fail in CI, skip elsewhere."""
+    if _reachable(address):
+        return address
+    message = f"{name} is not reachable at {address}; start it with `tikk stack up`"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
