@@ -23,8 +23,8 @@ from dispatcher.ownership import Ownership
 from dispatcher.ready_queue import ReadyQueue
 from tikk.buckets import second_of
 from tikk.clock import Clock
-from tikk.errors import BackendUnavailable, StaleOwner
-from tikk.model import Delivery, DueEntry
+from tikk.errors import BackendUnavailable
+from tikk.model import Cursor, Delivery, DueEntry
 from tikk.store import TaskStore
 
 log = logging.getLogger("tikk.dispatcher")
@@ -46,8 +46,8 @@ class DispatchSettings:
     scan_limit: int = 2_000
     # Upper bound on rows held in memory (catch-up after downtime proceeds in slices).
     max_held: int = 200_000
-    # How often a moved cursor is written to the store.
-    cursor_flush_interval_ms: int = 500
+    # How often moved cursors are written to the store (all shards in one write).
+    cursor_flush_interval_ms: int = 1_000
     # Wait after a backend failure before the next tick.
     error_backoff_ms: int = 500
 
@@ -65,7 +65,6 @@ class _ShardState:
     unacked: dict[tuple[str, int, int], int] = field(default_factory=dict)
     last_rescan_ms: int = 0
     last_deep_rescan_ms: int = 0
-    last_flush_ms: int = 0
     flushed_cursor: int = 0
 
 
@@ -105,6 +104,7 @@ class Dispatcher:
         self._shards: dict[int, _ShardState] = {}
         self._held: list[tuple[int, int, DueEntry]] = []
         self._seq = itertools.count()
+        self._last_flush_ms = 0
         self._keep_samples = keep_lateness_samples
         self.stats = DispatchStats()
 
@@ -213,23 +213,28 @@ class Dispatcher:
 
     async def _flush_cursors(self, now_ms: int, force: bool = False) -> None:
         grace_s = self._settings.late_write_grace_s
-        for shard, st in list(self._shards.items()):
+        for st in self._shards.values():
             limit = min(second_of(now_ms) - grace_s, st.complete_through)
             if st.unacked:
                 limit = min(limit, min(st.unacked.values()) - 1)
             if limit > st.cursor:
                 st.cursor = limit
                 st.seen = {k: sec for k, sec in st.seen.items() if sec > limit}
-            due_flush = now_ms - st.last_flush_ms >= self._settings.cursor_flush_interval_ms
-            if st.cursor > st.flushed_cursor and (force or due_flush):
-                await self._write_cursor(shard, st, now_ms)
-
-    async def _write_cursor(self, shard: int, st: _ShardState, now_ms: int) -> None:
-        try:
-            await self._store.advance_cursor(shard, st.cursor, st.epoch)
-        except StaleOwner as exc:
-            log.warning("shard %d taken over by a newer owner, dropping it: %s", shard, exc)
-            del self._shards[shard]
+        if not force and now_ms - self._last_flush_ms < self._settings.cursor_flush_interval_ms:
             return
-        st.flushed_cursor = st.cursor
-        st.last_flush_ms = now_ms
+        moves = {
+            shard: Cursor(st.cursor, st.epoch)
+            for shard, st in self._shards.items()
+            if st.cursor > st.flushed_cursor
+        }
+        if not moves:
+            return
+        # One write for every owned shard: cheap even when it is a consensus round.
+        refused = await self._store.advance_cursors(moves)
+        self._last_flush_ms = now_ms
+        for shard, move in moves.items():
+            if shard in refused:
+                log.warning("shard %d taken over by a newer owner; dropping it", shard)
+                del self._shards[shard]
+            else:
+                self._shards[shard].flushed_cursor = move.second

@@ -26,8 +26,8 @@ class RunHistory(Protocol):
     """Durable, append-only log of runs, queryable by task and by (queue, time range)."""
 
     async def append(self, record: RunRecord) -> None:
-        """Store ``record``. Idempotent on (namespace, run_id): a run reported twice (e.g. after
-        a lost acknowledgement) is stored once, and the first version is kept."""
+        """Store ``record``. Idempotent on (namespace, run_id): the same run reported twice
+        (e.g. after a lost acknowledgement) is stored once."""
         ...
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:

@@ -148,6 +148,17 @@ def _run_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_migrate(args: argparse.Namespace) -> int:
+    from server.wiring import migrate
+    from tikk.clock import SystemClock
+
+    applied = migrate(_settings(args), args.replication, SystemClock().now_ms())
+    for step in applied:
+        print(f"applied {step}")
+    print("schema is up to date" if not applied else f"{len(applied)} step(s) applied")
+    return EXIT_OK
+
+
 def _run_stack(args: argparse.Namespace) -> int:
     from server import stack
 
@@ -353,6 +364,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--server", default=DEFAULT_SERVER)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     p.set_defaults(func=_run_worker)
+
+    p = sub.add_parser("migrate", help="create or upgrade the Cassandra schema")
+    _backend_options(p)
+    p.add_argument(
+        "--replication",
+        default="{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        help="keyspace replication map (used when the keyspace is created)",
+    )
+    p.set_defaults(func=_run_migrate)
 
     p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
     p.add_argument("action", choices=["up", "down", "status"])

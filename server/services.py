@@ -176,7 +176,8 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         ns = validation.namespace(request.namespace)
         queue = validation.queue(request.queue, self._limits) if request.queue else ""
         size = page_size(request.page_size)
-        page = await self._lc.store.list_dead_letters(ns, queue, size, request.page_token)
+        now = self._lc.clock.now_ms()
+        page = await self._lc.store.list_dead_letters(ns, queue, size, request.page_token, now)
         return history_pb2.ListDeadLettersResponse(
             tasks=[convert.task_to_proto(t) for t in page.items], next_page_token=page.next_token
         )

@@ -189,10 +189,12 @@ def start_zookeeper() -> None:
 
 
 def zookeeper_ready() -> bool:
+    # "ruok" answers imok even when the database failed to load; "srvr" reports the mode
+    # only once the server really serves requests.
     try:
         with socket.create_connection(("127.0.0.1", ZK_PORT), timeout=1) as sock:
-            sock.sendall(b"ruok")
-            return sock.recv(16) == b"imok"
+            sock.sendall(b"srvr")
+            return b"Mode:" in sock.recv(4096)
     except OSError:
         return False
 
@@ -322,7 +324,7 @@ def up(names: list[str] | None = None, fresh: bool = False) -> None:
         s.fetch()
     for s in chosen:
         start, ready, timeout_s = _STARTERS[s.name]
-        if s.pid() is not None and ready():
+        if not fresh and s.pid() is not None and ready():
             print(f"{s.name:<10} already running (pid {s.pid()}), log {s.log}")
             continue
         s.stop()

@@ -26,16 +26,59 @@ async def open_store(settings: Settings) -> TaskStore:
         store = SqliteTaskStore(rest, settings.shard_count)
         await store.check_shard_count()
         return store
-    raise InvalidArgument("store_url", f"unsupported task store {scheme!r} (known: sqlite)")
+    if scheme == "cassandra":
+        from tikk.cassandra_store import CassandraTaskStore
+
+        cstore = CassandraTaskStore(settings.store_url, settings.shard_count)
+        await cstore.connect()
+        return cstore
+    raise InvalidArgument(
+        "store_url", f"unsupported task store {scheme!r} (known: sqlite, cassandra)"
+    )
 
 
-def open_history(settings: Settings) -> RunHistory:
+async def open_history(settings: Settings) -> RunHistory:
     scheme, rest = split_url("history_url", settings.history_url)
     if scheme == "sqlite":
         from history.sqlite import SqliteRunHistory
 
         return SqliteRunHistory(rest)
-    raise InvalidArgument("history_url", f"unsupported run history {scheme!r} (known: sqlite)")
+    if scheme == "cassandra":
+        from history.cassandra import CassandraRunHistory
+
+        history = CassandraRunHistory(settings.history_url)
+        await history.connect()
+        return history
+    raise InvalidArgument(
+        "history_url", f"unsupported run history {scheme!r} (known: sqlite, cassandra)"
+    )
+
+
+def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
+    """Create or upgrade the Cassandra schema of the configured store and history, and start
+    the shards' cursors at ``now_ms`` (blocking). SQLite files create their tables when
+    opened. Returns the steps applied."""
+    from history.cassandra import HISTORY_MIGRATIONS
+    from tikk.cassandra_schema import STORE_MIGRATIONS, init_cursors
+    from tikk.cassandra_schema import migrate as run_migrations
+    from tikk.cassandra_session import CassandraConfig, CassandraSession
+
+    applied: list[str] = []
+    for url, steps in ((settings.store_url, STORE_MIGRATIONS),
+                       (settings.history_url, HISTORY_MIGRATIONS)):  # fmt: skip
+        if split_url("url", url)[0] != "cassandra":
+            continue
+        session = CassandraSession(CassandraConfig.from_url(url))
+        session.connect()
+        try:
+            done = run_migrations(session, steps, replication)
+            if steps is STORE_MIGRATIONS:
+                created = init_cursors(session, settings.shard_count, now_ms // 1000)
+                applied += [f"cursors of {created} new shard(s)"] if created else []
+        finally:
+            session.close()
+        applied += [f"{m.component} v{m.version}: {m.description}" for m in done]
+    return applied
 
 
 def open_queue(settings: Settings) -> ReadyQueue:
@@ -66,4 +109,4 @@ class Backends:
 
 
 async def open_backends(settings: Settings) -> Backends:
-    return Backends(await open_store(settings), open_history(settings), open_queue(settings))
+    return Backends(await open_store(settings), await open_history(settings), open_queue(settings))

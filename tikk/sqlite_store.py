@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second, second_of, task_key
@@ -260,7 +260,7 @@ class SqliteTaskStore:
         return Page(tasks, encode_token(tasks[-1].task_id) if more else "")
 
     async def list_dead_letters(
-        self, namespace: str, queue: str, page_size: int, page_token: str
+        self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
     ) -> Page[Task]:
         after = decode_token(page_token, (int, str))
         sql = f"SELECT {_TASK_COLUMNS} FROM tasks WHERE namespace=? AND state=?"
@@ -358,26 +358,31 @@ class SqliteTaskStore:
         )
         return Cursor(0, 0) if row is None else Cursor(int(row[0]), int(row[1]))
 
-    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
-        def work(conn: sqlite3.Connection) -> None:
+    async def advance_cursors(self, moves: Mapping[int, Cursor]) -> set[int]:
+        def work(conn: sqlite3.Connection) -> set[int]:
+            refused = set()
             with Transaction(conn):
-                row = conn.execute("SELECT second, epoch FROM cursors WHERE shard=?", (shard,))
-                current = row.fetchone()
-                if current is not None and int(current[1]) > epoch:
-                    raise StaleOwner(
-                        f"shard {shard}: epoch {epoch} is older than owner epoch {current[1]}"
-                    )
-                new_second = max(second, int(current[0])) if current else second
-                conn.execute(
-                    "INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (shard, new_second, epoch)
-                )
-                # Whole minute buckets behind the cursor are done; drop them in one range delete.
-                conn.execute(
-                    "DELETE FROM due WHERE shard=? AND minute < ?",
-                    (shard, minute_of_second(new_second)),
-                )
+                for shard, move in moves.items():
+                    if not _move_cursor(conn, shard, move):
+                        refused.add(shard)
+            return refused
 
-        await self._db.run(work)
+        return await self._db.run(work)
+
+    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
+        if await self.advance_cursors({shard: Cursor(second, epoch)}):
+            raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")
 
     async def close(self) -> None:
         await self._db.close()
+
+
+def _move_cursor(conn: sqlite3.Connection, shard: int, move: Cursor) -> bool:
+    current = conn.execute("SELECT second, epoch FROM cursors WHERE shard=?", (shard,)).fetchone()
+    if current is not None and int(current[1]) > move.epoch:
+        return False
+    second = max(move.second, int(current[0])) if current else move.second
+    conn.execute("INSERT OR REPLACE INTO cursors VALUES (?, ?, ?)", (shard, second, move.epoch))
+    # Whole minute buckets behind the cursor are done; drop them in one range delete.
+    conn.execute("DELETE FROM due WHERE shard=? AND minute < ?", (shard, minute_of_second(second)))
+    return True

@@ -7,7 +7,7 @@ key); an entry carries everything needed to publish it. Backends: ``tikk.sqlite_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from tikk.errors import TikkError
@@ -52,14 +52,16 @@ class TaskStore(Protocol):
     async def list_tasks(
         self, namespace: str, queue: str, state: TaskState | None, page_size: int, page_token: str
     ) -> Page[Task]:
-        """Tasks of a queue (optionally in one state) ordered by id; ``page_token`` from a
-        previous page or empty. Raises ``InvalidArgument`` for a malformed token."""
+        """Tasks of a queue (optionally in one state), each exactly once across the pages, in
+        an order of the backend's choosing; ``page_token`` from a previous page or empty.
+        Raises ``InvalidArgument`` for a malformed token."""
         ...
 
     async def list_dead_letters(
-        self, namespace: str, queue: str, page_size: int, page_token: str
+        self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
     ) -> Page[Task]:
-        """Dead-lettered tasks, newest first; ``queue`` empty means every queue."""
+        """Dead-lettered tasks, newest first; ``queue`` empty means every queue. ``now_ms``
+        bounds the search (backends may keep dead letters in time buckets)."""
         ...
 
     async def read_due(
@@ -101,12 +103,16 @@ class TaskStore(Protocol):
         """The shard's dispatch cursor; a never-dispatched shard starts at second 0, epoch 0."""
         ...
 
-    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
-        """Record that every row of ``shard`` with second <= ``second`` was handed off.
-
-        Fenced: raises ``StaleOwner`` if an owner with a larger epoch has written the cursor.
-        Never moves the cursor backwards. Rows at or before the cursor may be discarded.
+    async def advance_cursors(self, moves: Mapping[int, Cursor]) -> set[int]:
+        """Record, for each shard, that every row with second <= ``moves[shard].second`` was
+        handed off, presenting that owner's epoch. Returns the shards refused because an owner
+        with a larger epoch has written their cursor (fencing); the others are recorded. Never
+        moves a cursor backwards. Rows at or before a cursor may be discarded.
         """
+        ...
+
+    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
+        """``advance_cursors`` for one shard; raises ``StaleOwner`` if refused."""
         ...
 
     async def close(self) -> None:

@@ -9,12 +9,15 @@ import pytest
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
-from tikk.model import DeadLetter, Retry, Succeed, TaskState
+from tikk.model import Cursor, DeadLetter, Retry, Succeed, TaskState
 from tikk.store import TaskStore
+
+# Scans start after a cursor; a store's cursors never start before it existed (T0 here).
+START = (second_of(T0) - 120, "")
 
 
 async def read_all(store: TaskStore, shard: int, until_ms: int) -> list[str]:
-    rows = await store.read_due(shard, (0, ""), second_of(until_ms), 10_000)
+    rows = await store.read_due(shard, START, second_of(until_ms), 10_000)
     return [r.task_id for r in rows]
 
 
@@ -68,7 +71,7 @@ async def test_read_due_returns_only_the_requested_slice_in_order(store: TaskSto
     dues = [T0 + 1_000, T0 + 1_500, T0 + 61_000, T0 + 62_000, T0 + 125_000, T0 + 125_000]
     for tid, due in zip(ids, dues, strict=True):
         await store.create(make_task(tid, due_ms=due))
-    rows = await store.read_due(shard, (0, ""), second_of(T0 + 62_000), 100)
+    rows = await store.read_due(shard, START, second_of(T0 + 62_000), 100)
     assert [r.task_id for r in rows] == ids[:4]
     assert [r.due_ms for r in rows] == dues[:4]
     # Strictly after a position: same second, later key only.
@@ -76,14 +79,14 @@ async def test_read_due_returns_only_the_requested_slice_in_order(store: TaskSto
     rest = await store.read_due(shard, after, second_of(T0 + 200_000), 100)
     assert [r.task_id for r in rest] == ids[1:]
     # Limit pages through in position order.
-    page = await store.read_due(shard, (0, ""), second_of(T0 + 200_000), 2)
+    page = await store.read_due(shard, START, second_of(T0 + 200_000), 2)
     assert [r.task_id for r in page] == ids[:2]
 
 
 async def test_due_entry_carries_what_publishing_needs(store: TaskStore) -> None:
     task = make_task("a", payload=b"data", max_attempts=7)
     await store.create(task)
-    (entry,) = await store.read_due(task.shard, (0, ""), second_of(task.due_ms), 10)
+    (entry,) = await store.read_due(task.shard, START, second_of(task.due_ms), 10)
     assert (entry.queue, entry.handler, entry.payload) == ("q", "h", b"data")
     assert entry.labels == {"team": "a"}
     assert entry.max_attempts == 7
@@ -161,11 +164,11 @@ async def test_finish_attempt_dead_letter_and_redrive(store: TaskStore) -> None:
     dead = await store.finish_attempt("default", "a", 1, DeadLetter("E", "bad"), T0 + 1)
     assert dead is not None and dead.state is TaskState.DEAD_LETTERED
     assert (dead.last_error_type, dead.last_error_message) == ("E", "bad")
-    page = await store.list_dead_letters("default", "", 10, "")
+    page = await store.list_dead_letters("default", "", 10, "", T0 + 1000)
     assert [t.task_id for t in page.items] == ["a"]
     again = await store.redrive("default", "a", T0 + 100)
     assert (again.state, again.attempt, again.due_ms) == (TaskState.SCHEDULED, 1, T0 + 100)
-    assert (await store.list_dead_letters("default", "", 10, "")).items == []
+    assert (await store.list_dead_letters("default", "", 10, "", T0 + 1000)).items == []
     with pytest.raises(FailedPrecondition):
         await store.redrive("default", "a", T0 + 200)
 
@@ -184,7 +187,7 @@ async def test_list_tasks_pages_by_queue_and_state(store: TaskStore) -> None:
     second = await store.list_tasks("default", "q1", None, 2, first.next_token)
     third = await store.list_tasks("default", "q1", None, 2, second.next_token)
     ids = [t.task_id for p in (first, second, third) for t in p.items]
-    assert ids == ["t0", "t1", "t2", "t3", "t4"] and third.next_token == ""
+    assert sorted(ids) == ["t0", "t1", "t2", "t3", "t4"] and third.next_token == ""
     cancelled = await store.list_tasks("default", "q1", TaskState.CANCELLED, 10, "")
     assert [t.task_id for t in cancelled.items] == ["t3"]
 
@@ -199,6 +202,15 @@ async def test_cursor_is_fenced_by_epoch_and_never_goes_back(store: TaskStore) -
         await store.advance_cursor(3, 200, epoch=5)
     cursor = await store.get_cursor(3)
     assert (cursor.second, cursor.epoch) == (120, 6)
+
+
+async def test_cursors_move_together_and_stale_ones_are_refused(store: TaskStore) -> None:
+    await store.advance_cursors({1: Cursor(50, 3), 2: Cursor(60, 3)})
+    refused = await store.advance_cursors({1: Cursor(70, 2), 2: Cursor(80, 3), 4: Cursor(5, 1)})
+    assert refused == {1}
+    assert await store.get_cursor(1) == Cursor(50, 3)
+    assert await store.get_cursor(2) == Cursor(80, 3)
+    assert await store.get_cursor(4) == Cursor(5, 1)
 
 
 async def test_rows_after_cursor_survive_cursor_moves(store: TaskStore) -> None:

@@ -1,0 +1,141 @@
+"""Run history on Cassandra: append-only time series, never updated in place.
+
+Tables: ``runs`` by run id; ``runs_by_task`` (partition = task, newest first);
+``runs_by_queue`` (partition = (namespace, queue, hour of finish), newest first) for the
+time-range queries. Every row carries a TTL (``HISTORY_RETENTION_S``) and the time-bucketed
+tables use TimeWindowCompactionStrategy, so whole SSTables expire together instead of being
+rewritten by compaction: the usual layout for append-only time series. A run reported twice
+(a lost acknowledgement) rewrites the same primary keys with the same values: one record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from history.base import RunQuery
+from tikk.cassandra_schema import Migration
+from tikk.cassandra_session import CassandraConfig, CassandraSession
+from tikk.errors import NotFound
+from tikk.model import Page, RunRecord, RunStatus
+from tikk.paging import decode_token, encode_token
+
+HISTORY_RETENTION_S = 30 * 86_400
+_HOUR_MS = 3_600_000
+_COLS = (
+    "namespace, run_id, task_id, queue, handler, attempt, status, scheduled_ms, due_ms, "
+    "fired_ms, started_ms, finished_ms, worker_id, error_type, error_message, output, "
+    "idempotency_key"
+)
+_RUN_COLUMNS_CQL = (
+    "namespace text, run_id text, task_id text, queue text, handler text, attempt int, "
+    "status int, scheduled_ms bigint, due_ms bigint, fired_ms bigint, started_ms bigint, "
+    "finished_ms bigint, worker_id text, error_type text, error_message text, output blob, "
+    "idempotency_key text"
+)
+_TWCS = (
+    "compaction = {'class': 'TimeWindowCompactionStrategy', "
+    "'compaction_window_unit': 'DAYS', 'compaction_window_size': 1}"
+)
+HISTORY_MIGRATIONS = [
+    Migration("history", 1, "runs by id, by task, by queue and hour", [
+        f"CREATE TABLE IF NOT EXISTS runs ({_RUN_COLUMNS_CQL}, PRIMARY KEY ((namespace, run_id)))"
+        f" WITH default_time_to_live = {HISTORY_RETENTION_S}",
+        f"CREATE TABLE IF NOT EXISTS runs_by_task ({_RUN_COLUMNS_CQL},"
+        " PRIMARY KEY ((namespace, task_id), finished_ms, run_id))"
+        " WITH CLUSTERING ORDER BY (finished_ms DESC, run_id DESC)"
+        f" AND default_time_to_live = {HISTORY_RETENTION_S}",
+        f"CREATE TABLE IF NOT EXISTS runs_by_queue ({_RUN_COLUMNS_CQL}, hour bigint,"
+        " PRIMARY KEY ((namespace, queue, hour), finished_ms, run_id))"
+        " WITH CLUSTERING ORDER BY (finished_ms DESC, run_id DESC)"
+        f" AND default_time_to_live = {HISTORY_RETENTION_S} AND {_TWCS}",
+    ]),
+]  # fmt: skip
+_MARKS = ", ".join("?" * 17)
+INSERT_RUN = f"INSERT INTO runs ({_COLS}) VALUES ({_MARKS})"
+INSERT_BY_TASK = f"INSERT INTO runs_by_task ({_COLS}) VALUES ({_MARKS})"
+INSERT_BY_QUEUE = f"INSERT INTO runs_by_queue ({_COLS}, hour) VALUES ({_MARKS}, ?)"
+SELECT_RUN = f"SELECT {_COLS} FROM runs WHERE namespace = ? AND run_id = ?"
+SELECT_BY_TASK = (
+    f"SELECT {_COLS} FROM runs_by_task WHERE namespace = ? AND task_id = ?"
+    " AND (finished_ms, run_id) < (?, ?) LIMIT ?"
+)
+SELECT_BY_QUEUE = (
+    f"SELECT {_COLS} FROM runs_by_queue WHERE namespace = ? AND queue = ? AND hour = ?"
+    " AND (finished_ms, run_id) < (?, ?) AND finished_ms >= ? LIMIT ?"
+)
+_TOP = (2**62, "")
+
+
+def _values(r: RunRecord) -> list[Any]:
+    return [
+        r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
+        r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id,
+        r.error_type, r.error_message, r.output, r.idempotency_key,
+    ]  # fmt: skip
+
+
+def _record(row: Any) -> RunRecord:
+    values = list(row)
+    values[6] = RunStatus(values[6])
+    values[15] = bytes(values[15] or b"")
+    return RunRecord(*values)
+
+
+class CassandraRunHistory:
+    def __init__(self, url: str) -> None:
+        self._db = CassandraSession(CassandraConfig.from_url(url, "history_url"))
+
+    async def connect(self) -> None:
+        await asyncio.to_thread(self._db.connect)
+
+    async def append(self, record: RunRecord) -> None:
+        values = _values(record)
+        await self._db.execute_batch([
+            (INSERT_RUN, values),
+            (INSERT_BY_TASK, values),
+            (INSERT_BY_QUEUE, [*values, record.finished_ms // _HOUR_MS]),
+        ])  # fmt: skip
+
+    async def get(self, namespace: str, run_id: str) -> RunRecord:
+        rows = await self._db.execute(SELECT_RUN, [namespace, run_id])
+        if not rows:
+            raise NotFound(f"run {run_id!r} not found in namespace {namespace!r}")
+        return _record(rows[0])
+
+    async def list_for_task(
+        self, namespace: str, task_id: str, page_size: int, page_token: str
+    ) -> Page[RunRecord]:
+        after = decode_token(page_token, (int, str))
+        start = (int(after[0]), str(after[1])) if after else _TOP
+        rows = await self._db.execute(SELECT_BY_TASK, [namespace, task_id, *start, page_size + 1])
+        records = [_record(r) for r in rows[:page_size]]
+        if len(rows) <= page_size:
+            return Page(records)
+        return Page(records, encode_token(records[-1].finished_ms, records[-1].run_id))
+
+    async def list_by_queue(
+        self, query: RunQuery, page_size: int, page_token: str
+    ) -> Page[RunRecord]:
+        after = decode_token(page_token, (int, int, str))
+        if after:
+            hour, before = int(after[0]), (int(after[1]), str(after[2]))
+        else:
+            hour, before = (query.end_ms - 1) // _HOUR_MS, (query.end_ms, "")
+        found: list[RunRecord] = []
+        while hour >= query.start_ms // _HOUR_MS:
+            params = [query.namespace, query.queue, hour, *before, query.start_ms, page_size]
+            rows = await self._db.execute(SELECT_BY_QUEUE, params)
+            for row in rows:
+                record = _record(row)
+                before = (record.finished_ms, record.run_id)
+                if query.status is None or record.status is query.status:
+                    found.append(record)
+                if len(found) == page_size:
+                    return Page(found, encode_token(hour, *before))
+            if len(rows) < page_size:
+                hour, before = hour - 1, _TOP
+        return Page(found)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._db.close)

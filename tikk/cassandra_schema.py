@@ -1,0 +1,127 @@
+"""Versioned Cassandra schema (``tikk migrate``): numbered steps, each applied once.
+
+Applied steps are recorded in ``schema_migrations``; a step is a list of idempotent CQL
+statements, so a migration interrupted half-way is simply run again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tikk.cassandra_session import CassandraSession
+
+
+@dataclass(frozen=True)
+class Migration:
+    component: str
+    version: int
+    description: str
+    statements: Sequence[str]
+
+
+# Rows of the due index expire this long after their due time: long past any cursor.
+DUE_RETENTION_S = 2 * 86_400
+# Finished tasks (and their listing rows) are kept this long.
+TASK_RETENTION_S = 30 * 86_400
+
+STORE_MIGRATIONS = [
+    Migration("store", 1, "tasks, due index, cursors, listings", [
+        """CREATE TABLE IF NOT EXISTS tasks (
+            namespace text, task_id text, queue text, handler text, payload blob,
+            labels map<text, text>, max_attempts int, initial_backoff_ms bigint,
+            multiplier double, max_backoff_ms bigint, jitter double, state int, attempt int,
+            due_ms bigint, scheduled_ms bigint, created_ms bigint, updated_ms bigint, shard int,
+            fingerprint text, last_error_type text, last_error_message text,
+            PRIMARY KEY ((namespace, task_id)))""",
+        # Partition = (shard, minute of due), clustering = (second, task key): a dispatcher
+        # reads one small partition slice after its cursor. Rows expire (TTL) after their
+        # due time instead of being deleted, so scans never meet per-row tombstones.
+        """CREATE TABLE IF NOT EXISTS due_index (
+            shard int, minute bigint, second bigint, task_key text, due_ms bigint,
+            namespace text, task_id text, attempt int, queue text, handler text, payload blob,
+            labels map<text, text>, max_attempts int, scheduled_ms bigint,
+            PRIMARY KEY ((shard, minute), second, task_key))
+            WITH compaction = {'class': 'TimeWindowCompactionStrategy',
+                               'compaction_window_unit': 'HOURS', 'compaction_window_size': 6}
+            AND gc_grace_seconds = 3600""",
+        # Every cursor in one small partition, so a dispatcher moves all of its shards'
+        # cursors in one conditional (fenced) batch per flush.
+        """CREATE TABLE IF NOT EXISTS cursors (
+            ring int, shard int, second bigint, epoch bigint, PRIMARY KEY ((ring), shard))""",
+        # Listing by queue: one partition per (namespace, queue, shard), rows expire with
+        # the task's retention, so no partition grows without bound.
+        """CREATE TABLE IF NOT EXISTS tasks_by_queue (
+            namespace text, queue text, shard int, task_id text,
+            PRIMARY KEY ((namespace, queue, shard), task_id))""",
+        # Dead letters by day, newest first.
+        """CREATE TABLE IF NOT EXISTS dead_letters (
+            namespace text, day bigint, updated_ms bigint, task_id text, queue text,
+            PRIMARY KEY ((namespace, day), updated_ms, task_id))
+            WITH CLUSTERING ORDER BY (updated_ms DESC, task_id DESC)""",
+    ]),
+]  # fmt: skip
+
+
+def _ensure_keyspace(session: CassandraSession, replication: str) -> None:
+    ks = session.config.keyspace
+    session.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}")
+    session.session.execute(
+        f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
+        "component text, version int, description text, applied_ms bigint,"
+        " PRIMARY KEY (component, version))"
+    )
+
+
+def migrate(
+    session: CassandraSession, migrations: Sequence[Migration], replication: str
+) -> list[Migration]:
+    """Apply the steps not yet recorded; blocking. Returns the steps applied now.
+
+    DDL cannot be a prepared statement, so this is the one place that runs CQL text; it
+    only ever runs the constant statements above (plus the keyspace name from configuration,
+    checked to be an identifier).
+    """
+    ks = session.config.keyspace
+    if not ks.replace("_", "").isalnum():
+        raise ValueError(f"keyspace name {ks!r} must be alphanumeric/underscore")
+    _ensure_keyspace(session, replication)
+    done = {
+        (r.component, r.version)
+        for r in session.session.execute(f"SELECT component, version FROM {ks}.schema_migrations")
+    }
+    applied = []
+    for m in sorted(migrations, key=lambda m: (m.component, m.version)):
+        if (m.component, m.version) in done:
+            continue
+        for statement in m.statements:
+            session.session.execute(
+                statement.replace(
+                    "CREATE TABLE IF NOT EXISTS ", f"CREATE TABLE IF NOT EXISTS {ks}."
+                )
+            )
+        session.session.execute(
+            f"INSERT INTO {ks}.schema_migrations (component, version, description, applied_ms)"
+            " VALUES (%s, %s, %s, %s)",
+            (m.component, m.version, m.description, time.time_ns() // 1_000_000),
+        )
+        applied.append(m)
+    return applied
+
+
+INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, 0) IF NOT EXISTS"
+
+
+def init_cursors(session: CassandraSession, shard_count: int, now_s: int) -> int:
+    """Start every shard's cursor just before ``now_s`` (blocking; existing cursors are kept).
+
+    Nothing can be due before the store accepted it, and a scan from second 0 would walk
+    every minute bucket since 1970. Returns how many cursors were created.
+    """
+    statement = session.prepare(INIT_CURSOR)
+    created = 0
+    for shard in range(shard_count):
+        row = session.session.execute(statement, (shard, now_s - 1)).one()
+        created += bool(row[0])
+    return created

@@ -1,0 +1,387 @@
+"""Task store on Cassandra (``cassandra://host:port/keyspace``); semantics in ``tikk.store``.
+
+Tables (``tikk.cassandra_schema``): ``tasks`` by id, ``due_index`` partitioned by (shard,
+minute) and clustered by (second, task key), ``cursors`` with the owner's fencing epoch,
+``tasks_by_queue`` and ``dead_letters`` for listings. Prepared statements only, no ALLOW
+FILTERING, no secondary indexes.
+
+Consistency without Paxos on the hot path: a task with a client-chosen id is created with a
+lightweight transaction (``IF NOT EXISTS``, which gives idempotent create and ALREADY_EXISTS)
+and then its due row; server-assigned ids are unique and go in one logged batch. If a
+process dies between the two writes of a client-id create, the RPC never returned OK, and the
+client's retry (same id, same content) rewrites the due row. Cancel is refused within
+``cancel_fence_ms`` of the due time: the dispatcher checks the task row when it fires, and a
+cancel acknowledged at least that long before is visible to that read, whereas a closer one
+might race it without a consensus round per fire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tikk.buckets import minute_of_second, second_of, task_key
+from tikk.cassandra_schema import DUE_RETENTION_S, TASK_RETENTION_S
+from tikk.cassandra_session import CassandraConfig, CassandraSession
+from tikk.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    FailedPrecondition,
+    NotFound,
+    StaleOwner,
+    TikkError,
+)
+from tikk.model import (
+    Cursor,
+    DueEntry,
+    Page,
+    RetryPolicy,
+    Task,
+    TaskState,
+    Transition,
+    apply_transition,
+)
+from tikk.paging import decode_token, encode_token
+
+_TASK_COLS = (
+    "namespace, task_id, queue, handler, payload, labels, max_attempts, initial_backoff_ms, "
+    "multiplier, max_backoff_ms, jitter, state, attempt, due_ms, scheduled_ms, created_ms, "
+    "updated_ms, shard, fingerprint, last_error_type, last_error_message"
+)
+_DUE_COLS = (
+    "shard, due_ms, namespace, task_id, attempt, queue, handler, payload, labels, "
+    "max_attempts, scheduled_ms"
+)
+_MARKS = ", ".join("?" * 21)
+INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) USING TTL ?"
+CREATE_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) IF NOT EXISTS USING TTL ?"
+SELECT_TASK = f"SELECT {_TASK_COLS} FROM tasks WHERE namespace = ? AND task_id = ?"
+INSERT_DUE = (
+    "INSERT INTO due_index (shard, minute, second, task_key, due_ms, namespace, task_id, "
+    "attempt, queue, handler, payload, labels, max_attempts, scheduled_ms) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+)
+DELETE_DUE = "DELETE FROM due_index WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
+SELECT_DUE = (
+    f"SELECT {_DUE_COLS} FROM due_index WHERE shard = ? AND minute = ?"
+    " AND (second, task_key) > (?, ?) AND (second, task_key) < (?, ?) LIMIT ?"
+)
+INSERT_BY_QUEUE = (
+    "INSERT INTO tasks_by_queue (namespace, queue, shard, task_id) VALUES (?, ?, ?, ?) USING TTL ?"
+)
+SELECT_BY_QUEUE = (
+    "SELECT task_id FROM tasks_by_queue WHERE namespace = ? AND queue = ? AND shard = ?"
+    " AND task_id > ? LIMIT ?"
+)
+SET_STATE = "UPDATE tasks SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+SELECT_CURSOR = "SELECT second, epoch FROM cursors WHERE ring = 0 AND shard = ?"
+SELECT_CURSORS = "SELECT shard, second, epoch FROM cursors WHERE ring = 0"
+INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, ?) IF NOT EXISTS"
+MOVE_CURSOR = "UPDATE cursors SET second = ?, epoch = ? WHERE ring = 0 AND shard = ? IF epoch = ?"
+INSERT_DEAD = (
+    "INSERT INTO dead_letters (namespace, day, updated_ms, task_id, queue) VALUES (?, ?, ?, ?, ?)"
+    " USING TTL ?"
+)
+DELETE_DEAD = (
+    "DELETE FROM dead_letters WHERE namespace = ? AND day = ? AND updated_ms = ? AND task_id = ?"
+)
+SELECT_DEAD = (
+    "SELECT updated_ms, task_id, queue FROM dead_letters WHERE namespace = ? AND day = ?"
+    " AND (updated_ms, task_id) < (?, ?) LIMIT ?"
+)
+_DAY_MS = 86_400_000
+_MAX_TTL_S = 630_720_000  # Cassandra's ceiling (20 years)
+# Concurrent requests per bulk operation: enough to keep a node busy, bounded for memory.
+_WINDOW = 256
+
+
+def _ttl_after(due_ms: int, now_ms: int, retention_s: int) -> int:
+    return max(1, min(_MAX_TTL_S, (max(due_ms - now_ms, 0) // 1000) + retention_s))
+
+
+def _task_values(t: Task) -> list[Any]:
+    r = t.retry
+    return [
+        t.namespace, t.task_id, t.queue, t.handler, t.payload, dict(t.labels), r.max_attempts,
+        r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter, int(t.state), t.attempt,
+        t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms, t.shard, t.fingerprint,
+        t.last_error_type, t.last_error_message,
+    ]  # fmt: skip
+
+
+def _task_from_row(row: Any) -> Task:
+    return Task(
+        namespace=row.namespace, task_id=row.task_id, queue=row.queue, handler=row.handler,
+        payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
+        retry=RetryPolicy(row.max_attempts, row.initial_backoff_ms, row.multiplier,
+                          row.max_backoff_ms, row.jitter),
+        state=TaskState(row.state), attempt=row.attempt, due_ms=row.due_ms,
+        scheduled_ms=row.scheduled_ms, created_ms=row.created_ms, updated_ms=row.updated_ms,
+        shard=row.shard, fingerprint=row.fingerprint, last_error_type=row.last_error_type or "",
+        last_error_message=row.last_error_message or "",
+    )  # fmt: skip
+
+
+def _entry_from_row(row: Any) -> DueEntry:
+    return DueEntry(
+        shard=row.shard, due_ms=row.due_ms, namespace=row.namespace, task_id=row.task_id,
+        attempt=row.attempt, queue=row.queue, handler=row.handler,
+        payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
+        max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
+    )  # fmt: skip
+
+
+def _due_values(e: DueEntry, now_ms: int) -> list[Any]:
+    return [
+        e.shard, minute_of_second(e.second), e.second, e.key, e.due_ms, e.namespace, e.task_id,
+        e.attempt, e.queue, e.handler, e.payload, dict(e.labels), e.max_attempts,
+        e.scheduled_ms, _ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
+    ]  # fmt: skip
+
+
+class CassandraTaskStore:
+    def __init__(self, url: str, shard_count: int, *, cancel_fence_ms: int = 2_000) -> None:
+        self._db = CassandraSession(CassandraConfig.from_url(url, "store_url"))
+        self._shard_count = shard_count
+        self.cancel_fence_ms = cancel_fence_ms
+
+    @property
+    def session(self) -> CassandraSession:
+        return self._db
+
+    @property
+    def shard_count(self) -> int:
+        return self._shard_count
+
+    async def connect(self) -> None:
+        await asyncio.to_thread(self._db.connect)
+
+    def _write_task(self, t: Task, now_ms: int) -> list[tuple[str, Sequence[Any]]]:
+        ttl = _ttl_after(t.due_ms, now_ms, TASK_RETENTION_S)
+        return [
+            (INSERT_TASK, [*_task_values(t), ttl]),
+            (INSERT_BY_QUEUE, [t.namespace, t.queue, t.shard, t.task_id, ttl]),
+        ]
+
+    async def create(self, task: Task) -> tuple[Task, bool]:
+        now = task.created_ms
+        ttl = _ttl_after(task.due_ms, now, TASK_RETENTION_S)
+        rows = await self._db.execute(CREATE_TASK, [*_task_values(task), ttl])
+        if rows and not rows[0][0]:
+            existing = _task_from_row(rows[0])
+            if existing.fingerprint != task.fingerprint:
+                raise AlreadyExists(
+                    f"task {task.task_id!r} already exists in namespace {task.namespace!r} "
+                    "with different content"
+                )
+            if existing.state is TaskState.SCHEDULED:
+                # Heals a create that died between its two writes (see module docstring).
+                await self._db.execute(INSERT_DUE, _due_values(existing.entry(), now))
+            return existing, False
+        await self._db.execute_batch(
+            [(INSERT_DUE, _due_values(task.entry(), now)),
+             (INSERT_BY_QUEUE, [task.namespace, task.queue, task.shard, task.task_id, ttl])]
+        )  # fmt: skip
+        return task, True
+
+    async def create_many(self, tasks: Sequence[Task]) -> list[tuple[Task, bool] | TikkError]:
+        limit = asyncio.Semaphore(_WINDOW)
+
+        async def one(task: Task) -> tuple[Task, bool] | TikkError:
+            async with limit:
+                try:
+                    return await self.create(task)
+                except AlreadyExists as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(t) for t in tasks)))
+
+    async def get(self, namespace: str, task_id: str) -> Task:
+        rows = await self._db.execute(SELECT_TASK, [namespace, task_id])
+        if not rows:
+            raise NotFound(f"task {task_id!r} not found in namespace {namespace!r}")
+        return _task_from_row(rows[0])
+
+    async def cancel(self, namespace: str, task_id: str, now_ms: int) -> Task:
+        task = await self.get(namespace, task_id)
+        if task.state is TaskState.CANCELLED:
+            return task
+        if task.state is not TaskState.SCHEDULED:
+            raise FailedPrecondition(
+                f"task {task_id!r} is {task.state.name.lower()} and can no longer be cancelled"
+            )
+        if task.due_ms - now_ms < self.cancel_fence_ms:
+            raise FailedPrecondition(
+                f"task {task_id!r} is due within {self.cancel_fence_ms} ms and may already be "
+                "dispatched; it can no longer be cancelled"
+            )
+        await self._db.execute(SET_STATE, [int(TaskState.CANCELLED), now_ms, namespace, task_id])
+        second = second_of(task.due_ms)
+        key = task_key(namespace, task_id)
+        await self._db.execute(DELETE_DUE, [task.shard, minute_of_second(second), second, key])
+        return task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
+
+    async def list_tasks(
+        self, namespace: str, queue: str, state: TaskState | None, page_size: int, page_token: str
+    ) -> Page[Task]:
+        after = decode_token(page_token, (int, str))
+        shard, last = (int(after[0]), str(after[1])) if after else (0, "")
+        found: list[Task] = []
+        while shard < self._shard_count and len(found) < page_size:
+            rows = await self._db.execute(SELECT_BY_QUEUE, [namespace, queue, shard, last,
+                                                           page_size])  # fmt: skip
+            tasks = await self._get_many(namespace, [r.task_id for r in rows])
+            for tid, task in zip([r.task_id for r in rows], tasks, strict=True):
+                last = tid
+                if task is not None and (state is None or task.state is state):
+                    found.append(task)
+                if len(found) == page_size:
+                    break
+            if len(found) < page_size and len(rows) < page_size:
+                shard, last = shard + 1, ""
+            elif len(found) < page_size:
+                continue
+        more = shard < self._shard_count
+        return Page(found, encode_token(shard, last) if more else "")
+
+    async def _get_many(self, namespace: str, ids: Sequence[str]) -> list[Task | None]:
+        async def one(tid: str) -> Task | None:
+            try:
+                return await self.get(namespace, tid)
+            except NotFound:
+                return None
+
+        return list(await asyncio.gather(*(one(t) for t in ids)))
+
+    async def list_dead_letters(
+        self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
+    ) -> Page[Task]:
+        after = decode_token(page_token, (int, int, str))
+        day, before_ms, before_id = (
+            (int(after[0]), int(after[1]), str(after[2]))
+            if after
+            else (now_ms // _DAY_MS, 2**62, "")
+        )
+        oldest = now_ms // _DAY_MS - TASK_RETENTION_S * 1000 // _DAY_MS
+        found: list[Task] = []
+        while day >= oldest and len(found) < page_size:
+            params = [namespace, day, before_ms, before_id, page_size]
+            rows = await self._db.execute(SELECT_DEAD, params)
+            tasks = await self._get_many(namespace, [r.task_id for r in rows])
+            for row, task in zip(rows, tasks, strict=True):
+                before_ms, before_id = row.updated_ms, row.task_id
+                if task is not None and _still_dead(task, row.updated_ms, queue):
+                    found.append(task)
+                if len(found) == page_size:
+                    break
+            if len(rows) < page_size and len(found) < page_size:
+                day, before_ms, before_id = day - 1, 2**62, ""
+        more = len(found) == page_size
+        return Page(found, encode_token(day, before_ms, before_id) if more else "")
+
+    async def read_due(
+        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+    ) -> list[DueEntry]:
+        after_second, after_key = after
+        out: list[DueEntry] = []
+        for minute in range(minute_of_second(after_second), minute_of_second(until_second) + 1):
+            rows = await self._db.execute(
+                SELECT_DUE,
+                [shard, minute, after_second, after_key, until_second + 1, "", limit - len(out)],
+            )
+            out += [_entry_from_row(r) for r in rows]
+            if len(out) >= limit:
+                break
+        return out
+
+    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> list[DueEntry]:
+        limit = asyncio.Semaphore(_WINDOW)
+
+        async def one(e: DueEntry) -> DueEntry | None:
+            async with limit:
+                rows = await self._db.execute(SELECT_TASK, [e.namespace, e.task_id])
+                if not rows:
+                    return None
+                t = rows[0]
+                fresh = t.attempt == e.attempt and t.due_ms == e.due_ms
+                if not fresh or t.state not in (TaskState.SCHEDULED, TaskState.DISPATCHED):
+                    return None
+                if t.state == TaskState.SCHEDULED:
+                    await self._db.execute(
+                        SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
+                    )
+                return e
+
+        results = await asyncio.gather(*(one(e) for e in entries))
+        return [e for e in results if e is not None]
+
+    async def finish_attempt(
+        self, namespace: str, task_id: str, attempt: int, transition: Transition, now_ms: int
+    ) -> Task | None:
+        task = await self.get(namespace, task_id)
+        if task.state is not TaskState.DISPATCHED or task.attempt != attempt:
+            return None
+        updated = apply_transition(task, transition, now_ms)
+        writes = self._write_task(updated, now_ms)
+        if updated.state is TaskState.SCHEDULED:
+            writes.append((INSERT_DUE, _due_values(updated.entry(), now_ms)))
+        elif updated.state is TaskState.DEAD_LETTERED:
+            writes.append((INSERT_DEAD, [namespace, now_ms // _DAY_MS, now_ms, task_id,
+                                         updated.queue, TASK_RETENTION_S]))  # fmt: skip
+        await self._db.execute_batch(writes)
+        return updated
+
+    async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
+        task = await self.get(namespace, task_id)
+        if task.state is not TaskState.DEAD_LETTERED:
+            raise FailedPrecondition(
+                f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
+            )
+        again = task.evolve(state=TaskState.SCHEDULED, attempt=1, due_ms=now_ms, updated_ms=now_ms)
+        writes = self._write_task(again, now_ms)
+        writes.append((INSERT_DUE, _due_values(again.entry(), now_ms)))
+        writes.append((DELETE_DEAD, [namespace, task.updated_ms // _DAY_MS, task.updated_ms,
+                                     task_id]))  # fmt: skip
+        await self._db.execute_batch(writes)
+        return again
+
+    async def get_cursor(self, shard: int) -> Cursor:
+        rows = await self._db.execute(SELECT_CURSOR, [shard])
+        return Cursor(0, 0) if not rows else Cursor(rows[0].second, rows[0].epoch)
+
+    async def advance_cursors(self, moves: Mapping[int, Cursor]) -> set[int]:
+        for _ in range(5):
+            current = {r.shard: Cursor(r.second, r.epoch)
+                       for r in await self._db.execute(SELECT_CURSORS, [])}  # fmt: skip
+            refused = {s for s, m in moves.items() if s in current and current[s].epoch > m.epoch}
+            writes = [_cursor_write(s, m, current.get(s)) for s, m in moves.items()
+                      if s not in refused]  # fmt: skip
+            if not writes or await self._db.execute_conditional_batch(writes):
+                return refused
+            # Another owner wrote in between: read again and re-decide.
+        raise BackendUnavailable("cursor update kept conflicting with another owner")
+
+    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
+        if await self.advance_cursors({shard: Cursor(second, epoch)}):
+            raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._db.close)
+
+
+def _still_dead(task: Task, listed_ms: int, queue: str) -> bool:
+    """A dead-letter row is current if the task is still dead-lettered by that transition."""
+    return (
+        task.state is TaskState.DEAD_LETTERED
+        and task.updated_ms == listed_ms
+        and (not queue or task.queue == queue)
+    )
+
+
+def _cursor_write(shard: int, move: Cursor, current: Cursor | None) -> tuple[str, list[Any]]:
+    """A fenced write: it applies only if the row is still what was read."""
+    if current is None:
+        return INIT_CURSOR, [shard, move.second, move.epoch]
+    second = max(move.second, current.second)
+    return MOVE_CURSOR, [second, move.epoch, shard, current.epoch]
