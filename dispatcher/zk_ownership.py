@@ -1,0 +1,418 @@
+"""Shard ownership on ZooKeeper: the live dispatchers divide the shards, one active owner each.
+
+Nodes under the chroot (default ``/tikk``)::
+
+    <chroot>/members/<member id>    ephemeral; one per live dispatcher
+    <chroot>/shards/<n>/owner       ephemeral; created by the member that owns shard n
+
+Every member lists the members and computes the same assignment
+(``dispatcher.shard_assignment.assign``, a pure function). It creates the owner node of each
+shard assigned to it that is free and watches the others; when such a node goes (its owner
+released it in a rebalance, or its session expired after a crash) the watch wakes the member
+and it takes the shard. A member deletes the owner nodes of shards no longer assigned to it,
+after first dropping them from ``owned()``, so two members never report the same shard.
+
+**Epochs.** The fencing epoch of a shard is the creation zxid (``czxid``) of its owner node.
+ZooKeeper orders every write, so the node of a later owner has a larger czxid than any earlier
+one: a stale owner presents an older epoch and the task store refuses its cursor writes.
+
+**States** (``ZkOwnership.state``); ``owned()`` is non-empty only in ACTIVE::
+
+               start()              member node and owner nodes verified
+    STOPPED ────────────▶ SYNCING ─────────────────────────────────────▶ ACTIVE
+                           ▲   ▲                                          │
+                           │   │ CONNECTED, same session                  │ connection lost
+                           │   └──────────────── SUSPENDED ◀──────────────┘ (or from SYNCING)
+                           │ CONNECTED,             │
+                           │ new session            │ session expired
+                           └───────────── LOST ◀────┘
+
+    ACTIVE ──members or owner nodes changed──▶ ACTIVE   (release first, then acquire)
+    any ──stop()──▶ STOPPED
+
+* SUSPENDED: the connection dropped; the session may live on but nothing can be proven, so
+  ``owned()`` is emptied at once. kazoo suspends after 2/3 of the session timeout without an
+  answer, before the server may expire the session and hand the shards to another member.
+* LOST: the session expired, and with it every node of ours; kazoo reconnects with a new one.
+* SYNCING: connected; the worker (re)registers the member node and checks each owner node's
+  ``ephemeralOwner`` against our session before anything is reported owned again.
+
+**Threads.** kazoo calls the connection listener on its connection thread and watches on its
+callback thread. The listener only flips the state (emptying ``owned()``) and a watch only
+wakes the worker thread of this class, which makes every ZooKeeper call, each with a timeout
+(kazoo drops requests queued while disconnected when the session expires, so an unbounded
+wait could hang for ever).
+``owned()`` is an immutable mapping replaced as a whole, so the event loop reads it without a
+lock. Every connection event bumps a generation; the worker publishes what it found only if
+the generation did not move meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from dispatcher.shard_assignment import assign
+from tikk.errors import BackendUnavailable, InvalidArgument
+from tikk.urls import split_url
+
+try:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+    from kazoo.handlers.threading import KazooTimeoutError
+    from kazoo.protocol.states import KazooState
+    from kazoo.retry import KazooRetry
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "ZooKeeper shard ownership needs kazoo: pip install 'tikk[zookeeper]'"
+    ) from exc
+
+log = logging.getLogger("tikk.ownership")
+
+DEFAULT_CHROOT = "/tikk"
+_EMPTY: Mapping[int, int] = MappingProxyType({})
+# Pause after a failed sync pass before the next one (the cause is logged).
+_RETRY_DELAY_S = 0.5
+
+
+class ZkState(enum.Enum):
+    """Where a member stands; see the module docstring for the transitions."""
+
+    STOPPED = "stopped"
+    SYNCING = "syncing"
+    ACTIVE = "active"
+    SUSPENDED = "suspended"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class ZkTarget:
+    """Where the group lives: kazoo's ``host:port[,host:port]`` and the chroot path."""
+
+    hosts: str
+    chroot: str
+
+
+def parse_zk_url(url: str) -> ZkTarget:
+    """``zk://host:port[,host:port][/chroot]``; the chroot defaults to ``/tikk``.
+
+    Raises ``InvalidArgument`` (field ``ownership_url``) for anything else.
+    """
+    scheme, rest = split_url("ownership_url", url)
+    hosts, _, path = rest.partition("/")
+    path = path.strip("/")
+    if scheme != "zk" or not _hosts_ok(hosts) or "//" in path:
+        raise InvalidArgument(
+            "ownership_url", f"expected zk://host:port[,host:port]/chroot, got {url!r}"
+        )
+    return ZkTarget(hosts, f"/{path}" if path else DEFAULT_CHROOT)
+
+
+def _hosts_ok(hosts: str) -> bool:
+    """Every comma-separated entry is ``host`` or ``host:port``."""
+    for entry in hosts.split(","):
+        host, sep, port = entry.rpartition(":")
+        if not entry or (sep and not (host and port.isdigit())):
+            return False
+    return True
+
+
+def default_member_id() -> str:
+    """hostname-pid-random: unique per process, readable in ZooKeeper listings."""
+    return f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+class ZkOwnership:
+    """The ``Ownership`` backend on ZooKeeper (see the module docstring).
+
+    ``session_timeout_s`` bounds how long the shards of a crashed dispatcher stay without an
+    owner. Construction does no I/O; ``start()`` connects.
+    """
+
+    def __init__(
+        self,
+        hosts: str,
+        shard_count: int,
+        *,
+        chroot: str = DEFAULT_CHROOT,
+        member_id: str | None = None,
+        session_timeout_s: float = 10.0,
+    ) -> None:
+        self.member_id = member_id if member_id is not None else default_member_id()
+        if not self.member_id or "/" in self.member_id:
+            raise InvalidArgument("member_id", f"must be a non-empty znode name: {member_id!r}")
+        if shard_count < 1 or session_timeout_s <= 0:
+            raise InvalidArgument("ownership", "shard_count and session_timeout_s must be > 0")
+        self._hosts = hosts
+        self._shard_count = shard_count
+        self._chroot = chroot.rstrip("/")
+        self._timeout_s = session_timeout_s
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._state = ZkState.STOPPED
+        self._generation = 0
+        self._owned: Mapping[int, int] = _EMPTY
+        # Worker thread only: the session we joined with and shard → czxid of our owner nodes.
+        self._session: int | None = None
+        self._held: dict[int, int] = {}
+        self._client: Any = None
+        self._worker: threading.Thread | None = None
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        shard_count: int,
+        *,
+        member_id: str | None = None,
+        session_timeout_s: float = 10.0,
+    ) -> ZkOwnership:
+        """From ``zk://host:port[,host:port][/chroot]``; raises ``InvalidArgument``."""
+        target = parse_zk_url(url)
+        return cls(
+            target.hosts,
+            shard_count,
+            chroot=target.chroot,
+            member_id=member_id,
+            session_timeout_s=session_timeout_s,
+        )
+
+    def __repr__(self) -> str:
+        return f"ZkOwnership({self._hosts}{self._chroot}, member={self.member_id!r})"
+
+    @property
+    def state(self) -> ZkState:
+        return self._state
+
+    def owned(self) -> Mapping[int, int]:
+        return self._owned
+
+    async def start(self) -> None:
+        """Connect (raising ``BackendUnavailable`` if no server answers within the session
+        timeout) and start the worker thread; a no-op when already started."""
+        if self._client is not None:
+            return
+        self._client = self._new_client()
+        self._stopping.clear()
+        self._set_state(ZkState.SYNCING)
+        try:
+            await asyncio.to_thread(self._client.start, self._timeout_s)
+        except KazooTimeoutError as exc:
+            # kazoo has already stopped and closed the client.
+            self._client = None
+            self._set_state(ZkState.STOPPED)
+            raise BackendUnavailable(
+                f"ZooKeeper at {self._hosts} did not answer within {self._timeout_s}s"
+            ) from exc
+        self._worker = threading.Thread(
+            target=self._run, name=f"tikk-ownership-{self.member_id}", daemon=True
+        )
+        self._wake.set()
+        self._worker.start()
+
+    async def stop(self) -> None:
+        """Stop reporting shards, delete our owner and member nodes, close the session."""
+        client, worker = self._client, self._worker
+        if client is None:
+            return
+        self._client = self._worker = None
+        self._set_state(ZkState.STOPPED)
+        self._stopping.set()
+        self._wake.set()
+        await asyncio.to_thread(self._shutdown, client, worker)
+
+    # -- kazoo's threads: flip state and wake the worker, nothing else ------------------------
+
+    def _on_connection(self, state: str) -> None:
+        """Connection listener; runs on kazoo's connection thread and must never block."""
+        if state == KazooState.CONNECTED:
+            self._set_state(ZkState.SYNCING, unless_stopped=True)
+        elif state == KazooState.SUSPENDED:
+            self._set_state(ZkState.SUSPENDED, unless_stopped=True)
+        else:
+            self._set_state(ZkState.LOST, unless_stopped=True)
+        self._wake.set()
+
+    def _on_watch(self, event: object) -> None:
+        """Any watch (members, owner nodes) fired: resync on the worker thread."""
+        self._wake.set()
+
+    def _set_state(self, state: ZkState, *, unless_stopped: bool = False) -> None:
+        # Every transition empties owned(): only a sync pass that finished within one
+        # generation may fill it again. The lock is only ever held for these few assignments.
+        with self._lock:
+            if unless_stopped and self._state is ZkState.STOPPED:
+                return
+            self._state = state
+            self._generation += 1
+            self._owned = _EMPTY
+
+    # -- the worker thread ----------------------------------------------------------------------
+
+    def _new_client(self) -> Any:
+        # kazoo's default reconnect backoff grows to an hour; retry often enough to reach a
+        # server again before the session expires.
+        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=max(0.2, self._timeout_s / 4))
+        client = KazooClient(hosts=self._hosts, timeout=self._timeout_s, connection_retry=retry)
+        client.add_listener(self._on_connection)
+        return client
+
+    def _run(self) -> None:
+        # The periodic pass is a safety net; watches normally wake the worker at once.
+        while not self._stopping.is_set():
+            self._wake.wait(self._timeout_s)
+            self._wake.clear()
+            if self._stopping.is_set():
+                return
+            try:
+                self._sync()
+            except (KazooException, KazooTimeoutError) as exc:
+                log.info("%r: sync interrupted (%r), retrying", self, exc)
+                self._retry_soon()
+            except Exception:  # the worker must survive anything, or owned() would freeze
+                log.exception("%r: shard ownership sync failed, retrying", self)
+                self._retry_soon()
+
+    def _retry_soon(self) -> None:
+        self._stopping.wait(_RETRY_DELAY_S)
+        self._wake.set()
+
+    def _sync(self) -> None:
+        """One pass: join, compute the assignment, release what is no longer ours, acquire
+        (or re-verify) the rest, then publish if no connection event intervened."""
+        with self._lock:
+            generation, state, client = self._generation, self._state, self._client
+        session = _session_id(client)
+        if state not in (ZkState.SYNCING, ZkState.ACTIVE) or session is None:
+            return
+        if session != self._session:
+            # A new session: the nodes of the old one are gone, or soon will be.
+            self._session, self._held = session, {}
+        members = self._join(client, session)
+        mine = assign(self._shard_count, members).get(self.member_id, [])
+        self._release(client, [s for s in self._held if s not in mine])
+        self._held = self._acquire(client, session, mine)
+        self._publish(generation, self._held)
+
+    def _join(self, client: Any, session: int) -> list[str]:
+        """Ensure our member node exists for this session; the current member ids."""
+        path = self._member_path
+        stat = self._wait(client.exists_async(path, watch=self._on_watch))
+        if stat is None:
+            self._wait(client.create_async(path, self._node_value, ephemeral=True, makepath=True))
+        elif stat.ephemeralOwner != session:
+            # A previous process with our id, not yet expired; the watch fires when it goes.
+            log.warning("%r: member node still held by session %x", self, stat.ephemeralOwner)
+        members = self._wait(client.get_children_async(path.rpartition("/")[0], self._on_watch))
+        return sorted(members)
+
+    def _release(self, client: Any, shards: list[int]) -> None:
+        """Hand over ``shards``: drop them from owned() first, then delete their nodes."""
+        if not shards:
+            return
+        with self._lock:
+            self._owned = MappingProxyType(
+                {s: e for s, e in self._owned.items() if s not in shards}
+            )
+        self._delete_own(client, [self._owner_path(s) for s in shards])
+        self._held = {s: e for s, e in self._held.items() if s not in shards}
+
+    def _acquire(self, client: Any, session: int, shards: Iterable[int]) -> dict[int, int]:
+        """Shard → epoch of every shard in ``shards`` whose owner node is ours, creating the
+        free ones; watches the others so their release wakes us."""
+        pending = {s: client.exists_async(self._owner_path(s), self._on_watch) for s in shards}
+        held: dict[int, int] = {}
+        free: list[int] = []
+        for shard, result in pending.items():
+            stat = self._wait(result)
+            if stat is None:
+                free.append(shard)
+            elif stat.ephemeralOwner == session:
+                held[shard] = int(stat.czxid)
+        creates = {
+            s: client.create_async(
+                self._owner_path(s),
+                self._node_value,
+                ephemeral=True,
+                makepath=True,
+                include_data=True,
+            )
+            for s in free
+        }
+        for shard, result in creates.items():
+            try:
+                _, stat = self._wait(result)
+            except NodeExistsError:
+                continue  # another member was faster; our exists watch fires when it lets go
+            held[shard] = int(stat.czxid)
+        return held
+
+    def _publish(self, generation: int, held: Mapping[int, int]) -> None:
+        with self._lock:
+            if generation != self._generation:
+                return  # a connection event came in meanwhile; the next pass decides
+            self._state = ZkState.ACTIVE
+            self._owned = MappingProxyType(dict(held))
+
+    def _delete_own(self, client: Any, paths: list[str]) -> None:
+        """Delete those of ``paths`` that are ephemeral nodes of our current session."""
+        stats = [(p, client.exists_async(p)) for p in paths]
+        deletes = []
+        for path, result in stats:
+            stat = self._wait(result)
+            if stat is None or stat.ephemeralOwner != self._session:
+                continue
+            # Checked before each delete: a delete sent on a newer session (ours expired)
+            # could remove a successor's node at the same path.
+            if _session_id(client) != self._session:
+                return
+            deletes.append(client.delete_async(path, version=stat.version))
+        for result in deletes:
+            with contextlib.suppress(NoNodeError):  # gone already: released all the same
+                self._wait(result)
+
+    def _shutdown(self, client: Any, worker: threading.Thread | None) -> None:
+        # A worker blocked on a call is freed at the latest by its timeout.
+        if worker is not None:
+            worker.join(self._timeout_s * 2)
+        try:
+            if self._session is not None and _session_id(client) == self._session:
+                owners = [self._owner_path(s) for s in self._held]
+                self._delete_own(client, [*owners, self._member_path])
+        except Exception:  # closing the session below removes our nodes all the same
+            log.warning("%r: could not release shards before closing", self, exc_info=True)
+        finally:
+            self._held, self._session = {}, None
+            client.stop()
+            client.close()
+
+    def _wait(self, result: Any) -> Any:
+        return result.get(timeout=self._timeout_s)
+
+    @property
+    def _member_path(self) -> str:
+        return f"{self._chroot}/members/{self.member_id}"
+
+    def _owner_path(self, shard: int) -> str:
+        return f"{self._chroot}/shards/{shard}/owner"
+
+    @property
+    def _node_value(self) -> bytes:
+        return self.member_id.encode()
+
+
+def _session_id(client: Any) -> int | None:
+    """The session of a connected client, else ``None``."""
+    client_id = client.client_id if client is not None else None
+    return int(client_id[0]) if client_id else None

@@ -1,0 +1,441 @@
+"""The Ownership contract (dispatcher.ownership), run against SingleOwner and ZooKeeper; then
+ZooKeeper's own behaviour with real sessions: splitting, rebalancing, failover after kill -9,
+SUSPENDED, and fencing of a stale owner in a real task store.
+
+Every ZooKeeper test uses its own chroot. Link failures go through ``LinkProxy``, a TCP relay
+on loopback in front of the real server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from dispatcher.ownership import Ownership, SingleOwner
+from dispatcher.shard_assignment import assign
+from dispatcher.zk_ownership import ZkOwnership, ZkState, parse_zk_url
+from tests.services import ZOOKEEPER, require
+from tikk.errors import BackendUnavailable, InvalidArgument, StaleOwner
+from tikk.sqlite_store import SqliteTaskStore
+
+SHARDS = 12
+# Short sessions keep failover tests fast; the server's minimum is 1 s.
+SESSION_S = 2.0
+# How long a change may take to show when no session has to expire first.
+SOON_S = 3.0
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def eventually(check: Callable[[], bool], within_s: float, what: str) -> float:
+    """Seconds until ``check()`` held, polling like a dispatcher tick; fails after
+    ``within_s``."""
+    start = time.monotonic()
+    while not check():
+        if time.monotonic() - start > within_s:
+            pytest.fail(f"not within {within_s}s: {what}")
+        await asyncio.sleep(0.01)
+    return time.monotonic() - start
+
+
+def shards_of(owners: list[ZkOwnership]) -> dict[str, list[int]]:
+    return {o.member_id: sorted(o.owned()) for o in owners}
+
+
+# -- where the group lives ------------------------------------------------------------------
+
+
+@dataclass
+class ZkGroup:
+    """A fresh chroot on the real server, and the members started in it (stopped at the end)."""
+
+    address: str
+    chroot: str
+    members: list[ZkOwnership] = field(default_factory=list)
+
+    def url(self, address: str | None = None) -> str:
+        return f"zk://{address or self.address}{self.chroot}"
+
+    def member(
+        self, member_id: str | None = None, *, via: str | None = None, session_s: float = SESSION_S
+    ) -> ZkOwnership:
+        owner = ZkOwnership.from_url(
+            self.url(via), SHARDS, member_id=member_id, session_timeout_s=session_s
+        )
+        self.members.append(owner)
+        return owner
+
+    async def join(
+        self, member_id: str | None = None, *, via: str | None = None, session_s: float = SESSION_S
+    ) -> ZkOwnership:
+        owner = self.member(member_id, via=via, session_s=session_s)
+        await owner.start()
+        return owner
+
+
+def _delete_tree(address: str, path: str) -> None:
+    client = KazooClient(hosts=address, timeout=SESSION_S)
+    client.start(SESSION_S)
+    try:
+        client.delete(path, recursive=True)
+    finally:
+        client.stop()
+        client.close()
+
+
+@pytest.fixture
+async def zk() -> AsyncIterator[ZkGroup]:
+    group = ZkGroup(require("zookeeper", ZOOKEEPER), f"/tikk-test/{uuid.uuid4().hex}")
+    yield group
+    for owner in group.members:
+        await owner.stop()
+    await asyncio.to_thread(_delete_tree, group.address, group.chroot)
+
+
+# -- the contract, for every backend ----------------------------------------------------------
+
+
+@pytest.fixture(params=["single", "zookeeper"])
+def make_owner(request: pytest.FixtureRequest) -> Iterator[Callable[[], Ownership]]:
+    """Makes owners of one group of SHARDS shards; each made later than the one before."""
+    if request.param == "single":
+        # Production passes the start time in milliseconds; later processes get more.
+        epochs = itertools.count(1_700_000_000_000, 1_000)
+        yield lambda: SingleOwner(SHARDS, next(epochs))
+    else:
+        group: ZkGroup = request.getfixturevalue("zk")
+        yield group.member
+
+
+async def started_alone(make: Callable[[], Ownership]) -> Ownership:
+    owner = make()
+    await owner.start()
+    await eventually(lambda: len(owner.owned()) == SHARDS, SOON_S, "a lone owner owns all")
+    return owner
+
+
+async def test_a_lone_owner_owns_every_shard(make_owner: Callable[[], Ownership]) -> None:
+    owner = await started_alone(make_owner)
+    assert set(owner.owned()) == set(range(SHARDS))
+
+
+async def test_epochs_are_positive_integers(make_owner: Callable[[], Ownership]) -> None:
+    owner = await started_alone(make_owner)
+    assert all(isinstance(e, int) and e > 0 for e in owner.owned().values())
+
+
+async def test_stop_empties_owned_and_is_idempotent(make_owner: Callable[[], Ownership]) -> None:
+    owner = await started_alone(make_owner)
+    await owner.stop()
+    assert owner.owned() == {}
+    await owner.stop()
+    assert owner.owned() == {}
+
+
+async def test_a_successor_fences_its_predecessor_in_the_store(
+    make_owner: Callable[[], Ownership], tmp_path: Path
+) -> None:
+    store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
+    first = await started_alone(make_owner)
+    old = dict(first.owned())
+    await store.advance_cursor(3, 50, old[3])
+    await first.stop()
+    second = await started_alone(make_owner)
+    new = dict(second.owned())
+    assert all(new[s] > old[s] for s in range(SHARDS))
+    await store.advance_cursor(3, 100, new[3])
+    with pytest.raises(StaleOwner):
+        await store.advance_cursor(3, 200, old[3])
+    assert (await store.get_cursor(3)).second == 100
+    await store.close()
+
+
+# -- ZooKeeper: the group -----------------------------------------------------------------------
+
+
+async def test_two_members_split_the_shards_evenly(zk: ZkGroup) -> None:
+    a, b = await zk.join("a"), await zk.join("b")
+    expected = assign(SHARDS, ["a", "b"])
+    await eventually(lambda: shards_of([a, b]) == expected, SOON_S, "an even split")
+    assert len(a.owned()) == len(b.owned()) == SHARDS // 2
+    assert set(a.owned()).isdisjoint(b.owned())
+    assert set(a.owned()) | set(b.owned()) == set(range(SHARDS))
+
+
+def overlaps(owners: list[ZkOwnership]) -> set[int]:
+    """Shards two members reported at one instant: x held the same node (same epoch) before
+    and after the read of y, and y reported the shard in between."""
+    found: set[int] = set()
+    for x, y in itertools.permutations(owners, 2):
+        before, other, after = x.owned(), y.owned(), x.owned()
+        found |= {s for s, e in before.items() if after.get(s) == e and s in other}
+    return found
+
+
+async def test_a_joining_member_rebalances_with_no_shard_owned_twice(zk: ZkGroup) -> None:
+    a, b = await zk.join("a"), await zk.join("b")
+    await eventually(lambda: shards_of([a, b]) == assign(SHARDS, ["a", "b"]), SOON_S, "two split")
+    c = await zk.join("c")
+    seen: set[int] = set()
+
+    def balanced() -> bool:
+        seen.update(overlaps([a, b, c]))
+        return shards_of([a, b, c]) == assign(SHARDS, ["a", "b", "c"])
+
+    took = await eventually(balanced, SOON_S, "a three-way split")
+    assert seen == set()
+    assert took < SOON_S
+
+
+async def test_a_stopped_member_hands_its_shards_over_without_waiting_for_expiry(
+    zk: ZkGroup,
+) -> None:
+    a, b = await zk.join("a", session_s=10.0), await zk.join("b", session_s=10.0)
+    await eventually(lambda: shards_of([a, b]) == assign(SHARDS, ["a", "b"]), SOON_S, "two split")
+    await b.stop()
+    took = await eventually(lambda: len(a.owned()) == SHARDS, SOON_S, "a takes over")
+    assert took < 10.0 / 2  # far below the session timeout: b released, nothing expired
+
+
+# -- ZooKeeper: a member killed with SIGKILL ---------------------------------------------------
+
+# A dispatcher's ownership in a process of its own, so that the test can kill -9 it. It prints
+# its owned mapping (JSON) whenever it changes.
+CHILD = """
+import asyncio, json, sys
+from dispatcher.zk_ownership import ZkOwnership
+
+async def main() -> None:
+    url, member, session_s, shards = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+    own = ZkOwnership.from_url(url, int(shards), member_id=member, session_timeout_s=session_s)
+    await own.start()
+    last = None
+    while True:
+        if dict(own.owned()) != last:
+            last = dict(own.owned())
+            print(json.dumps(last), flush=True)
+        await asyncio.sleep(0.01)
+
+asyncio.run(main())
+"""
+
+
+class ChildMember:
+    """A member running in a child process; ``owned`` is what it printed last."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.owned: dict[int, int] = {}
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls, url: str, member_id: str) -> ChildMember:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", CHILD, url, member_id, str(SESSION_S), str(SHARDS),
+            cwd=ROOT, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        return cls(proc)
+
+    async def _read(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            self.owned = {int(s): e for s, e in json.loads(line).items()}
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        await self.proc.wait()
+        await self._reader
+
+
+async def test_a_killed_member_loses_its_shards_once_its_session_expires(zk: ZkGroup) -> None:
+    a = await zk.join("a")
+    child = await ChildMember.start(zk.url(), "b")
+    try:
+        expected = assign(SHARDS, ["a", "b"])
+        await eventually(
+            lambda: shards_of([a]) == {"a": expected["a"]} and sorted(child.owned) == expected["b"],
+            SOON_S + 2,  # the child's interpreter has to start first
+            "a split with the child",
+        )
+        lost = dict(child.owned)
+    finally:
+        await child.kill()
+    took = await eventually(lambda: len(a.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
+    print(f"failover after kill -9 with a {SESSION_S}s session: {took:.2f}s")
+    # The owner nodes outlived the process until its session expired...
+    assert took > SESSION_S / 2
+    # ...and the successor's epochs are newer.
+    assert all(a.owned()[s] > epoch for s, epoch in lost.items())
+
+
+# -- ZooKeeper: link failures through a proxy -------------------------------------------------
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
+
+
+def _pump(src: socket.socket, dst: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while data := src.recv(65536):
+            dst.sendall(data)
+    _close(src)
+    _close(dst)
+
+
+class LinkProxy:
+    """A TCP relay on loopback in front of the real ZooKeeper. ``cut()`` drops every relayed
+    connection and refuses new ones, like a network failure; ``restore()`` heals it."""
+
+    def __init__(self, upstream: str) -> None:
+        host, _, port = upstream.rpartition(":")
+        self._upstream = (host, int(port))
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.05)  # so that the accept loop notices close()
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._open, self._closed = threading.Event(), threading.Event()
+        self._open.set()
+        self._lock = threading.Lock()
+        self._links: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed.is_set():
+            try:
+                conn, _ = self._server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return  # closed
+            if not self._open.is_set():
+                _close(conn)
+                continue
+            try:
+                upstream = socket.create_connection(self._upstream)
+            except OSError:
+                _close(conn)
+                continue
+            with self._lock:
+                self._links += [conn, upstream]
+            for src, dst in ((conn, upstream), (upstream, conn)):
+                threading.Thread(target=_pump, args=(src, dst), daemon=True).start()
+
+    def cut(self) -> None:
+        self._open.clear()
+        with self._lock:
+            links, self._links = self._links, []
+        for sock in links:
+            _close(sock)
+
+    def restore(self) -> None:
+        self._open.set()
+
+    def close(self) -> None:
+        self.cut()
+        self._closed.set()
+        self._server.close()
+
+
+@pytest.fixture
+def proxy() -> Iterator[LinkProxy]:
+    relay = LinkProxy(require("zookeeper", ZOOKEEPER))
+    yield relay
+    relay.close()
+
+
+async def test_suspended_empties_owned_at_once_and_same_session_reverifies(
+    zk: ZkGroup, proxy: LinkProxy
+) -> None:
+    a = await zk.join("a", via=proxy.address, session_s=4.0)
+    await eventually(lambda: len(a.owned()) == SHARDS, SOON_S, "a owns all")
+    before = dict(a.owned())
+    proxy.cut()
+    took = await eventually(lambda: a.owned() == {}, 0.5, "owned() empty on SUSPENDED")
+    assert a.state is ZkState.SUSPENDED
+    print(f"owned() empty {took * 1000:.0f} ms after the link was cut")
+    await asyncio.sleep(0.5)
+    assert a.owned() == {}
+    proxy.restore()
+    await eventually(lambda: a.state is ZkState.ACTIVE, SOON_S, "reconnected and verified")
+    # The same session kept the same owner nodes: same epochs, nothing moved.
+    assert dict(a.owned()) == before
+
+
+async def test_a_stale_owner_is_fenced_after_failover_and_rejoins_with_a_new_session(
+    zk: ZkGroup, proxy: LinkProxy, tmp_path: Path
+) -> None:
+    store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
+    a, b = await zk.join("a", via=proxy.address), await zk.join("b")
+    expected = assign(SHARDS, ["a", "b"])
+    await eventually(lambda: shards_of([a, b]) == expected, SOON_S, "two split")
+    stale = dict(a.owned())
+    shard = expected["a"][0]
+    await store.advance_cursor(shard, 10, stale[shard])
+
+    proxy.cut()
+    assert await eventually(lambda: a.owned() == {}, 0.5, "a stops at once") < 0.5
+    took = await eventually(lambda: len(b.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
+    print(f"failover after a cut link with a {SESSION_S}s session: {took:.2f}s")
+    successor = dict(b.owned())
+    assert all(successor[s] > e for s, e in stale.items())
+    await store.advance_cursor(shard, 20, successor[shard])
+    # A stale owner waking up mid-tick still has its old epoch: refused.
+    with pytest.raises(StaleOwner):
+        await store.advance_cursor(shard, 30, stale[shard])
+
+    proxy.restore()  # a's old session is gone (LOST): it rejoins with a new one
+    await eventually(lambda: shards_of([a, b]) == expected, SESSION_S + SOON_S, "rejoined")
+    assert all(a.owned()[s] > successor[s] for s in expected["a"])
+    assert (await store.get_cursor(shard)).second == 20
+    await store.close()
+
+
+# -- construction and connection ----------------------------------------------------------------
+
+
+def test_url_names_hosts_and_chroot() -> None:
+    target = parse_zk_url("zk://h1:2181,h2:2181/tikk/prod")
+    assert (target.hosts, target.chroot) == ("h1:2181,h2:2181", "/tikk/prod")
+    assert parse_zk_url("zk://h1:2181").chroot == "/tikk"
+    assert parse_zk_url("zk://h1:2181/").chroot == "/tikk"
+
+
+@pytest.mark.parametrize(
+    "url", ["kafka://h:1/x", "zk:///tikk", "zk://h:1/a//b", "h:1", "zk://h:x/t", "zk://h:1,/t"]
+)
+def test_bad_urls_are_invalid_arguments(url: str) -> None:
+    with pytest.raises(InvalidArgument, match="ownership_url"):
+        ZkOwnership.from_url(url, SHARDS)
+
+
+def test_member_ids_must_be_node_names() -> None:
+    with pytest.raises(InvalidArgument, match="member_id"):
+        ZkOwnership.from_url("zk://h:1/x", SHARDS, member_id="a/b")
+    assert "-" in ZkOwnership.from_url("zk://h:1/x", SHARDS).member_id
+
+
+async def test_no_server_is_backend_unavailable() -> None:
+    # A port nobody listens on: construction does no I/O, start() gives up after the timeout.
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    owner = ZkOwnership.from_url(f"zk://127.0.0.1:{port}/x", SHARDS, session_timeout_s=1.0)
+    assert owner.owned() == {}
+    with pytest.raises(BackendUnavailable, match="did not answer"):
+        await owner.start()
+    assert owner.owned() == {}
+    await owner.stop()
