@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PROTOS := $(wildcard proto/tikk/v1/*.proto)
 
-.PHONY: demo test check lint proto proto-check venv
+.PHONY: demo test check lint proto proto-check venv stack-up stack-down
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,5 +34,12 @@ lint: venv
 
 check: lint proto-check
 
-test: check
-	bash scripts/run-tests.sh
+# Cassandra, Kafka and ZooKeeper as local processes (needs JDK 17 and Maven; says so if not).
+stack-up: venv
+	$(VENV)/bin/tikk stack up
+
+stack-down: venv
+	$(VENV)/bin/tikk stack down
+
+test: check stack-up
+	CI=$${CI:-true} bash scripts/run-tests.sh

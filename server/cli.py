@@ -77,6 +77,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         store_url=args.store or urls["store_url"],
         history_url=args.history or urls["history_url"],
         queue_url=args.queue or urls["queue_url"],
+        ownership_url=getattr(args, "ownership", None) or "",
+        ownership_session_timeout_ms=args.session_timeout,
         shard_count=args.shards,
         listen=getattr(args, "listen", "127.0.0.1:7070"),
         visibility_timeout_ms=getattr(args, "visibility_timeout", 60_000),
@@ -159,6 +161,24 @@ def _run_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_bench(args: argparse.Namespace) -> int:
+    from server.bench import BenchConfig, print_results, run_one
+
+    results = []
+    for backend in args.backends.split(","):
+        cfg = BenchConfig(
+            backend, args.tasks, args.rate, args.stored, args.workers, args.dispatchers, args.shards
+        )
+        print(
+            f"bench: {backend}: {cfg.tasks} tasks at {cfg.rate:g}/s (+{cfg.stored} stored) ...",
+            flush=True,
+        )
+        results.append(run_one(cfg))
+        print_results(results[-1:])
+    print_results(results)
+    return EXIT_OK
+
+
 def _run_stack(args: argparse.Namespace) -> int:
     from server import stack
 
@@ -214,11 +234,17 @@ def _show(args: argparse.Namespace, msg: Any, text: Callable[[], str]) -> None:
 
 def _task_create(args: argparse.Namespace, ch: grpc.Channel) -> None:
     req = tasks_pb2.CreateTaskRequest(
-        namespace=args.namespace, task_id=args.id or "", queue=args.queue, handler=args.handler,
-        payload=(Path(args.payload_file).read_bytes() if args.payload_file
-                 else (args.payload or "").encode()),
+        namespace=args.namespace,
+        task_id=args.id or "",
+        queue=args.queue,
+        handler=args.handler,
+        payload=(
+            Path(args.payload_file).read_bytes()
+            if args.payload_file
+            else (args.payload or "").encode()
+        ),
         labels=dict(kv.split("=", 1) for kv in args.label),
-    )  # fmt: skip
+    )
     if args.at is not None:
         req.run_at.CopyFrom(to_timestamp(args.at))
     elif args.delay is not None:
@@ -244,9 +270,12 @@ def _task_cancel(args: argparse.Namespace, ch: grpc.Channel) -> None:
 def _task_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
     state = tasks_pb2.TaskState.Value("TASK_STATE_" + args.state.upper()) if args.state else 0
     req = tasks_pb2.ListTasksRequest(
-        namespace=args.namespace, queue=args.queue, state=state,  # type: ignore[arg-type]
-        page_size=args.limit, page_token=args.page_token,
-    )  # fmt: skip
+        namespace=args.namespace,
+        queue=args.queue,
+        state=state,  # type: ignore[arg-type]
+        page_size=args.limit,
+        page_token=args.page_token,
+    )
     resp = tasks_pb2_grpc.TaskServiceStub(ch).ListTasks(req, timeout=args.timeout)
     _show(args, resp, lambda: _lines([_task_line(t) for t in resp.tasks], resp.next_page_token))
 
@@ -257,9 +286,11 @@ def _lines(lines: list[str], token: str) -> str:
 
 def _runs_task(args: argparse.Namespace, ch: grpc.Channel) -> None:
     req = history_pb2.ListTaskRunsRequest(
-        namespace=args.namespace, task_id=args.id, page_size=args.limit,
+        namespace=args.namespace,
+        task_id=args.id,
+        page_size=args.limit,
         page_token=args.page_token,
-    )  # fmt: skip
+    )
     resp = history_pb2_grpc.HistoryServiceStub(ch).ListTaskRuns(req, timeout=args.timeout)
     _show(args, resp, lambda: _lines([_run_line(r) for r in resp.runs], resp.next_page_token))
 
@@ -268,10 +299,14 @@ def _runs_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
     status = history_pb2.RunStatus.Value("RUN_STATUS_" + args.status.upper()) if args.status else 0
     now = int(datetime.now(tz=UTC).timestamp() * 1000)
     req = history_pb2.ListRunsRequest(
-        namespace=args.namespace, queue=args.queue, status=status,  # type: ignore[arg-type]
-        start_time=to_timestamp(now - args.since), end_time=to_timestamp(now + 1),
-        page_size=args.limit, page_token=args.page_token,
-    )  # fmt: skip
+        namespace=args.namespace,
+        queue=args.queue,
+        status=status,  # type: ignore[arg-type]
+        start_time=to_timestamp(now - args.since),
+        end_time=to_timestamp(now + 1),
+        page_size=args.limit,
+        page_token=args.page_token,
+    )
     resp = history_pb2_grpc.HistoryServiceStub(ch).ListRuns(req, timeout=args.timeout)
     _show(args, resp, lambda: _lines([_run_line(r) for r in resp.runs], resp.next_page_token))
 
@@ -284,9 +319,11 @@ def _runs_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
 
 def _dead_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
     req = history_pb2.ListDeadLettersRequest(
-        namespace=args.namespace, queue=args.queue or "", page_size=args.limit,
+        namespace=args.namespace,
+        queue=args.queue or "",
+        page_size=args.limit,
         page_token=args.page_token,
-    )  # fmt: skip
+    )
     resp = history_pb2_grpc.HistoryServiceStub(ch).ListDeadLetters(req, timeout=args.timeout)
     _show(args, resp, lambda: _lines([_task_line(t) for t in resp.tasks], resp.next_page_token))
 
@@ -319,6 +356,17 @@ def _backend_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", help="task store URL (default: sqlite under --data-dir)")
     p.add_argument("--history", help="run history URL (default: sqlite under --data-dir)")
     p.add_argument("--queue", help="ready queue URL (default: local:// under --data-dir)")
+    p.add_argument(
+        "--ownership",
+        help="shard ownership URL, e.g. zk://127.0.0.1:12181/tikk "
+        "(default: this process owns every shard)",
+    )
+    p.add_argument(
+        "--session-timeout",
+        type=parse_duration_ms,
+        default=10_000,
+        help="ZooKeeper session timeout of a dispatcher (e.g. 10s)",
+    )
     p.add_argument("--shards", type=int, default=256, help="shard count (fixed per store)")
 
 
@@ -351,8 +399,13 @@ def build_parser() -> argparse.ArgumentParser:
             default=60_000,
             help="how long a worker may hold a task before redelivery (e.g. 60s)",
         )
-        p.add_argument("--worker", action="append", default=[], metavar="MODULE:ATTR",
-                       help="also run this worker in-process (repeatable)")  # fmt: skip
+        p.add_argument(
+            "--worker",
+            action="append",
+            default=[],
+            metavar="MODULE:ATTR",
+            help="also run this worker in-process (repeatable)",
+        )
         p.set_defaults(func=fn)
 
     p = sub.add_parser("dispatcher", help="a dispatcher: moves due tasks to the ready queue")
@@ -373,6 +426,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="keyspace replication map (used when the keyspace is created)",
     )
     p.set_defaults(func=_run_migrate)
+
+    p = sub.add_parser("bench", help="measure ingest rate and fire lateness")
+    p.add_argument("--backends", default="embedded,stack", help="comma list: embedded, stack")
+    p.add_argument("--tasks", type=int, default=20_000)
+    p.add_argument("--rate", type=float, default=2_000.0, help="fires per second")
+    p.add_argument("--stored", type=int, default=0, help="extra tasks due tomorrow")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--dispatchers", type=int, default=2, help="stack only")
+    p.add_argument("--shards", type=int, default=64)
+    p.set_defaults(func=_run_bench)
 
     p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
     p.add_argument("action", choices=["up", "down", "status"])
@@ -410,8 +473,9 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
     _client_options(p)
     _paging(p)
     p.add_argument("--queue", required=True)
-    p.add_argument("--state", choices=["scheduled", "dispatched", "succeeded",
-                                       "dead_lettered", "cancelled"])  # fmt: skip
+    p.add_argument(
+        "--state", choices=["scheduled", "dispatched", "succeeded", "dead_lettered", "cancelled"]
+    )
     p.set_defaults(func=_client(_task_list))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -30,6 +31,8 @@ from tikk.v1 import (
 log = logging.getLogger("tikk.server")
 Ctx = grpc.aio.ServicerContext[Any, Any]
 _HOUR_MS = 3_600_000
+# Results of one worker stream being recorded at once.
+_RESULTS_IN_FLIGHT = 256
 
 
 class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
@@ -214,15 +217,48 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
     async def ReportResults(
         self, request_iterator: AsyncIterator[worker_pb2.RunResult], context: Ctx
     ) -> AsyncIterator[worker_pb2.ResultAck]:
-        async for result in request_iterator:
-            try:
-                await self._lc.record_result(self._report(result))
-                yield worker_pb2.ResultAck(run_id=result.run_id)
-            except TikkError as exc:
-                log.warning("result %s not recorded: %s", result.run_id, exc)
-                yield worker_pb2.ResultAck(
+        """Results are recorded concurrently (bounded) and acknowledged as each completes, so
+        one slow write does not hold back the worker's other results."""
+        acks: asyncio.Queue[worker_pb2.ResultAck | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._record_all(request_iterator, acks))
+        try:
+            while (ack := await acks.get()) is not None:
+                yield ack
+        finally:
+            reader.cancel()
+
+    async def _record_all(
+        self,
+        results: AsyncIterator[worker_pb2.RunResult],
+        acks: asyncio.Queue[worker_pb2.ResultAck | None],
+    ) -> None:
+        limit = asyncio.Semaphore(_RESULTS_IN_FLIGHT)
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            async for result in results:
+                await limit.acquire()
+                task = asyncio.create_task(self._record_one(result, acks))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                task.add_done_callback(lambda _: limit.release())
+            if pending:
+                await asyncio.wait(pending)
+        finally:
+            acks.put_nowait(None)
+
+    async def _record_one(
+        self, result: worker_pb2.RunResult, acks: asyncio.Queue[worker_pb2.ResultAck | None]
+    ) -> None:
+        try:
+            await self._lc.record_result(self._report(result))
+            acks.put_nowait(worker_pb2.ResultAck(run_id=result.run_id))
+        except TikkError as exc:
+            log.warning("result %s not recorded: %s", result.run_id, exc)
+            acks.put_nowait(
+                worker_pb2.ResultAck(
                     run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
                 )
+            )
 
     def _report(self, r: worker_pb2.RunResult) -> RunReport:
         if not r.run_id:

@@ -1,8 +1,8 @@
 """Backend selection by URL: the only place that knows which implementations exist.
 
 ``sqlite://PATH`` (task store, run history) and ``local://PATH`` (ready queue) form the
-embedded default. Optional backends are imported lazily, so their drivers are only needed
-when configured.
+embedded default; ``cassandra://``, ``kafka://`` and ``zk://`` the production stack.
+Optional backends are imported lazily, so their drivers are only needed when configured.
 """
 
 from __future__ import annotations
@@ -87,12 +87,27 @@ def open_queue(settings: Settings) -> ReadyQueue:
         from dispatcher.local_queue import LocalReadyQueue
 
         return LocalReadyQueue(rest)
-    raise InvalidArgument("queue_url", f"unsupported ready queue {scheme!r} (known: local)")
+    if scheme == "kafka":
+        from dispatcher.kafka_queue import KafkaReadyQueue
+
+        return KafkaReadyQueue.from_url(settings.queue_url)
+    raise InvalidArgument("queue_url", f"unsupported ready queue {scheme!r} (known: local, kafka)")
 
 
 def open_ownership(settings: Settings, epoch: int) -> Ownership:
-    """Embedded: this process owns every shard."""
-    return SingleOwner(settings.shard_count, epoch)
+    """Empty URL: this process owns every shard (with ``epoch``). ``zk://``: ZooKeeper."""
+    if not settings.ownership_url:
+        return SingleOwner(settings.shard_count, epoch)
+    scheme, _ = split_url("ownership_url", settings.ownership_url)
+    if scheme == "zk":
+        from dispatcher.zk_ownership import ZkOwnership
+
+        return ZkOwnership.from_url(
+            settings.ownership_url,
+            settings.shard_count,
+            session_timeout_s=settings.ownership_session_timeout_ms / 1000,
+        )
+    raise InvalidArgument("ownership_url", f"unsupported ownership {scheme!r} (known: zk)")
 
 
 @dataclass

@@ -30,11 +30,16 @@ class Limits:
 
 @dataclass(frozen=True)
 class Settings:
-    """Where the backends live (``sqlite://…``, ``local://…``) and how the API behaves."""
+    """Where the backends live (``sqlite://``, ``local://`` embedded; ``cassandra://``,
+    ``kafka://``, ``zk://`` production) and how the API behaves."""
 
     store_url: str
     history_url: str
     queue_url: str
+    # Empty: this process owns every shard (embedded). ``zk://hosts/chroot``: ZooKeeper.
+    ownership_url: str = ""
+    # A dispatcher whose ZooKeeper session is silent this long loses its shards to others.
+    ownership_session_timeout_ms: int = 10_000
     shard_count: int = DEFAULT_SHARD_COUNT
     listen: str = "127.0.0.1:7070"
     # How long a worker holds a message before it is handed to another worker.
