@@ -91,11 +91,16 @@ class CassandraRunHistory:
 
     async def append(self, record: RunRecord) -> None:
         values = _values(record)
-        await self._db.execute_batch([
-            (INSERT_RUN, values),
-            (INSERT_BY_TASK, values),
-            (INSERT_BY_QUEUE, [*values, record.finished_ms // _HOUR_MS]),
-        ])  # fmt: skip
+        # Unlogged: the three rows are idempotent copies, and a run is acknowledged to the
+        # worker only after this returns, so a partial write is repeated, never lost.
+        await self._db.execute_batch(
+            [
+                (INSERT_RUN, values),
+                (INSERT_BY_TASK, values),
+                (INSERT_BY_QUEUE, [*values, record.finished_ms // _HOUR_MS]),
+            ],
+            logged=False,
+        )  # fmt: skip
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         rows = await self._db.execute(SELECT_RUN, [namespace, run_id])

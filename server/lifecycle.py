@@ -54,8 +54,10 @@ class Lifecycle:
     async def create(self, task: Task) -> tuple[Task, bool]:
         return await self.store.create(task)
 
-    async def create_many(self, tasks: Sequence[Task]) -> list[tuple[Task, bool] | TikkError]:
-        return await self.store.create_many(tasks)
+    async def create_many(
+        self, tasks: Sequence[Task], *, new_ids: bool = False
+    ) -> list[tuple[Task, bool] | TikkError]:
+        return await self.store.create_many(tasks, new_ids=new_ids)
 
     async def cancel(self, namespace: str, task_id: str) -> Task:
         return await self.store.cancel(namespace, task_id, self.clock.now_ms())

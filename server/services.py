@@ -69,17 +69,20 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     async def _create_chunk(
         self, chunk: tasks_pb2.CreateTasksRequest, first: int, out: tasks_pb2.CreateTasksResponse
     ) -> None:
-        valid: list[tuple[int, Task]] = []
+        # Requests without an id get fresh server-assigned ones, which need no existence check.
+        given: list[tuple[int, Task]] = []
+        assigned: list[tuple[int, Task]] = []
         for offset, req in enumerate(chunk.tasks):
             try:
-                valid.append((first + offset, self._validate(req)))
+                (given if req.task_id else assigned).append((first + offset, self._validate(req)))
             except InvalidArgument as exc:
                 _item(out, first + offset, exc, req.task_id)
-        outcomes = await self._lc.create_many([t for _, t in valid])
-        for (index, task), outcome in zip(valid, outcomes, strict=True):
-            if isinstance(outcome, TikkError):
-                _item(out, index, outcome, task.task_id)
-            else:
+        for items, new_ids in ((given, False), (assigned, True)):
+            outcomes = await self._lc.create_many([t for _, t in items], new_ids=new_ids)
+            for (index, task), outcome in zip(items, outcomes, strict=True):
+                if isinstance(outcome, TikkError):
+                    _item(out, index, outcome, task.task_id)
+                    continue
                 out.results.append(
                     tasks_pb2.CreateTasksItemResult(
                         index=index, task_id=outcome[0].task_id, created=outcome[1]

@@ -104,9 +104,12 @@ class CassandraSession:
     async def execute(self, cql: str, params: Sequence[Any] = ()) -> list[Any]:
         return await self._run(self.prepare(cql).bind(params))
 
-    async def execute_batch(self, items: Sequence[tuple[str, Sequence[Any]]]) -> None:
-        """A LOGGED batch: either every statement is applied eventually, or none."""
-        batch = BatchStatement(batch_type=BatchType.LOGGED)
+    async def execute_batch(
+        self, items: Sequence[tuple[str, Sequence[Any]]], *, logged: bool = True
+    ) -> None:
+        """A LOGGED batch: either every statement is applied eventually, or none. Unlogged:
+        one round trip, no atomicity (for idempotent writes the caller repeats on failure)."""
+        batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
         for cql, params in items:
             batch.add(self.prepare(cql), params)
         await self._run(batch)

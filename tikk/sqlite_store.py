@@ -208,7 +208,9 @@ class SqliteTaskStore:
 
         return await self._db.run(work)
 
-    async def create_many(self, tasks: Sequence[Task]) -> list[tuple[Task, bool] | TikkError]:
+    async def create_many(
+        self, tasks: Sequence[Task], *, new_ids: bool = False
+    ) -> list[tuple[Task, bool] | TikkError]:
         def work(conn: sqlite3.Connection) -> list[tuple[Task, bool] | TikkError]:
             out: list[tuple[Task, bool] | TikkError] = []
             with Transaction(conn):

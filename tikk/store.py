@@ -31,10 +31,14 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def create_many(self, tasks: Sequence[Task]) -> list[tuple[Task, bool] | TikkError]:
+    async def create_many(
+        self, tasks: Sequence[Task], *, new_ids: bool = False
+    ) -> list[tuple[Task, bool] | TikkError]:
         """``create`` for each task, in order, with one outcome per task (never dropping one).
 
         Per-task failures (``AlreadyExists``) are returned in place; a backend failure raises.
+        ``new_ids``: the caller guarantees every id is fresh (assigned by the server), so a
+        backend may skip the existence check that idempotent creation needs.
         """
         ...
 

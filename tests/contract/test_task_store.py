@@ -227,3 +227,15 @@ async def test_concurrent_creates_of_one_id_store_one_task(store: TaskStore) -> 
     task = make_task("same")
     results = await asyncio.gather(*(store.create(task) for _ in range(10)))
     assert sum(created for _, created in results) == 1
+
+
+async def test_create_many_with_fresh_ids_stores_task_and_due_row(store: TaskStore) -> None:
+    tasks = [make_task(f"fresh{i}", due_ms=T0 + 1_000 + i) for i in range(20)]
+    outcomes = await store.create_many(tasks, new_ids=True)
+    assert all(not isinstance(o, Exception) and o[1] for o in outcomes)
+    for t in tasks:
+        assert await store.get("default", t.task_id) == t
+    found = []
+    for shard in range(store.shard_count):
+        found += await store.read_due(shard, START, second_of(T0 + 2_000), 100)
+    assert sorted(e.task_id for e in found) == sorted(t.task_id for t in tasks)
