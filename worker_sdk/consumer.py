@@ -1,6 +1,7 @@
 """The consumer side of the ready queue, as the worker sees it.
 
-Backends: ``worker_sdk.local_queue`` (``local://`` URLs, the embedded queue).
+Backends: ``worker_sdk.local_queue`` (``local://`` URLs, the embedded queue) and
+``worker_sdk.kafka_queue`` (``kafka://`` URLs).
 """
 
 from __future__ import annotations
@@ -9,16 +10,33 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from google.protobuf.message import DecodeError
+
 from tikk.v1 import worker_pb2
 
 
 @dataclass(frozen=True)
 class Message:
-    """One leased message. ``receipt`` is backend-specific and identifies this lease."""
+    """One leased message. ``receipt`` is backend-specific and identifies this lease.
+
+    ``body`` is the message as stored. On a task queue it is the serialised ``delivery``; on a
+    dead-letter stream (``<queue>.dlq``) it is a ``tikk.v1.DeadLetterRecord``, which readers
+    parse from ``body`` (``delivery`` is then empty, see ``decode_delivery``).
+    """
 
     delivery: worker_pb2.Delivery
     delivery_count: int
     receipt: object
+    body: bytes = b""
+
+
+def decode_delivery(body: bytes) -> worker_pb2.Delivery:
+    """The ``Delivery`` in ``body``; empty if ``body`` is not one (a dead-letter record), so a
+    message that does not parse is still handed out instead of failing every fetch."""
+    try:
+        return worker_pb2.Delivery.FromString(body)
+    except DecodeError:
+        return worker_pb2.Delivery()
 
 
 class QueueConsumer(Protocol):
@@ -48,4 +66,9 @@ def open_consumer(url: str, queues: Sequence[str], visibility_ms: int) -> QueueC
         from worker_sdk.local_queue import LocalQueueConsumer
 
         return LocalQueueConsumer(url.removeprefix("local://"), queues, visibility_ms)
-    raise ValueError(f"unsupported queue URL {url!r}: this worker supports local://")
+    if url.startswith("kafka:"):
+        # Kafka has no per-message lease, so the visibility timeout does not apply there.
+        from worker_sdk.kafka_queue import KafkaQueueConsumer
+
+        return KafkaQueueConsumer.from_url(url, queues)
+    raise ValueError(f"unsupported queue URL {url!r}: this worker supports local:// and kafka://")

@@ -11,8 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tikk.errors import BackendUnavailable
-from tikk.v1 import worker_pb2
-from worker_sdk.consumer import Message
+from worker_sdk.consumer import Message, decode_delivery
 
 
 def _now_ms() -> int:
@@ -65,8 +64,8 @@ class LocalQueueConsumer:
                     "UPDATE messages SET visible_ms=?, deliveries=deliveries+1, lease=? WHERE id=?",
                     (now + self._visibility_ms, lease, msg_id),
                 )
-                delivery = worker_pb2.Delivery.FromString(body)
-                out.append(Message(delivery, int(deliveries) + 1, (msg_id, lease)))
+                message = Message(decode_delivery(body), int(deliveries) + 1, (msg_id, lease), body)
+                out.append(message)
             conn.execute("COMMIT")
             return out
         except BaseException:

@@ -2,59 +2,178 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ready_queue import ReadyQueue
 from history.base import RunHistory
+from history.cassandra import CassandraRunHistory
 from history.sqlite import SqliteRunHistory
+from tests.contract.cassandra_keyspace import TestKeyspace
+from tests.services import KAFKA, require
+from tikk.cassandra_store import CassandraTaskStore
 from tikk.sqlite_store import SqliteTaskStore
 from tikk.store import TaskStore
 from worker_sdk.consumer import QueueConsumer
 from worker_sdk.local_queue import LocalQueueConsumer
 
+if TYPE_CHECKING:
+    from worker_sdk.kafka_queue import KafkaQueueConsumer
+
 SHARDS = 16
 
 
-@pytest.fixture(params=["sqlite"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TaskStore]:
-    backend = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
+@pytest.fixture(scope="session")
+def keyspace() -> Iterator[TestKeyspace]:
+    ks = TestKeyspace()
+    yield ks
+    ks.drop()
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+async def store(
+    request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
+) -> AsyncIterator[TaskStore]:
+    backend: TaskStore
+    if request.param == "sqlite":
+        backend = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
+    else:
+        cstore = CassandraTaskStore(keyspace.fresh(), SHARDS)
+        await cstore.connect()
+        backend = cstore
     yield backend
     await backend.close()
 
 
-@pytest.fixture(params=["sqlite"])
-async def history(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[RunHistory]:
-    backend = SqliteRunHistory(str(tmp_path / "history.db"))
+@pytest.fixture(params=["sqlite", "cassandra"])
+async def history(
+    request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
+) -> AsyncIterator[RunHistory]:
+    backend: RunHistory
+    if request.param == "sqlite":
+        backend = SqliteRunHistory(str(tmp_path / "history.db"))
+    else:
+        chistory = CassandraRunHistory(keyspace.fresh())
+        await chistory.connect()
+        backend = chistory
     yield backend
     await backend.close()
 
 
 class QueuePair:
-    """A producer and a way to make consumers of the same queue backend."""
+    """A producer and a way to make consumers of the same queue backend.
 
-    def __init__(self, producer: ReadyQueue, path: str) -> None:
+    Consumers of one queue share its messages; on Kafka they do so once they have joined the
+    queue's consumer group and split its partitions, which ``settle`` waits for (the embedded
+    queue has nothing to wait for).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        producer: ReadyQueue,
+        make_consumer: Callable[[list[str], int], QueueConsumer],
+        settle: Callable[[Sequence[QueueConsumer]], Awaitable[None]] | None = None,
+        cleanup: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.url = url
         self.producer = producer
-        self._path = path
+        self._make_consumer = make_consumer
+        self._settle = settle
+        self._cleanup = cleanup
         self._consumers: list[QueueConsumer] = []
 
+    @classmethod
+    def local(cls, path: str) -> QueuePair:
+        def make(queues: list[str], visibility_ms: int) -> QueueConsumer:
+            return LocalQueueConsumer(path, queues, visibility_ms)
+
+        return cls(f"local://{path}", LocalReadyQueue(path), make)
+
+    @classmethod
+    def kafka(cls, address: str, partitions: int = 4) -> QueuePair:
+        """Topics under a fresh prefix (no test sees another's messages), deleted at close;
+        short group timing so that joins and rebalances take well under a second."""
+        from dispatcher.kafka_queue import KafkaReadyQueue
+        from worker_sdk.kafka_queue import GroupTiming, KafkaQueueConsumer
+
+        prefix = f"test.{uuid.uuid4().hex[:12]}."
+        url = f"kafka://{address}?prefix={prefix}&partitions={partitions}"
+        timing = GroupTiming(session_timeout_ms=6_000, heartbeat_interval_ms=100)
+
+        def make(queues: list[str], visibility_ms: int) -> QueueConsumer:
+            return KafkaQueueConsumer.from_url(url, queues, timing)
+
+        async def settle(consumers: Sequence[QueueConsumer]) -> None:
+            kafka = [c for c in consumers if isinstance(c, KafkaQueueConsumer)]
+            await _kafka_settle(kafka, partitions)
+
+        async def cleanup() -> None:
+            await _delete_topics(address, prefix)
+
+        return cls(url, KafkaReadyQueue.from_url(url), make, settle, cleanup)
+
     def consumer(self, queues: list[str], visibility_ms: int = 60_000) -> QueueConsumer:
-        c = LocalQueueConsumer(self._path, queues, visibility_ms)
+        c = self._make_consumer(queues, visibility_ms)
         self._consumers.append(c)
         return c
+
+    async def settle(self, *consumers: QueueConsumer) -> None:
+        """Wait until ``consumers`` have joined their queues' groups and split the work."""
+        if self._settle is not None:
+            await self._settle(consumers)
 
     async def close(self) -> None:
         for c in self._consumers:
             await c.close()
         await self.producer.close()
+        if self._cleanup is not None:
+            await self._cleanup()
 
 
-@pytest.fixture(params=["local"])
+async def _kafka_settle(
+    consumers: Sequence[KafkaQueueConsumer], partitions: int, timeout_s: float = 20
+) -> None:
+    """Wait until every consumer owns partitions, none owns another's, and all are owned."""
+    for c in consumers:
+        await c.start()
+    deadline = time.monotonic() + timeout_s
+    owned: list[frozenset[tuple[str, int]]] = []
+    while time.monotonic() < deadline:
+        owned = [c.assignment() for c in consumers]
+        topics = {topic for assignment in owned for topic, _ in assignment}
+        union = frozenset().union(*owned)
+        if all(owned) and sum(map(len, owned)) == len(union) == partitions * len(topics):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"consumer group did not settle: {owned}")
+
+
+async def _delete_topics(address: str, prefix: str) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=address)
+    await admin.start()
+    try:
+        topics = [t for t in await admin.list_topics() if t.startswith(prefix)]
+        if topics:
+            await admin.delete_topics(topics)
+    finally:
+        await admin.close()
+
+
+@pytest.fixture(params=["local", "kafka"])
 async def queue_pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[QueuePair]:
-    path = str(tmp_path / "queue.db")
-    pair = QueuePair(LocalReadyQueue(path), path)
+    if request.param == "kafka":
+        pair = QueuePair.kafka(require("kafka", KAFKA))
+    else:
+        pair = QueuePair.local(str(tmp_path / "queue.db"))
     yield pair
     await pair.close()

@@ -1,0 +1,167 @@
+"""End to end on the production stack: Cassandra, Kafka and ZooKeeper (``tikk stack up``)
+with separate processes: one server, two dispatchers, two workers."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+
+from tests.e2e.conftest import Process, eventually
+from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require
+from tikk.timestamps import to_timestamp
+from tikk.v1 import history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
+
+pytestmark = pytest.mark.e2e
+SHARDS = "32"
+SESSION_TIMEOUT_S = 4
+NS = "full"
+
+
+class FullStack:
+    def __init__(self, tmp: Path) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.keyspace = f"tikk_e2e_{tag}"
+        self.backend = [
+            "--store",
+            f"cassandra://{CASSANDRA}/{self.keyspace}",
+            "--history",
+            f"cassandra://{CASSANDRA}/{self.keyspace}",
+            "--queue",
+            f"kafka://{KAFKA}?prefix=e2e{tag}.&partitions=4",
+            "--ownership",
+            f"zk://{ZOOKEEPER}/tikk-e2e-{tag}",
+            "--session-timeout",
+            f"{SESSION_TIMEOUT_S}s",
+            "--shards",
+            SHARDS,
+        ]
+        self.log = tmp / "executions.jsonl"
+        self.env = {"TIKK_E2E_LOG": str(self.log), "PYTHONUNBUFFERED": "1"}
+        self.processes: list[Process] = []
+        self.address = ""
+
+    def start(self) -> None:
+        migrate = Process(["migrate", *self.backend], self.env)
+        assert migrate.proc.wait(120) == 0, migrate.output()
+        server = self.spawn(["server", *self.backend, "--listen", "127.0.0.1:0"])
+        port = server.wait_for(re.compile(r"listening on [\d.]+:(\d+)"), timeout=60).group(1)
+        self.address = f"127.0.0.1:{port}"
+        self.dispatchers = [self.spawn(["dispatcher", *self.backend]) for _ in range(2)]
+        for d in self.dispatchers:
+            d.wait_for(re.compile("dispatcher running"), timeout=60)
+        self.workers = [self.worker() for _ in range(2)]
+        self.channel = grpc.insecure_channel(self.address)
+        self.tasks: Any = tasks_pb2_grpc.TaskServiceStub(self.channel)
+        self.history: Any = history_pb2_grpc.HistoryServiceStub(self.channel)
+
+    def spawn(self, args: list[str]) -> Process:
+        p = Process(args, self.env)
+        self.processes.append(p)
+        return p
+
+    def worker(self) -> Process:
+        return self.spawn(["worker", "tests.e2e.worker_app:worker", "--server", self.address])
+
+    def executions(self) -> list[dict[str, Any]]:
+        import json
+
+        if not self.log.exists():
+            return []
+        return [json.loads(x) for x in self.log.read_text().splitlines() if x.strip()]
+
+    def close(self) -> None:
+        self.channel.close()
+        for p in reversed(self.processes):
+            p.stop()
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FullStack]:
+    for name, address in (("cassandra", CASSANDRA), ("kafka", KAFKA), ("zookeeper", ZOOKEEPER)):
+        require(name, address)
+    stack = FullStack(tmp_path_factory.mktemp("full"))
+    stack.start()
+    yield stack
+    stack.close()
+
+
+def load(full: FullStack, due_times: list[int]) -> dict[str, int]:
+    """Bulk-load tasks with server-assigned ids; returns id → due time."""
+    items = [
+        tasks_pb2.CreateTaskRequest(
+            namespace=NS, queue="e2e", handler="record", run_at=to_timestamp(due)
+        )
+        for due in due_times
+    ]
+    chunks = [
+        tasks_pb2.CreateTasksRequest(tasks=items[i : i + 500]) for i in range(0, len(items), 500)
+    ]
+    resp = full.tasks.CreateTasks(iter(chunks), timeout=300)
+    assert (resp.accepted, resp.rejected) == (len(due_times), 0)
+    return {r.task_id: due_times[r.index] for r in resp.results}
+
+
+def test_ten_thousand_tasks_fire_on_time_through_a_dispatcher_kill(full: FullStack) -> None:
+    start = time.time_ns() // 1_000_000 + 20_000
+    t0 = time.monotonic()
+    dues = load(full, [start + i * 6 for i in range(10_000)])  # 60 s of fires
+    print(f"ingested {len(dues)} tasks in {time.monotonic() - t0:.1f} s")
+    # A third into the run, kill -9 a dispatcher that owns shards.
+    eventually(lambda: time.time_ns() // 1_000_000 > start + 20_000, timeout=120, every=0.5)
+    killed_at = time.time_ns() // 1_000_000
+    full.dispatchers[0].kill9()
+    mine = [e for e in full.executions() if e["namespace"] == NS]
+    eventually(
+        lambda: (
+            len({e["task_id"] for e in full.executions() if e["namespace"] == NS} & set(dues))
+            == len(dues)
+        ),
+        timeout=240,
+        every=1.0,
+    )
+    mine = [e for e in full.executions() if e["namespace"] == NS and e["task_id"] in dues]
+    early = [e for e in mine if e["started_ms"] < dues[e["task_id"]]]
+    assert early == []
+    first_start: dict[str, int] = {}
+    for e in mine:
+        first_start[e["task_id"]] = min(first_start.get(e["task_id"], 2**62), e["started_ms"])
+    lateness = sorted(first_start[t] - due for t, due in dues.items())
+    after_kill = [first_start[t] - due for t, due in dues.items() if due >= killed_at]
+    runs = Counter(e["task_id"] for e in mine)
+    duplicates = sum(n - 1 for n in runs.values())
+    print(
+        f"lateness p50 {lateness[len(lateness) // 2]} ms, p99 {lateness[int(len(lateness) * 0.99)]}"
+        f" ms, max {lateness[-1]} ms; duplicates {duplicates}"
+    )
+    # Extra lateness from the kill is bounded by the session timeout plus 5 s.
+    assert max(after_kill) <= (SESSION_TIMEOUT_S + 5) * 1000 + 1000
+
+
+def test_worker_killed_mid_task_is_redelivered_and_completed(full: FullStack) -> None:
+    req = tasks_pb2.CreateTaskRequest(
+        namespace=NS, task_id="slow-kill", queue="e2e", handler="slow", payload=b"5"
+    )
+    full.tasks.CreateTask(req, timeout=30)
+    started = eventually(
+        lambda: [e for e in full.executions() if e["task_id"] == "slow-kill"], timeout=60
+    )
+    victim = next(w for w in full.workers if str(w.proc.pid) in started[0]["worker"])
+    victim.kill9()
+    get = tasks_pb2.GetTaskRequest(namespace=NS, task_id="slow-kill")
+    eventually(
+        lambda: full.tasks.GetTask(get, timeout=30).state == tasks_pb2.TASK_STATE_SUCCEEDED,
+        timeout=120,
+        every=0.5,
+    )
+    starts = [e for e in full.executions() if e["task_id"] == "slow-kill" and e["event"] == "start"]
+    assert len(starts) >= 2
+    assert len({e["key"] for e in starts}) == 1
+    print(f"deliveries of the killed task: {len(starts)}")

@@ -1,0 +1,571 @@
+"""Consumer of the Kafka ready queue (``dispatcher.kafka_queue`` is the producer side).
+
+**Topics and groups.** The URL is the producer's (``kafka://host:port[,host:port]`` with
+optional ``prefix``, ``partitions``, ``replication``). Queue ``q`` is topic ``<prefix>q``, and
+its workers form the group ``<prefix>workers.q``: one group per queue, not per worker's set of
+queues, since a worker of ``[email, sms]`` and one of ``[email]`` must split ``email``. So a
+consumer runs one Kafka consumer per queue. It creates missing topics as the producer does.
+
+**Commits.** Workers finish messages out of order; Kafka keeps one offset per partition. A
+``PartitionLedger`` per assigned partition notes what was handed out and what is done, and the
+offset committed is the oldest message not yet done (one past the newest, when all are): it
+never passes an unfinished message, never moves back. Commits queued behind one another
+coalesce into one request.
+
+**Rebalances.** On revocation what is done is committed and the partitions' ledgers dropped;
+their unfinished messages, and finished ones behind those, go to the new owner (at-least-once).
+Each assignment has a new epoch, carried by the messages handed out in it, so a late ``commit``
+from an earlier assignment does nothing: the partition is someone else's now, or was re-read.
+
+**Poison messages.** A message that kills the worker before it reports stays at the committed
+offset and comes back after every restart; commit metadata counts how often. Before the head
+of a partition (its oldest message not done, where a restart resumes) is handed out, its offset
+is committed with metadata ``started:<offset>:<n>``, n its delivery count, so a crash right
+after counts. On assignment the committed offset and metadata are read back (by the admin
+client; ``AIOKafkaConsumer.committed`` drops metadata) and the message they name is handed out
+with ``delivery_count`` n + 1. Past ``max_deliveries`` the Worker dead-letters it, and its
+commit moves the partition on. The count is bounded but coarse: only heads are counted, and a
+crash or rebalance counts against every head in flight then (as an expired lease does in the
+embedded queue), so an unlucky head can be dead-lettered; the task store can re-drive it.
+
+**Leases.** None per message: a partition stays with its owner while the consumer's session
+lives (heartbeats run in the background), so ``extend`` does nothing and the visibility timeout
+does not apply. ``max_poll_interval_ms`` is long because a Worker whose slots are all busy does
+not fetch, and a consumer that does not fetch for that long is put out of its group.
+
+Needs the ``kafka`` extra (aiokafka).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import urllib.parse
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tikk.errors import BackendUnavailable, InvalidArgument
+from worker_sdk.consumer import Message, decode_delivery
+
+try:
+    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import (
+        CommitFailedError,
+        ConsumerStoppedError,
+        IllegalStateError,
+        KafkaError,
+        NoError,
+        TopicAlreadyExistsError,
+        for_code,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the installed extras
+    raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
+
+log = logging.getLogger("tikk.worker.kafka")
+
+Partition = tuple[str, int]  # (topic, partition), equal to aiokafka's TopicPartition
+_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+_OPTIONS = ("prefix", "partitions", "replication")
+_WAIT_MS = 20  # how long an idle fetch waits for a message
+_POLL_GRACE_MS = 20  # getmany waits out a rebalance; fetch gives it this much longer, no more
+_REQUEST_TIMEOUT_S = 10.0  # a commit or offset read that takes longer fails
+
+
+@dataclass(frozen=True)
+class KafkaQueueConfig:
+    """Where the queues live (parsed from the queue URL exactly as
+    ``dispatcher.kafka_queue.KafkaQueueConfig`` does; ``worker_sdk`` may not import it)."""
+
+    bootstrap_servers: tuple[str, ...]
+    prefix: str = "tikk."
+    partitions: int = 8
+    replication: int = 1
+
+    @classmethod
+    def from_url(cls, url: str) -> KafkaQueueConfig:
+        """Parse the URL; raises ``InvalidArgument`` (field ``queue_url``) naming the problem."""
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme != "kafka" or not parts.netloc or parts.path not in ("", "/"):
+            raise _bad(url, "expected kafka://host:port[,host:port][?prefix=...&partitions=...]")
+        options = _options(url, parts.query)
+        prefix = options.get("prefix", cls.prefix)
+        if not _TOPIC_CHARS.fullmatch(prefix):
+            raise _bad(url, "prefix may contain only A-Z a-z 0-9 . _ -")
+        return cls(
+            bootstrap_servers=_brokers(url, parts.netloc),
+            prefix=prefix,
+            partitions=_positive(url, options, "partitions", cls.partitions),
+            replication=_positive(url, options, "replication", cls.replication),
+        )
+
+    def topic(self, queue: str) -> str:
+        return self.prefix + queue
+
+    def group(self, queue: str) -> str:
+        return f"{self.prefix}workers.{queue}"
+
+
+def _bad(url: str, reason: str) -> InvalidArgument:
+    return InvalidArgument("queue_url", f"{reason} (got {url!r})")
+
+
+def _options(url: str, query: str) -> dict[str, str]:
+    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+    options = dict(pairs)
+    unknown = sorted(options.keys() - set(_OPTIONS))
+    if unknown:
+        raise _bad(url, f"unknown option {unknown[0]!r} (known: {', '.join(_OPTIONS)})")
+    if len(options) != len(pairs):
+        raise _bad(url, "an option is given twice")
+    return options
+
+
+def _brokers(url: str, netloc: str) -> tuple[str, ...]:
+    brokers = tuple(netloc.split(","))
+    for broker in brokers:
+        host, sep, port = broker.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise _bad(url, f"broker {broker!r} is not host:port")
+    return brokers
+
+
+def _positive(url: str, options: dict[str, str], name: str, default: int) -> int:
+    text = options.get(name, str(default))
+    if not text.isdigit() or int(text) < 1:
+        raise _bad(url, f"{name} must be a positive integer")
+    return int(text)
+
+
+@contextlib.contextmanager
+def _unavailable(action: str) -> Iterator[None]:
+    """Translate the driver's failures into ``BackendUnavailable``: the one place for it."""
+    try:
+        yield
+    except (KafkaError, ConsumerStoppedError, OSError) as exc:
+        raise BackendUnavailable(f"kafka: {action} failed: {exc!r}") from exc
+
+
+def start_record(offset: int, count: int) -> str:
+    """Commit metadata saying the message at ``offset`` was handed out ``count`` times."""
+    return f"started:{offset}:{count}"
+
+
+def recorded_starts(metadata: str, offset: int) -> int:
+    """How often commit ``metadata`` says the message at ``offset`` was handed out (0 if it
+    says nothing about that message)."""
+    tag, _, rest = metadata.partition(":")
+    at, _, count = rest.partition(":")
+    if tag != "started" or at != str(offset) or not count.isdigit():
+        return 0
+    return int(count)
+
+
+class PartitionLedger:
+    """Progress on one assigned partition: pure bookkeeping, no I/O.
+
+    Messages are handed out in offset order and finished in any order; ``target`` is the
+    (offset, metadata) to commit next. ``committed``/``metadata`` describe what the group had
+    committed when the partition was assigned.
+    """
+
+    def __init__(self, epoch: int, committed: int | None = None, metadata: str = "") -> None:
+        self.epoch = epoch
+        self._committed = (committed, metadata)
+        # A restart resumes at the committed offset: how often was that message started?
+        starts = 0 if committed is None else recorded_starts(metadata, committed)
+        self._restarts = (committed, starts)
+        self._outstanding: deque[int] = deque()  # handed out, not yet behind the commit point
+        self._counts: dict[int, int] = {}  # offset of each outstanding message: delivery count
+        self._done: set[int] = set()
+        self._next: int | None = None  # one past the newest message finished in order
+
+    def hand_out(self, offset: int) -> int:
+        """Note the message at ``offset`` as handed out; returns its delivery count."""
+        at, starts = self._restarts
+        count = 1 + (starts if offset == at else 0)
+        self._outstanding.append(offset)
+        self._counts[offset] = count
+        return count
+
+    def finish(self, offset: int) -> bool:
+        """Note the message at ``offset`` as done; False if it is not outstanding here."""
+        if offset not in self._counts:
+            return False
+        self._done.add(offset)
+        while self._outstanding and self._outstanding[0] in self._done:
+            head = self._outstanding.popleft()
+            self._done.discard(head)
+            del self._counts[head]
+            self._next = head + 1
+        return True
+
+    def target(self) -> tuple[int, str] | None:
+        """What to commit now, or None if what is committed is still right (or would move the
+        offset backwards)."""
+        if self._outstanding:
+            head = self._outstanding[0]
+            wanted = (head, start_record(head, self._counts[head]))
+        elif self._next is not None:
+            wanted = (self._next, "")
+        else:
+            return None
+        offset, metadata = self._committed
+        if offset is not None and (wanted[0] < offset or wanted == (offset, metadata)):
+            return None
+        return wanted
+
+    def mark_committed(self, offset: int, metadata: str) -> None:
+        self._committed = (offset, metadata)
+
+    def covers(self, offset: int) -> bool:
+        """Whether the committed offset is past ``offset`` (its message is done for good)."""
+        committed = self._committed[0]
+        return committed is not None and committed > offset
+
+
+@dataclass(frozen=True)
+class _Receipt:
+    """Identifies a handed-out message: where it is and in which assignment it was handed out."""
+
+    queue: str
+    topic: str
+    partition: int
+    offset: int
+    epoch: int
+
+
+class _QueueLane:
+    """One queue of a consumer: its Kafka consumer (a member of the queue's group) and the
+    ledgers of the partitions it owns."""
+
+    def __init__(self, queue: str, group: str, consumer: Any, admin: Any) -> None:
+        self.queue = queue
+        self.ledgers: dict[Partition, PartitionLedger] = {}
+        self._group = group
+        self._consumer = consumer
+        self._admin = admin
+        self._epoch = 0
+        self._commit_lock = asyncio.Lock()
+
+    async def take(self, max_messages: int, wait_ms: int) -> list[Message]:
+        """Up to ``max_messages`` messages, waiting about ``wait_ms`` at most."""
+        try:
+            async with asyncio.timeout((wait_ms + _POLL_GRACE_MS) / 1000):
+                with _unavailable("fetch"):
+                    batch = await self._consumer.getmany(
+                        timeout_ms=wait_ms, max_records=max_messages
+                    )
+        except TimeoutError:
+            return []  # a rebalance is under way; the next fetch will see its outcome
+        messages = [m for tp, records in batch.items() for m in self._hand_out(tp, records)]
+        try:
+            await self._flush(batch.keys())  # record the starts of new heads first
+        except BackendUnavailable as exc:
+            log.warning("queue %s: recording starts failed (%s); not counted", self.queue, exc)
+        return [m for m in messages if self._current(m.receipt)]
+
+    def _hand_out(self, tp: Any, records: list[Any]) -> list[Message]:
+        ledger = self.ledgers.get((tp.topic, tp.partition))
+        if ledger is None:
+            # Fetched outside an assignment we know: put them back rather than skip them.
+            with contextlib.suppress(IllegalStateError):
+                self._consumer.seek(tp, records[0].offset)
+            return []
+        return [self._message(tp, ledger, record) for record in records]
+
+    def _message(self, tp: Any, ledger: PartitionLedger, record: Any) -> Message:
+        count = ledger.hand_out(record.offset)
+        receipt = _Receipt(self.queue, tp.topic, tp.partition, record.offset, ledger.epoch)
+        body = bytes(record.value or b"")  # a null value must not fail every fetch
+        return Message(decode_delivery(body), count, receipt, body)
+
+    def _current(self, receipt: object) -> bool:
+        if not isinstance(receipt, _Receipt):
+            return False
+        ledger = self.ledgers.get((receipt.topic, receipt.partition))
+        return ledger is not None and ledger.epoch == receipt.epoch
+
+    async def commit(self, receipt: _Receipt) -> None:
+        if not self._current(receipt):
+            return  # handed out in an earlier assignment: the partition was re-read since
+        if self.ledgers[(receipt.topic, receipt.partition)].finish(receipt.offset):
+            await self._flush([(receipt.topic, receipt.partition)], past=receipt.offset)
+
+    async def _flush(self, partitions: Iterable[Partition], past: int | None = None) -> None:
+        """Commit every ledger target of ``partitions`` that moved, in one request. With
+        ``past``, a partition whose commit went past that offset while this call waited for
+        the lock is left alone: that commit covered this caller's message already."""
+        async with self._commit_lock:
+            targets = [
+                (tp, ledger, target)
+                for tp in partitions
+                if (ledger := self.ledgers.get(tp))
+                and not (past is not None and ledger.covers(past))
+                and (target := ledger.target())
+            ]
+            if not targets:
+                return
+            offsets = {TopicPartition(*tp): target for tp, _, target in targets}
+            with _unavailable("commit"):
+                try:
+                    async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                        await self._consumer.commit(offsets)
+                except (CommitFailedError, IllegalStateError):
+                    return  # the group moved on: the partitions' next owners re-read them
+            for _, ledger, (offset, metadata) in targets:
+                ledger.mark_committed(offset, metadata)
+
+    async def revoked(self, partitions: Iterable[Any]) -> None:
+        """Commit what is done on ``partitions``, then forget them."""
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        try:
+            await self._flush(tps)
+        except BackendUnavailable as exc:
+            log.warning("queue %s: commit on revocation failed (%s)", self.queue, exc)
+        for tp in tps:
+            self.ledgers.pop(tp, None)
+
+    async def assigned(self, partitions: Iterable[Any]) -> None:
+        """Start a ledger for each of ``partitions`` from what the group committed."""
+        tps = list(partitions)
+        self._consumer.pause(*tps)  # nothing may be handed out before its ledger exists
+        committed: dict[Partition, tuple[int | None, str]] = {}
+        try:
+            committed = await self._read_committed(tps)
+        finally:  # even if cancelled: a partition without a ledger would stall
+            self._epoch += 1
+            for tp in tps:
+                offset, metadata = committed.get((tp.topic, tp.partition), (None, ""))
+                self.ledgers[(tp.topic, tp.partition)] = PartitionLedger(
+                    self._epoch, offset, metadata
+                )
+            with contextlib.suppress(IllegalStateError):
+                self._consumer.resume(*tps)
+
+    async def _read_committed(self, tps: list[Any]) -> dict[Partition, tuple[int | None, str]]:
+        if not tps:
+            return {}  # an empty list would ask for every partition of the group
+        try:
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                found = await self._admin.list_consumer_group_offsets(self._group, partitions=tps)
+        except Exception as exc:  # any failure only costs the count, never the partition
+            log.warning("queue %s: reading commits failed (%r); counts start at 1", self.queue, exc)
+            return {}
+        return {
+            (tp.topic, tp.partition): (None if om.offset < 0 else om.offset, om.metadata or "")
+            for tp, om in found.items()
+        }
+
+    async def close(self) -> None:
+        """Commit what is done (best effort: the rest is delivered again), leave the group."""
+        try:
+            await self._flush(list(self.ledgers))
+        except BackendUnavailable as exc:
+            log.warning("queue %s: commit on close failed (%s)", self.queue, exc)
+        self.ledgers.clear()
+        await self._consumer.stop()
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka has no types
+    """Hands aiokafka's rebalance callbacks (which it awaits) to the lane."""
+
+    def __init__(self, lane: _QueueLane) -> None:
+        self._lane = lane
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._lane.revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self._lane.assigned(assigned)
+
+
+@dataclass(frozen=True)
+class GroupTiming:
+    """Consumer-group timing. The session bounds how long a dead worker's partitions wait
+    (brokers refuse less than their ``group.min.session.timeout.ms``, 6 s by default); the
+    heartbeat is how quickly a member learns of a rebalance."""
+
+    session_timeout_ms: int = 10_000
+    heartbeat_interval_ms: int = 1_000
+    max_poll_interval_ms: int = 30 * 60 * 1000
+
+
+class KafkaQueueConsumer:
+    """``QueueConsumer`` on Kafka. Constructing it does no I/O: the first ``fetch`` (or
+    ``start``) connects, creates missing topics and joins the groups."""
+
+    def __init__(
+        self, config: KafkaQueueConfig, queues: Sequence[str], timing: GroupTiming | None = None
+    ) -> None:
+        if not queues:
+            raise ValueError("a consumer needs at least one queue")
+        self._config = config
+        self._queues = list(dict.fromkeys(queues))
+        self._timing = timing or GroupTiming()
+        self._lanes: list[_QueueLane] = []
+        self._admin: Any = None
+        self._turn = 0
+        self._start_lock = asyncio.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls, url: str, queues: Sequence[str], timing: GroupTiming | None = None
+    ) -> KafkaQueueConsumer:
+        return cls(KafkaQueueConfig.from_url(url), queues, timing)
+
+    def __repr__(self) -> str:
+        return f"KafkaQueueConsumer({','.join(self._config.bootstrap_servers)!r}, {self._queues})"
+
+    def assignment(self) -> frozenset[Partition]:
+        """The (topic, partition) pairs this consumer owns now, over all its queues."""
+        return frozenset(tp for lane in self._lanes for tp in lane.ledgers)
+
+    async def start(self) -> None:
+        """Connect and join the groups; idempotent. Raises ``BackendUnavailable``."""
+        async with self._start_lock:
+            if self._closed:
+                raise BackendUnavailable("kafka: the consumer is closed")
+            if not self._lanes:
+                with _unavailable("start"):
+                    await self._open()
+
+    async def fetch(self, max_messages: int) -> list[Message]:
+        if max_messages < 1:
+            return []
+        await self.start()
+        self._turn = (self._turn + 1) % len(self._lanes)
+        lanes = self._lanes[self._turn :] + self._lanes[: self._turn]  # no queue goes first always
+        return await _sweep(lanes, max_messages) or await _wait(lanes, max_messages)
+
+    async def commit(self, message: Message) -> None:
+        receipt = message.receipt
+        if not isinstance(receipt, _Receipt):
+            return  # not one of ours: nothing of ours to commit
+        for lane in self._lanes:
+            if lane.queue == receipt.queue:
+                await lane.commit(receipt)
+
+    async def extend(self, messages: Sequence[Message]) -> None:
+        """Nothing to renew: no per-message lease (see the module docstring)."""
+
+    async def close(self) -> None:
+        async with self._start_lock:
+            if self._closed:
+                return
+            self._closed = True
+            lanes, admin, self._lanes = self._lanes, self._admin, []
+        closers = [lane.close for lane in lanes] + ([admin.close] if admin is not None else [])
+        errors: list[Exception] = []
+        for close in closers:  # every one, even after a failure
+            try:
+                await close()
+            except (KafkaError, OSError) as exc:
+                errors.append(exc)
+        if errors:
+            raise BackendUnavailable(f"kafka: close failed: {errors[0]!r}") from errors[0]
+
+    async def _open(self) -> None:
+        servers = list(self._config.bootstrap_servers)
+        self._admin = AIOKafkaAdminClient(bootstrap_servers=servers)
+        try:
+            await self._admin.start()
+            await _create_topics(self._admin, self._config, self._queues)
+            await _until_visible(self._admin, [self._config.topic(q) for q in self._queues])
+            for queue in self._queues:
+                self._lanes.append(await self._join(queue))
+        except BaseException:
+            with contextlib.suppress(KafkaError, OSError):  # the first failure is the news
+                for lane in self._lanes:
+                    await lane.close()
+                await self._admin.close()
+            self._lanes, self._admin = [], None
+            raise
+
+    async def _join(self, queue: str) -> _QueueLane:
+        t = self._timing
+        group = self._config.group(queue)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=list(self._config.bootstrap_servers),
+            group_id=group,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=t.session_timeout_ms,
+            heartbeat_interval_ms=t.heartbeat_interval_ms,
+            max_poll_interval_ms=t.max_poll_interval_ms,
+            # A group leader re-assigns when it sees partitions appear, so a look every 30 s
+            # (not the default 5 min) bounds how long new partitions or a late topic wait.
+            metadata_max_age_ms=30_000,
+        )
+        lane = _QueueLane(queue, group, consumer, self._admin)
+        try:
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        consumer.subscribe([self._config.topic(queue)], listener=_Rebalance(lane))
+        return lane
+
+
+async def _create_topics(admin: Any, config: KafkaQueueConfig, queues: list[str]) -> None:
+    new = [NewTopic(config.topic(q), config.partitions, config.replication) for q in queues]
+    response = await admin.create_topics(new)
+    for topic, code, *_ in response.topic_errors:
+        error = for_code(code)
+        # The dispatcher or another worker may have created it first: that is success.
+        if error not in (NoError, TopicAlreadyExistsError):
+            raise BackendUnavailable(f"kafka: creating topic {topic!r} failed: {error}")
+
+
+async def _until_visible(admin: Any, topics: list[str]) -> None:
+    """Wait until the brokers list every partition of ``topics`` with a leader. A new topic
+    takes a moment to appear, and a group leader assigning before then assigns nothing."""
+    deadline = asyncio.get_running_loop().time() + _REQUEST_TIMEOUT_S
+    while not all(map(_has_leaders, await admin.describe_topics(topics))):
+        if asyncio.get_running_loop().time() > deadline:
+            raise BackendUnavailable(f"kafka: topics {topics} have no leaders yet")
+        await asyncio.sleep(0.05)
+
+
+def _has_leaders(topic: dict[str, Any]) -> bool:
+    partitions = topic["partitions"]
+    return (
+        topic["error_code"] == 0
+        and bool(partitions)
+        and all(p["error_code"] == 0 and p["leader"] >= 0 for p in partitions)
+    )
+
+
+async def _sweep(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
+    """What the lanes have buffered already, lane by lane, up to ``max_messages``."""
+    messages: list[Message] = []
+    for lane in lanes:
+        if len(messages) >= max_messages:
+            break
+        try:
+            messages += await lane.take(max_messages - len(messages), 0)
+        except BackendUnavailable:
+            if not messages:
+                raise
+            break  # hand out what we have; the next fetch reports the failure
+    return messages
+
+
+async def _wait(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
+    """Nothing was buffered: wait briefly on all lanes at once, each for its share."""
+    n = len(lanes)
+    shares = [max_messages // n + (i < max_messages % n) for i in range(n)]
+    outcomes = await asyncio.gather(
+        *(lane.take(share, _WAIT_MS) for lane, share in zip(lanes, shares, strict=True) if share),
+        return_exceptions=True,
+    )
+    messages = [m for outcome in outcomes if isinstance(outcome, list) for m in outcome]
+    errors = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    if errors and not messages:
+        raise errors[0]
+    return messages
