@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from tikk.errors import BackendUnavailable
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.consumer import Message, QueueConsumer, open_consumer
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
@@ -144,14 +145,19 @@ class Worker:
         try:
             while not stop.is_set():
                 free = self.concurrency - len(inflight)
-                messages = await consumer.fetch(free) if free else []
+                messages = await self._fetch(consumer, free) if free else []
                 for message in messages:
                     task = asyncio.create_task(self._process(consumer, results, message))
                     inflight[task] = message
                     task.add_done_callback(inflight.pop)
                 if burst and not messages and not inflight:
                     break
-                if not messages:
+                if not free:
+                    # Every slot is busy: wake as soon as one frees (or on stop).
+                    stopper = asyncio.ensure_future(stop.wait())
+                    await asyncio.wait([stopper, *inflight], return_when="FIRST_COMPLETED")
+                    stopper.cancel()
+                elif not messages:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(stop.wait(), self._poll_interval_s)
             if inflight:
@@ -160,6 +166,15 @@ class Worker:
             renewer.cancel()
             for task in list(inflight):
                 task.cancel()
+
+    async def _fetch(self, consumer: QueueConsumer, free: int) -> list[Message]:
+        """A queue that is briefly unreachable is retried, not fatal to the worker."""
+        try:
+            return await consumer.fetch(free)
+        except BackendUnavailable as exc:
+            log.warning("fetching from the queue failed, retrying: %s", exc)
+            await asyncio.sleep(1.0)
+            return []
 
     async def _renew(
         self, consumer: QueueConsumer, inflight: dict[asyncio.Task[None], Message], every: float
