@@ -131,18 +131,26 @@ def test_ten_thousand_tasks_fire_on_time_through_a_dispatcher_kill(full: FullSta
     early = [e for e in mine if e["started_ms"] < dues[e["task_id"]]]
     assert early == []
     first_start: dict[str, int] = {}
+    first_fired: dict[str, int] = {}
     for e in mine:
         first_start[e["task_id"]] = min(first_start.get(e["task_id"], 2**62), e["started_ms"])
-    lateness = sorted(first_start[t] - due for t, due in dues.items())
-    after_kill = [first_start[t] - due for t, due in dues.items() if due >= killed_at]
+        first_fired[e["task_id"]] = min(first_fired.get(e["task_id"], 2**62), e["fired_ms"])
+    started = sorted(first_start[t] - due for t, due in dues.items())
+    fired = sorted(first_fired[t] - due for t, due in dues.items())
     runs = Counter(e["task_id"] for e in mine)
     duplicates = sum(n - 1 for n in runs.values())
-    print(
-        f"lateness p50 {lateness[len(lateness) // 2]} ms, p99 {lateness[int(len(lateness) * 0.99)]}"
-        f" ms, max {lateness[-1]} ms; duplicates {duplicates}"
-    )
-    # Extra lateness from the kill is bounded by the session timeout plus 5 s.
-    assert max(after_kill) <= (SESSION_TIMEOUT_S + 5) * 1000 + 1000
+    for name, values in (("handed to queue", fired), ("handler start", started)):
+        print(
+            f"lateness due → {name}: p50 {values[len(values) // 2]} ms,"
+            f" p99 {values[int(len(values) * 0.99)]} ms, max {values[-1]} ms"
+        )
+    print(f"duplicate deliveries: {duplicates} of {len(dues)}")
+    assert min(fired) >= 0
+    # The kill delays dispatching of the dead owner's shards by at most the session timeout
+    # plus 5 s. (Handler start adds the workers' own backlog, reported above, which the
+    # failover does not cause.)
+    after_kill = [first_fired[t] - due for t, due in dues.items() if due >= killed_at]
+    assert max(after_kill) <= (SESSION_TIMEOUT_S + 5) * 1000
 
 
 def test_worker_killed_mid_task_is_redelivered_and_completed(full: FullStack) -> None:

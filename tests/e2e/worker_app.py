@@ -25,6 +25,7 @@ def _log(ctx: TaskContext, event: str) -> None:
         "key": ctx.idempotency_key,
         "started_ms": time.time_ns() // 1_000_000,
         "due_ms": int(ctx.due_time.timestamp() * 1000),
+        "fired_ms": int(ctx.fired_time.timestamp() * 1000),
         "worker": ctx.worker_id,
     }
     with open(os.environ["TIKK_E2E_LOG"], "a", encoding="utf-8") as f:
