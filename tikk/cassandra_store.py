@@ -238,19 +238,17 @@ class CassandraTaskStore:
         shard, last = (int(after[0]), str(after[1])) if after else (0, "")
         found: list[Task] = []
         while shard < self._shard_count and len(found) < page_size:
-            rows = await self._db.execute(SELECT_BY_QUEUE, [namespace, queue, shard, last,
-                                                           page_size])  # fmt: skip
-            tasks = await self._get_many(namespace, [r.task_id for r in rows])
-            for tid, task in zip([r.task_id for r in rows], tasks, strict=True):
+            params = [namespace, queue, shard, last, page_size]
+            rows = await self._db.execute(SELECT_BY_QUEUE, params)
+            ids = [r.task_id for r in rows]
+            for tid, task in zip(ids, await self._get_many(namespace, ids), strict=True):
                 last = tid
                 if task is not None and (state is None or task.state is state):
                     found.append(task)
                 if len(found) == page_size:
                     break
             if len(found) < page_size and len(rows) < page_size:
-                shard, last = shard + 1, ""
-            elif len(found) < page_size:
-                continue
+                shard, last = shard + 1, ""  # this shard's listing is exhausted
         more = shard < self._shard_count
         return Page(found, encode_token(shard, last) if more else "")
 
