@@ -21,7 +21,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tikk.buckets import minute_of_second, second_of, task_key
+from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
 from tikk.cassandra_schema import DUE_RETENTION_S, TASK_RETENTION_S
 from tikk.cassandra_session import CassandraConfig, CassandraSession
 from tikk.errors import (
@@ -100,6 +100,10 @@ def _ttl_after(due_ms: int, now_ms: int, retention_s: int) -> int:
     return max(1, min(_MAX_TTL_S, (max(due_ms - now_ms, 0) // 1000) + retention_s))
 
 
+def _listing_write(t: Task, ttl: int) -> tuple[str, list[Any]]:
+    return INSERT_BY_QUEUE, [t.namespace, t.queue, t.shard, t.task_id, ttl]
+
+
 def _task_values(t: Task) -> list[Any]:
     r = t.retry
     return [
@@ -147,10 +151,6 @@ class CassandraTaskStore:
         self.cancel_fence_ms = cancel_fence_ms
 
     @property
-    def session(self) -> CassandraSession:
-        return self._db
-
-    @property
     def shard_count(self) -> int:
         return self._shard_count
 
@@ -159,10 +159,7 @@ class CassandraTaskStore:
 
     def _write_task(self, t: Task, now_ms: int) -> list[tuple[str, Sequence[Any]]]:
         ttl = _ttl_after(t.due_ms, now_ms, TASK_RETENTION_S)
-        return [
-            (INSERT_TASK, [*_task_values(t), ttl]),
-            (INSERT_BY_QUEUE, [t.namespace, t.queue, t.shard, t.task_id, ttl]),
-        ]
+        return [(INSERT_TASK, [*_task_values(t), ttl]), _listing_write(t, ttl)]
 
     async def create(self, task: Task) -> tuple[Task, bool]:
         now = task.created_ms
@@ -181,7 +178,7 @@ class CassandraTaskStore:
             return existing, False
         await self._db.execute_batch(
             [(INSERT_DUE, _due_values(task.entry(), now)),
-             (INSERT_BY_QUEUE, [task.namespace, task.queue, task.shard, task.task_id, ttl])]
+             _listing_write(task, ttl)]
         )  # fmt: skip
         return task, True
 
@@ -292,7 +289,7 @@ class CassandraTaskStore:
     ) -> list[DueEntry]:
         after_second, after_key = after
         out: list[DueEntry] = []
-        for minute in range(minute_of_second(after_second), minute_of_second(until_second) + 1):
+        for minute in minutes_between(after_second, until_second):
             rows = await self._db.execute(
                 SELECT_DUE,
                 [shard, minute, after_second, after_key, until_second + 1, "", limit - len(out)],
