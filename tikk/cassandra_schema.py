@@ -61,6 +61,11 @@ STORE_MIGRATIONS = [
             PRIMARY KEY ((namespace, day), updated_ms, task_id))
             WITH CLUSTERING ORDER BY (updated_ms DESC, task_id DESC)""",
     ]),
+    # Cassandra 5 accepts IF NOT EXISTS on ADD, which keeps the step re-runnable.
+    Migration("store", 2, "trace context of the creating call", [
+        "ALTER TABLE tasks ADD IF NOT EXISTS trace_context map<text, text>",
+        "ALTER TABLE due_index ADD IF NOT EXISTS trace_context map<text, text>",
+    ]),
 ]  # fmt: skip
 
 
@@ -96,11 +101,7 @@ def migrate(
         if (m.component, m.version) in done:
             continue
         for statement in m.statements:
-            session.session.execute(
-                statement.replace(
-                    "CREATE TABLE IF NOT EXISTS ", f"CREATE TABLE IF NOT EXISTS {ks}."
-                )
-            )
+            session.session.execute(_qualified(statement, ks))
         session.session.execute(
             f"INSERT INTO {ks}.schema_migrations (component, version, description, applied_ms)"
             " VALUES (%s, %s, %s, %s)",
@@ -108,6 +109,14 @@ def migrate(
         )
         applied.append(m)
     return applied
+
+
+def _qualified(statement: str, keyspace: str) -> str:
+    """``statement`` with its table name prefixed by the configured keyspace."""
+    for head in ("CREATE TABLE IF NOT EXISTS ", "ALTER TABLE "):
+        if statement.startswith(head):
+            return head + f"{keyspace}." + statement[len(head) :]
+    raise ValueError(f"migration statement of unknown form: {statement[:40]!r}")
 
 
 INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, 0) IF NOT EXISTS"

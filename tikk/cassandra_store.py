@@ -43,24 +43,17 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
+from tikk.store import DUE_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS
 
-_TASK_COLS = (
-    "namespace, task_id, queue, handler, payload, labels, max_attempts, initial_backoff_ms, "
-    "multiplier, max_backoff_ms, jitter, state, attempt, due_ms, scheduled_ms, created_ms, "
-    "updated_ms, shard, fingerprint, last_error_type, last_error_message"
-)
-_DUE_COLS = (
-    "shard, due_ms, namespace, task_id, attempt, queue, handler, payload, labels, "
-    "max_attempts, scheduled_ms"
-)
-_MARKS = ", ".join("?" * 21)
+_TASK_COLS = ", ".join(TASK_COLUMNS)
+_DUE_COLS = ", ".join(DUE_COLUMNS)
+_MARKS = ", ".join("?" * len(TASK_COLUMNS))
 INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) USING TTL ?"
 CREATE_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) IF NOT EXISTS USING TTL ?"
 SELECT_TASK = f"SELECT {_TASK_COLS} FROM tasks WHERE namespace = ? AND task_id = ?"
 INSERT_DUE = (
-    "INSERT INTO due_index (shard, minute, second, task_key, due_ms, namespace, task_id, "
-    "attempt, queue, handler, payload, labels, max_attempts, scheduled_ms) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) USING TTL ?"
+    f"INSERT INTO due_index ({', '.join(DUE_WRITE_COLUMNS)})"
+    f" VALUES ({', '.join('?' * len(DUE_WRITE_COLUMNS))}) USING TTL ?"
 )
 DELETE_DUE = "DELETE FROM due_index WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
 SELECT_DUE = (
@@ -110,7 +103,7 @@ def _task_values(t: Task) -> list[Any]:
         t.namespace, t.task_id, t.queue, t.handler, t.payload, dict(t.labels), r.max_attempts,
         r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter, int(t.state), t.attempt,
         t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms, t.shard, t.fingerprint,
-        t.last_error_type, t.last_error_message,
+        t.last_error_type, t.last_error_message, dict(t.trace_context),
     ]  # fmt: skip
 
 
@@ -124,6 +117,7 @@ def _task_from_row(row: Any) -> Task:
         scheduled_ms=row.scheduled_ms, created_ms=row.created_ms, updated_ms=row.updated_ms,
         shard=row.shard, fingerprint=row.fingerprint, last_error_type=row.last_error_type or "",
         last_error_message=row.last_error_message or "",
+        trace_context=dict(row.trace_context or {}),
     )  # fmt: skip
 
 
@@ -133,14 +127,15 @@ def _entry_from_row(row: Any) -> DueEntry:
         attempt=row.attempt, queue=row.queue, handler=row.handler,
         payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
         max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
+        trace_context=dict(row.trace_context or {}),
     )  # fmt: skip
 
 
 def _due_values(e: DueEntry, now_ms: int) -> list[Any]:
     return [
-        e.shard, minute_of_second(e.second), e.second, e.key, e.due_ms, e.namespace, e.task_id,
+        minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace, e.task_id,
         e.attempt, e.queue, e.handler, e.payload, dict(e.labels), e.max_attempts,
-        e.scheduled_ms, _ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
+        e.scheduled_ms, dict(e.trace_context), _ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
     ]  # fmt: skip
 
 

@@ -27,6 +27,7 @@ def to_proto(delivery: Delivery) -> worker_pb2.Delivery:
         due_time=to_timestamp(e.due_ms),
         fired_time=to_timestamp(delivery.fired_ms),
         idempotency_key=e.idempotency_key,
+        trace_context=dict(delivery.trace_context or e.trace_context),
     )
 
 
@@ -59,4 +60,4 @@ def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
         max_attempts=msg.max_attempts,
         scheduled_ms=from_timestamp(msg.scheduled_time),
     )
-    return Delivery(entry, from_timestamp(msg.fired_time))
+    return Delivery(entry, from_timestamp(msg.fired_time), dict(msg.trace_context))

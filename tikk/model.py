@@ -82,6 +82,9 @@ class Task:
     fingerprint: str
     last_error_type: str = ""
     last_error_message: str = ""
+    # W3C trace context (``traceparent``/``tracestate``) of the call that created the task;
+    # every attempt's spans join that trace. Empty when tracing is off.
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str:
@@ -101,6 +104,7 @@ class Task:
             labels=self.labels,
             max_attempts=self.retry.max_attempts,
             scheduled_ms=self.scheduled_ms,
+            trace_context=self.trace_context,
         )
 
     def evolve(self, **changes: object) -> Task:
@@ -127,6 +131,7 @@ class DueEntry:
     labels: Mapping[str, str] = field(default_factory=dict)
     max_attempts: int = 1
     scheduled_ms: int = 0
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def second(self) -> int:
@@ -148,10 +153,15 @@ class DueEntry:
 
 @dataclass(frozen=True)
 class Delivery:
-    """A due task as handed to the ready queue."""
+    """A due task as handed to the ready queue.
+
+    ``trace_context`` is that of the dispatch span (a child of the task's), which the worker's
+    run span continues; empty when the dispatcher does not trace.
+    """
 
     entry: DueEntry
     fired_ms: int
+    trace_context: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

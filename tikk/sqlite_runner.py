@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
@@ -21,14 +21,16 @@ class SqliteRunner:
     ``busy_timeout`` makes concurrent writers wait rather than fail.
     """
 
-    def __init__(self, path: str, schema: str) -> None:
+    def __init__(
+        self, path: str, schema: str, added_columns: Mapping[str, Mapping[str, str]] | None = None
+    ) -> None:
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
         self._conn: sqlite3.Connection | None = None
-        self._executor.submit(self._open, path, schema).result()
+        self._executor.submit(self._open, path, schema, added_columns or {}).result()
 
-    def _open(self, path: str, schema: str) -> None:
+    def _open(self, path: str, schema: str, added: Mapping[str, Mapping[str, str]]) -> None:
         conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
         conn.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode survives a process crash (kill -9); only an OS crash can lose the
@@ -36,6 +38,7 @@ class SqliteRunner:
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
         conn.executescript(schema)
+        _add_missing_columns(conn, added)
         self._conn = conn
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -62,6 +65,16 @@ class SqliteRunner:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _add_missing_columns(conn: sqlite3.Connection, added: Mapping[str, Mapping[str, str]]) -> None:
+    """Bring a file created by an older release up to the current columns (``CREATE TABLE IF
+    NOT EXISTS`` leaves an existing table as it was). Names come from our constants only."""
+    for table, columns in added.items():
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, declaration in columns.items():
+            if name not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
 
 
 class Transaction:

@@ -21,6 +21,7 @@ from tikk.model import (
 )
 from tikk.paging import decode_token, encode_token
 from tikk.sqlite_runner import SqliteRunner, Transaction
+from tikk.store import DUE_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -45,6 +46,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     fingerprint TEXT NOT NULL,
     last_error_type TEXT NOT NULL DEFAULT '',
     last_error_message TEXT NOT NULL DEFAULT '',
+    trace_context TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (namespace, task_id)
 );
 CREATE INDEX IF NOT EXISTS tasks_by_queue ON tasks (namespace, queue, state, task_id);
@@ -64,6 +66,7 @@ CREATE TABLE IF NOT EXISTS due (
     labels TEXT NOT NULL,
     max_attempts INTEGER NOT NULL,
     scheduled_ms INTEGER NOT NULL,
+    trace_context TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (shard, minute, second, task_key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursors (
@@ -74,15 +77,15 @@ CREATE TABLE IF NOT EXISTS cursors (
 CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-_TASK_COLUMNS = (
-    "namespace, task_id, queue, handler, payload, labels, max_attempts, initial_backoff_ms, "
-    "multiplier, max_backoff_ms, jitter, state, attempt, due_ms, scheduled_ms, created_ms, "
-    "updated_ms, shard, fingerprint, last_error_type, last_error_message"
-)
-_DUE_COLUMNS = (
-    "shard, due_ms, namespace, task_id, attempt, queue, handler, payload, labels, "
-    "max_attempts, scheduled_ms"
-)
+# Columns added after the first release: files created before get them on open.
+ADDED_COLUMNS = {
+    "tasks": {"trace_context": "TEXT NOT NULL DEFAULT '{}'"},
+    "due": {"trace_context": "TEXT NOT NULL DEFAULT '{}'"},
+}
+
+_TASK_COLUMNS = ", ".join(TASK_COLUMNS)
+_TASK_MARKS = ",".join("?" * len(TASK_COLUMNS))
+_DUE_COLUMNS = ", ".join(DUE_COLUMNS)
 
 
 def _task_row(t: Task) -> tuple[object, ...]:
@@ -92,13 +95,14 @@ def _task_row(t: Task) -> tuple[object, ...]:
         r.max_attempts, r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter,
         int(t.state), t.attempt, t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms,
         t.shard, t.fingerprint, t.last_error_type, t.last_error_message,
+        json.dumps(dict(t.trace_context)),
     )  # fmt: skip
 
 
 def _task_from_row(row: Any) -> Task:
     (ns, tid, queue, handler, payload, labels, max_att, init_ms, mult, max_ms, jitter,
      state, attempt, due_ms, sched_ms, created_ms, updated_ms, shard, fp, etype, emsg,
-     ) = row  # fmt: skip
+     trace) = row  # fmt: skip
     return Task(
         namespace=str(ns), task_id=str(tid), queue=str(queue), handler=str(handler),
         payload=bytes(payload),
@@ -108,28 +112,29 @@ def _task_from_row(row: Any) -> Task:
         due_ms=int(due_ms), scheduled_ms=int(sched_ms),
         created_ms=int(created_ms), updated_ms=int(updated_ms), shard=int(shard),
         fingerprint=str(fp), last_error_type=str(etype), last_error_message=str(emsg),
+        trace_context=json.loads(str(trace)),
     )  # fmt: skip
 
 
 def _entry_from_row(row: Any) -> DueEntry:
-    shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched = row
+    shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched, trace = row
     return DueEntry(
         shard=int(shard), due_ms=int(due_ms), namespace=str(ns), task_id=str(tid),
         attempt=int(attempt), queue=str(queue), handler=str(handler),
         payload=bytes(payload), labels=json.loads(str(labels)),
         max_attempts=int(max_att), scheduled_ms=int(sched),
+        trace_context=json.loads(str(trace)),
     )  # fmt: skip
 
 
 def _insert_due(conn: sqlite3.Connection, e: DueEntry) -> None:
     conn.execute(
-        "INSERT OR REPLACE INTO due (shard, minute, second, task_key, due_ms, namespace, task_id,"
-        " attempt, queue, handler, payload, labels, max_attempts, scheduled_ms)"
-        " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        f"INSERT OR REPLACE INTO due ({', '.join(DUE_WRITE_COLUMNS)})"
+        f" VALUES ({','.join('?' * len(DUE_WRITE_COLUMNS))})",
         (
-            e.shard, minute_of_second(e.second), e.second, e.key, e.due_ms, e.namespace,
+            minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace,
             e.task_id, e.attempt, e.queue, e.handler, e.payload, json.dumps(dict(e.labels)),
-            e.max_attempts, e.scheduled_ms,
+            e.max_attempts, e.scheduled_ms, json.dumps(dict(e.trace_context)),
         ),
     )  # fmt: skip
 
@@ -152,13 +157,13 @@ def _fetch_task(conn: sqlite3.Connection, namespace: str, task_id: str) -> Task:
 
 
 def _save_task(conn: sqlite3.Connection, t: Task) -> None:
-    conn.execute(f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES ({','.join('?' * 21)})",
+    conn.execute(f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_MARKS})",
                  _task_row(t))  # fmt: skip
 
 
 def _create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
     cur = conn.execute(
-        f"INSERT OR IGNORE INTO tasks ({_TASK_COLUMNS}) VALUES ({','.join('?' * 21)})",
+        f"INSERT OR IGNORE INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_MARKS})",
         _task_row(task),
     )
     if cur.rowcount == 0:
@@ -177,7 +182,7 @@ class SqliteTaskStore:
     """``TaskStore`` on one SQLite file (``sqlite:///path``); see ``tikk.store`` for semantics."""
 
     def __init__(self, path: str, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
-        self._db = SqliteRunner(path, SCHEMA)
+        self._db = SqliteRunner(path, SCHEMA, ADDED_COLUMNS)
         self._shard_count = shard_count
         self._checked = False
 

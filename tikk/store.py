@@ -13,6 +13,21 @@ from typing import Protocol
 from tikk.errors import TikkError
 from tikk.model import Cursor, DueEntry, Page, Task, TaskState, Transition
 
+# Column order of the task table and of a due-index read, shared by the SQLite and Cassandra
+# backends so that a field added to the model is added to both in one place.
+TASK_COLUMNS = (
+    "namespace", "task_id", "queue", "handler", "payload", "labels", "max_attempts",
+    "initial_backoff_ms", "multiplier", "max_backoff_ms", "jitter", "state", "attempt", "due_ms",
+    "scheduled_ms", "created_ms", "updated_ms", "shard", "fingerprint", "last_error_type",
+    "last_error_message", "trace_context",
+)  # fmt: skip
+DUE_COLUMNS = (
+    "shard", "due_ms", "namespace", "task_id", "attempt", "queue", "handler", "payload",
+    "labels", "max_attempts", "scheduled_ms", "trace_context",
+)  # fmt: skip
+# Written to a due-index row: its key columns, then what a read returns.
+DUE_WRITE_COLUMNS = ("minute", "second", "task_key", *DUE_COLUMNS)
+
 
 class TaskStore(Protocol):
     """Durable home of tasks. Safe to share between coroutines of one event loop."""

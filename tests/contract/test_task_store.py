@@ -93,6 +93,22 @@ async def test_due_entry_carries_what_publishing_needs(store: TaskStore) -> None
     assert entry.idempotency_key == task.idempotency_key
 
 
+TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+
+async def test_trace_context_is_kept_by_task_due_row_and_retries(store: TaskStore) -> None:
+    a = make_task("a").evolve(trace_context=TRACE)
+    await store.create(a)
+    assert (await store.get("default", "a")).trace_context == TRACE
+    (entry,) = await store.read_due(a.shard, START, second_of(a.due_ms), 10)
+    assert entry.trace_context == TRACE
+    await store.mark_dispatched([entry], a.due_ms)
+    retry_at = a.due_ms + 90_000
+    await store.finish_attempt("default", "a", 1, Retry(retry_at, "E", "m"), a.due_ms)
+    rows = await store.read_due(a.shard, (second_of(a.due_ms), "~"), second_of(retry_at), 10)
+    assert [r.trace_context for r in rows] == [TRACE]
+
+
 async def test_other_shards_are_not_read(store: TaskStore) -> None:
     task = make_task("a")
     await store.create(task)
