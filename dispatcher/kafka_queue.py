@@ -116,6 +116,14 @@ def _positive(url: str, options: dict[str, str], name: str, default: int) -> int
     return int(text)
 
 
+@dataclass(frozen=True)
+class _Record:
+    topic: str
+    key: str
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
 @contextlib.contextmanager
 def _unavailable(action: str) -> Iterator[None]:
     """Translate the driver's failures into ``BackendUnavailable``: the one place for it."""
@@ -145,9 +153,13 @@ class KafkaReadyQueue:
 
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
         records = [
-            (self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode(d))
+            _Record(
+                self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode(d),
+                # The standard W3C headers, so any traced Kafka consumer continues the trace.
+                tuple((k, v.encode()) for k, v in d.trace_context.items()),
+            )
             for d in deliveries
-        ]
+        ]  # fmt: skip
         await self._send(records)
 
     async def publish_dead_letter(
@@ -158,7 +170,7 @@ class KafkaReadyQueue:
             delivery, error_type, error_message, delivery.fired_ms
         )
         topic = self._config.topic(dead_letter_queue(delivery.entry.queue))
-        await self._send([(topic, delivery.entry.key, body)])
+        await self._send([_Record(topic, delivery.entry.key, body)])
 
     async def close(self) -> None:
         async with self._start_lock:
@@ -173,12 +185,12 @@ class KafkaReadyQueue:
                 if admin is not None:
                     await admin.close()
 
-    async def _send(self, records: list[tuple[str, str, bytes]]) -> None:
+    async def _send(self, records: list[_Record]) -> None:
         if not records:
             return
         with _unavailable("publish"):
             producer, admin = await self._started()
-            await self._ensure_topics(admin, {topic for topic, _, _ in records})
+            await self._ensure_topics(admin, {r.topic for r in records})
             await _send_all(producer, records)
 
     async def _started(self) -> tuple[Any, Any]:
@@ -228,12 +240,15 @@ async def _start(client: Any) -> Any:
     return client
 
 
-async def _send_all(producer: Any, records: list[tuple[str, str, bytes]]) -> None:
+async def _send_all(producer: Any, records: list[_Record]) -> None:
     """Send every record, then wait for every acknowledgement; raises the first failure."""
     futures = []
     try:
-        for topic, key, value in records:
-            futures.append(await producer.send(topic, value=value, key=key.encode()))
+        for r in records:
+            sent = await producer.send(
+                r.topic, value=r.value, key=r.key.encode(), headers=list(r.headers) or None
+            )
+            futures.append(sent)
     finally:
         # Even when a send failed midway, collect the others so none is left unobserved.
         outcomes = await asyncio.gather(*futures, return_exceptions=True)

@@ -24,8 +24,9 @@ from dispatcher.ready_queue import ReadyQueue
 from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.errors import BackendUnavailable
-from tikk.model import Cursor, Delivery, DueEntry
+from tikk.model import Cursor, DueEntry
 from tikk.store import TaskStore
+from tikk.telemetry import ShardGauge, Telemetry
 
 log = logging.getLogger("tikk.dispatcher")
 
@@ -95,6 +96,7 @@ class Dispatcher:
         *,
         settings: DispatchSettings | None = None,
         keep_lateness_samples: int = 0,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -106,6 +108,7 @@ class Dispatcher:
         self._seq = itertools.count()
         self._last_flush_ms = 0
         self._keep_samples = keep_lateness_samples
+        self._telemetry = telemetry or Telemetry()
         self.stats = DispatchStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -192,7 +195,8 @@ class Dispatcher:
             return
         try:
             ready = await self._store.mark_dispatched(batch, now_ms)
-            await self._queue.publish([Delivery(e, now_ms) for e in ready])
+            with self._telemetry.dispatching(ready, now_ms) as deliveries:
+                await self._queue.publish(deliveries)
         except BackendUnavailable:
             self.stats.publish_failures += 1
             for entry in batch:
@@ -211,6 +215,15 @@ class Dispatcher:
             self.stats.lateness_ms.extend(now_ms - e.due_ms for e in ready)
             del self.stats.lateness_ms[: -self._keep_samples]
 
+    def _gauges(self, now_ms: int) -> dict[int, ShardGauge]:
+        return {
+            shard: ShardGauge(
+                backlog=sum(1 for key in st.unacked if key[2] <= now_ms),
+                cursor_lag_s=max(0, second_of(now_ms) - st.cursor),
+            )
+            for shard, st in self._shards.items()
+        }
+
     async def _flush_cursors(self, now_ms: int, force: bool = False) -> None:
         grace_s = self._settings.late_write_grace_s
         for st in self._shards.values():
@@ -222,6 +235,8 @@ class Dispatcher:
                 st.seen = {k: sec for k, sec in st.seen.items() if sec > limit}
         if not force and now_ms - self._last_flush_ms < self._settings.cursor_flush_interval_ms:
             return
+        if self._telemetry.enabled:
+            self._telemetry.report_shards(self._gauges(now_ms))
         moves = {
             shard: Cursor(st.cursor, st.epoch)
             for shard, st in self._shards.items()

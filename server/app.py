@@ -18,6 +18,7 @@ from server.services import HistoryService, TaskService, WorkerService
 from server.wiring import Backends
 from tikk.clock import Clock
 from tikk.settings import Settings
+from tikk.telemetry import Telemetry
 from tikk.v1 import (
     history_pb2,
     history_pb2_grpc,
@@ -40,7 +41,12 @@ class ApiServer:
     """The tikk API on one port. ``start`` binds and returns the port actually bound."""
 
     def __init__(
-        self, settings: Settings, backends: Backends, clock: Clock, rng: random.Random
+        self,
+        settings: Settings,
+        backends: Backends,
+        clock: Clock,
+        rng: random.Random,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
         limit = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
@@ -51,10 +57,11 @@ class ApiServer:
             ]
         )
         lifecycle = Lifecycle(
-            backends.store, backends.history, backends.queue, clock, limits=settings.limits, rng=rng
-        )
+            backends.store, backends.history, backends.queue, clock,
+            limits=settings.limits, rng=rng, telemetry=telemetry,
+        )  # fmt: skip
         tasks_pb2_grpc.add_TaskServiceServicer_to_server(
-            TaskService(lifecycle, settings), self._server
+            TaskService(lifecycle, settings, telemetry), self._server
         )
         history_pb2_grpc.add_HistoryServiceServicer_to_server(
             HistoryService(lifecycle, settings), self._server

@@ -17,14 +17,19 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.json_format import MessageToDict
 
+from tikk.errors import InvalidArgument
 from tikk.settings import Settings, embedded_urls
+from tikk.telemetry import Providers, Telemetry
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
+
+if TYPE_CHECKING:
+    from worker_sdk import Worker
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IMPORT = 0, 1, 2, 3, 4
 DEFAULT_SERVER = os.environ.get("TIKK_SERVER", "127.0.0.1:7070")
@@ -103,6 +108,10 @@ def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
         return EXIT_IMPORT
     settings = _settings(args)
 
+    telemetry, providers = _telemetry(args.otel, f"tikk-{args.command}")
+    for worker in workers:
+        _trace_worker(worker, providers)
+
     def ready(port: int) -> None:
         host = settings.listen.rpartition(":")[0] or "127.0.0.1"
         print(f"tikk {args.command} listening on {host}:{port}", flush=True)
@@ -111,22 +120,49 @@ def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        await serve(settings, stop, dispatcher=dispatcher, workers=workers, on_ready=ready)
+        await serve(
+            settings, stop, dispatcher=dispatcher, workers=workers, on_ready=ready,
+            telemetry=telemetry,
+        )  # fmt: skip
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        telemetry.shutdown()
     return EXIT_OK
+
+
+def _telemetry(spec: str, service: str) -> tuple[Telemetry, Providers | None]:
+    """The process's telemetry and the providers behind it (None when off)."""
+    from tikk.telemetry import OtelTelemetry, build_providers
+
+    providers = build_providers(spec, service)
+    return (Telemetry() if providers is None else OtelTelemetry(providers)), providers
+
+
+def _trace_worker(worker: Worker, providers: Providers | None) -> None:
+    """Give a worker without telemetry of its own the process's providers."""
+    from worker_sdk.telemetry import NoTelemetry, RunTelemetry
+
+    if providers is not None and type(worker.telemetry) is NoTelemetry:
+        worker.telemetry = RunTelemetry(providers.tracer_provider, providers.meter_provider)
 
 
 def _run_dispatcher(args: argparse.Namespace) -> int:
     from server.runtime import install_stop_signals, run_dispatcher
 
+    telemetry, _ = _telemetry(args.otel, "tikk-dispatcher")
+
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
         print("tikk dispatcher running", flush=True)
-        await run_dispatcher(_settings(args), stop)
+        await run_dispatcher(_settings(args), stop, telemetry=telemetry)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        telemetry.shutdown()
     return EXIT_OK
 
 
@@ -139,13 +175,20 @@ def _run_worker(args: argparse.Namespace) -> int:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_IMPORT
 
+    _, providers = _telemetry(args.otel, "tikk-worker")
+    _trace_worker(worker, providers)
+
     async def main() -> int:
         stop = asyncio.Event()
         install_stop_signals(stop)
         done: int = await worker.run(args.server, burst=args.burst, stop=stop)
         return done
 
-    done = asyncio.run(main())
+    try:
+        done = asyncio.run(main())
+    finally:
+        if providers is not None:
+            providers.shutdown()
     print(f"tikk worker finished {done} runs", flush=True)
     return EXIT_OK
 
@@ -368,6 +411,17 @@ def _backend_options(p: argparse.ArgumentParser) -> None:
         help="ZooKeeper session timeout of a dispatcher (e.g. 10s)",
     )
     p.add_argument("--shards", type=int, default=256, help="shard count (fixed per store)")
+    _otel_option(p)
+
+
+def _otel_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--otel",
+        default=os.environ.get("TIKK_OTEL", "off"),
+        metavar="EXPORTER",
+        help="OpenTelemetry export: off, console, console:PATH, otlp, otlp:URL "
+        "(default: $TIKK_OTEL or off)",
+    )
 
 
 def _client_options(p: argparse.ArgumentParser) -> None:
@@ -416,6 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="MODULE:ATTR")
     p.add_argument("--server", default=DEFAULT_SERVER)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    _otel_option(p)
     p.set_defaults(func=_run_worker)
 
     p = sub.add_parser("migrate", help="create or upgrade the Cassandra schema")
@@ -518,7 +573,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     args = build_parser().parse_args(argv)
-    code: int = args.func(args)
+    try:
+        code: int = args.func(args)
+    except InvalidArgument as exc:
+        # A bad option value found while starting (a URL, an exporter): say which, no trace.
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     return code
 
 

@@ -31,6 +31,7 @@ from tikk.model import (
 )
 from tikk.settings import Limits
 from tikk.store import TaskStore
+from tikk.telemetry import Telemetry
 
 
 class Lifecycle:
@@ -43,6 +44,7 @@ class Lifecycle:
         *,
         limits: Limits,
         rng: random.Random | None = None,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.store = store
         self.history = history
@@ -50,6 +52,7 @@ class Lifecycle:
         self.clock = clock
         self.limits = limits
         self._rng = rng or random.Random()
+        self._telemetry = telemetry or Telemetry()
 
     async def create(self, task: Task) -> tuple[Task, bool]:
         return await self.store.create(task)
@@ -100,6 +103,10 @@ class Lifecycle:
         # A task that is gone (its store was reset) still leaves its run on record.
         with contextlib.suppress(NotFound):
             await self.store.finish_attempt(e.namespace, e.task_id, e.attempt, transition, now)
+        if isinstance(transition, Retry):
+            self._telemetry.retried(e.queue)
+        elif isinstance(transition, DeadLetter):
+            self._telemetry.dead_lettered(e.queue)
         return record
 
     async def _decide(self, report: RunReport, now: int) -> tuple[RunStatus, Transition]:

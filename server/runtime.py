@@ -19,6 +19,7 @@ from server.app import ApiServer
 from server.wiring import open_backends, open_ownership, open_queue, open_store
 from tikk.clock import Clock, SystemClock
 from tikk.settings import Settings
+from tikk.telemetry import Telemetry
 from worker_sdk import Worker
 
 log = logging.getLogger("tikk")
@@ -36,6 +37,7 @@ async def run_dispatcher(
     stop: asyncio.Event,
     clock: Clock | None = None,
     dispatch: DispatchSettings | None = None,
+    telemetry: Telemetry | None = None,
 ) -> None:
     clock = clock or SystemClock()
     store = await open_store(settings)
@@ -43,7 +45,10 @@ async def run_dispatcher(
     ownership = open_ownership(settings, epoch=clock.now_ms())
     await ownership.start()
     try:
-        await Dispatcher(store, queue, ownership, clock, settings=dispatch).run(stop)
+        dispatcher = Dispatcher(
+            store, queue, ownership, clock, settings=dispatch, telemetry=telemetry
+        )
+        await dispatcher.run(stop)
     finally:
         await ownership.stop()
         await queue.close()
@@ -58,16 +63,18 @@ async def serve(
     workers: Sequence[Worker] = (),
     on_ready: Callable[[int], None] = lambda port: None,
     clock: Clock | None = None,
+    telemetry: Telemetry | None = None,
 ) -> None:
     """Serve the API (and optionally dispatch and run workers in-process) until ``stop``."""
     clock = clock or SystemClock()
     backends = await open_backends(settings)
-    api = ApiServer(settings, backends, clock, random.Random())
+    api = ApiServer(settings, backends, clock, random.Random(), telemetry)
     port = await api.start()
     background: list[asyncio.Task[object]] = []
     worker_stop = asyncio.Event()
     if dispatcher:
-        background.append(asyncio.create_task(run_dispatcher(settings, stop, clock)))
+        dispatching = run_dispatcher(settings, stop, clock, telemetry=telemetry)
+        background.append(asyncio.create_task(dispatching))
     address = f"127.0.0.1:{port}"
     background += [asyncio.create_task(w.run(address, stop=worker_stop)) for w in workers]
     on_ready(port)

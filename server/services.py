@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,6 +19,7 @@ from tikk.errors import InvalidArgument, TikkError
 from tikk.model import ResultKind, RunReport, RunStatus, Task
 from tikk.paging import page_size
 from tikk.settings import Settings
+from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration
 from tikk.v1 import (
     history_pb2,
@@ -36,19 +38,29 @@ _RESULTS_IN_FLIGHT = 256
 
 
 class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
-    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
+    def __init__(
+        self, lifecycle: Lifecycle, settings: Settings, telemetry: Telemetry | None = None
+    ) -> None:
         self._lc = lifecycle
         self._settings = settings
+        self._telemetry = telemetry or Telemetry()
 
-    def _validate(self, req: tasks_pb2.CreateTaskRequest) -> Task:
+    def _validate(self, req: tasks_pb2.CreateTaskRequest, trace: dict[str, str]) -> Task:
         now = self._lc.clock.now_ms()
-        return validation.create_task(req, self._settings.limits, self._settings.shard_count, now)
+        task = validation.create_task(req, self._settings.limits, self._settings.shard_count, now)
+        # Not part of the fingerprint: a retried create from another trace is the same task.
+        return task.evolve(trace_context=trace) if trace else task
+
+    def _span(self, method: str, context: Ctx) -> contextlib.AbstractContextManager[dict[str, str]]:
+        metadata = context.invocation_metadata() or ()
+        return self._telemetry.call_span(f"tikk.v1.TaskService/{method}", metadata)
 
     @maps_errors
     async def CreateTask(
         self, request: tasks_pb2.CreateTaskRequest, context: Ctx
     ) -> tasks_pb2.CreateTaskResponse:
-        task, created = await self._lc.create(self._validate(request))
+        with self._span("CreateTask", context) as trace:
+            task, created = await self._lc.create(self._validate(request, trace))
         return tasks_pb2.CreateTaskResponse(task=convert.task_to_proto(task), created=created)
 
     async def CreateTasks(
@@ -57,9 +69,11 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         response = tasks_pb2.CreateTasksResponse()
         index = 0
         try:
-            async for chunk in request_iterator:
-                await self._create_chunk(chunk, index, response)
-                index += len(chunk.tasks)
+            # One span for the stream: every task it creates joins that span's trace.
+            with self._span("CreateTasks", context) as trace:
+                async for chunk in request_iterator:
+                    await self._create_chunk(chunk, index, response, trace)
+                    index += len(chunk.tasks)
         except TikkError as exc:
             # A backend failure mid-stream: everything before this chunk is stored and was
             # counted; report the failure rather than a partial success.
@@ -67,14 +81,19 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         return response
 
     async def _create_chunk(
-        self, chunk: tasks_pb2.CreateTasksRequest, first: int, out: tasks_pb2.CreateTasksResponse
+        self,
+        chunk: tasks_pb2.CreateTasksRequest,
+        first: int,
+        out: tasks_pb2.CreateTasksResponse,
+        trace: dict[str, str],
     ) -> None:
         # Requests without an id get fresh server-assigned ones, which need no existence check.
         given: list[tuple[int, Task]] = []
         assigned: list[tuple[int, Task]] = []
         for offset, req in enumerate(chunk.tasks):
             try:
-                (given if req.task_id else assigned).append((first + offset, self._validate(req)))
+                task = self._validate(req, trace)
+                (given if req.task_id else assigned).append((first + offset, task))
             except InvalidArgument as exc:
                 _item(out, first + offset, exc, req.task_id)
         for items, new_ids in ((given, False), (assigned, True)):

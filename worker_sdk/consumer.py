@@ -6,8 +6,8 @@ Backends: ``worker_sdk.local_queue`` (``local://`` URLs, the embedded queue) and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from google.protobuf.message import DecodeError
@@ -22,12 +22,15 @@ class Message:
     ``body`` is the message as stored. On a task queue it is the serialised ``delivery``; on a
     dead-letter stream (``<queue>.dlq``) it is a ``tikk.v1.DeadLetterRecord``, which readers
     parse from ``body`` (``delivery`` is then empty, see ``decode_delivery``).
+
+    ``headers`` are the transport's message headers where it has them (Kafka), text only.
     """
 
     delivery: worker_pb2.Delivery
     delivery_count: int
     receipt: object
     body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def decode_delivery(body: bytes) -> worker_pb2.Delivery:

@@ -282,7 +282,7 @@ class _QueueLane:
         count = ledger.hand_out(record.offset)
         receipt = _Receipt(self.queue, tp.topic, tp.partition, record.offset, ledger.epoch)
         body = bytes(record.value or b"")  # a null value must not fail every fetch
-        return Message(decode_delivery(body), count, receipt, body)
+        return Message(decode_delivery(body), count, receipt, body, _text_headers(record.headers))
 
     def _current(self, receipt: object) -> bool:
         if not isinstance(receipt, _Receipt):
@@ -569,3 +569,12 @@ async def _wait(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
     if errors and not messages:
         raise errors[0]
     return messages
+
+
+def _text_headers(headers: Any) -> dict[str, str]:
+    """Message headers that are valid text; others are not ours and are left out."""
+    out: dict[str, str] = {}
+    for key, value in headers or ():
+        with contextlib.suppress(UnicodeDecodeError, AttributeError):
+            out[key] = bytes(value).decode()
+    return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -31,6 +32,7 @@ from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.consumer import Message, QueueConsumer, open_consumer
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
 from worker_sdk.results import ResultStream
+from worker_sdk.telemetry import NoTelemetry
 
 log = logging.getLogger("tikk.worker")
 
@@ -75,6 +77,7 @@ class Worker:
         poll_interval_s: float = 0.025,
         max_deliveries: int = 10,
         shutdown_timeout_s: float = 30.0,
+        telemetry: NoTelemetry | None = None,
     ) -> None:
         if not queues:
             raise ValueError("a Worker needs at least one queue")
@@ -89,6 +92,8 @@ class Worker:
         self._handlers: dict[str, Handler] = {}
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="handler")
         self.completed = 0
+        # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
+        self.telemetry = telemetry or NoTelemetry()
 
     def handler(self, name: str) -> Callable[[H], H]:
         """Decorator: register the function as the handler called ``name``."""
@@ -206,18 +211,20 @@ class Worker:
             run_id=run_id, delivery=d, worker_id=self.worker_id, start_time=_ts_ms(started)
         )
         fn = self._handlers.get(d.handler)
-        if message.delivery_count > self._max_deliveries:
-            reason = f"delivered {message.delivery_count} times without a recorded result"
-            _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "PoisonMessage", reason)
-        elif fn is None:
-            reason = (
-                f"no handler {d.handler!r} on worker {self.worker_id} "
-                f"(registered: {', '.join(self.handler_names) or 'none'})"
-            )
-            _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason)
-        else:
-            await self._invoke(fn, self._context(message, run_id), result)
-        result.finish_time.CopyFrom(_ts_ms(_now_ms()))
+        with self.telemetry.run(message, started) as finish:
+            if message.delivery_count > self._max_deliveries:
+                reason = f"delivered {message.delivery_count} times without a recorded result"
+                _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "PoisonMessage", reason)
+            elif fn is None:
+                reason = (
+                    f"no handler {d.handler!r} on worker {self.worker_id} "
+                    f"(registered: {', '.join(self.handler_names) or 'none'})"
+                )
+                _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason)
+            else:
+                await self._invoke(fn, self._context(message, run_id), result)
+            result.finish_time.CopyFrom(_ts_ms(_now_ms()))
+            finish(result)
         return result
 
     async def _invoke(self, fn: Handler, ctx: TaskContext, result: worker_pb2.RunResult) -> None:
@@ -225,7 +232,9 @@ class Worker:
             if inspect.iscoroutinefunction(fn):
                 output = await fn(ctx, result.delivery.payload)
             else:
-                call = functools.partial(fn, ctx, result.delivery.payload)
+                # In the caller's context, so the run span is current in the handler's thread.
+                run = contextvars.copy_context().run
+                call = functools.partial(run, fn, ctx, result.delivery.payload)
                 output = await asyncio.get_running_loop().run_in_executor(self._pool, call)
             if output is not None and not isinstance(output, bytes):
                 raise TypeError(f"handler returned {type(output).__name__}, expected bytes|None")

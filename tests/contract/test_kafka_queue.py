@@ -17,9 +17,10 @@ from dispatcher import kafka_queue as producer_side
 from dispatcher.kafka_queue import KafkaReadyQueue
 from tests.contract.conftest import QueuePair
 from tests.contract.test_ready_queue import delivery, fetch_until, fired
-from tests.factories import T0
+from tests.factories import T0, make_task
 from tests.services import KAFKA, require
 from tikk.errors import BackendUnavailable, InvalidArgument
+from tikk.model import Delivery
 from worker_sdk import kafka_queue as consumer_side
 from worker_sdk.consumer import Message, open_consumer
 from worker_sdk.kafka_queue import KafkaQueueConsumer, PartitionLedger
@@ -190,6 +191,14 @@ async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueueP
         (config.topic("email"), 3),
         (config.topic("sms"), 3),
     ]
+
+
+async def test_trace_context_is_sent_as_standard_message_headers(kafka_pair: QueuePair) -> None:
+    trace = {"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01", "tracestate": "k=v"}
+    worker = kafka_pair.consumer(["q"])
+    await kafka_pair.producer.publish([Delivery(make_task("a").entry(), T0, trace)])
+    (msg,) = await fetch_until(worker, 1)
+    assert msg.headers == trace
 
 
 @pytest.mark.parametrize("kafka_pair", [1], indirect=True)

@@ -53,6 +53,18 @@ async def test_published_deliveries_arrive_intact(queue_pair: QueuePair) -> None
     assert msg.delivery_count == 1
 
 
+TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+
+async def test_the_dispatch_trace_context_travels_with_the_delivery(
+    queue_pair: QueuePair,
+) -> None:
+    consumer = queue_pair.consumer(["q"])
+    await queue_pair.producer.publish([Delivery(make_task("a").entry(), T0, TRACE)])
+    (msg,) = await fetch_until(consumer, 1)
+    assert dict(msg.delivery.trace_context) == TRACE
+
+
 async def test_consumers_only_see_their_queues(queue_pair: QueuePair) -> None:
     email = queue_pair.consumer(["email"])
     await queue_pair.producer.publish(

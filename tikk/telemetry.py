@@ -1,0 +1,263 @@
+"""OpenTelemetry for the server and the dispatcher: traces and metrics of the task path.
+
+A trace follows one task: the API call that created it (its span continues the caller's
+``traceparent`` from the gRPC metadata), then one ``dispatch <queue>`` span per attempt when
+the dispatcher hands it to the queue, then the worker's ``run <handler>`` span around the
+handler (``worker_sdk.telemetry``). The context travels in the task row, the due-index row,
+the ``Delivery`` message and, on Kafka, the standard ``traceparent`` message header.
+
+Metrics (units in the names' descriptions):
+
+- ``tikk.dispatch.lateness``   histogram, ms from due time to the queue's acknowledgement
+- ``tikk.tasks.dispatched``    counter of deliveries handed to the queue
+- ``tikk.due.backlog``         gauge per shard: rows due now that the queue has not yet accepted
+- ``tikk.dispatch.cursor_lag`` gauge per shard, s between now and the shard's cursor (grows
+  when a shard is behind, including rows not read yet)
+- ``tikk.retries``, ``tikk.dead_letters``  counters per queue, counted by the server
+- worker side: ``tikk.run.start_lateness`` (due → handler start), ``tikk.runs``,
+  ``tikk.run.duration``
+
+Off is the plain ``Telemetry`` object: every method returns at once and OpenTelemetry is not
+imported, so a process that does not trace pays nothing for it. ``open_telemetry`` builds the
+real one from a spec: ``off``, ``console`` (JSON lines on stdout), ``console:PATH`` (appended
+to a file), ``otlp`` (OTLP/gRPC to the endpoint in ``OTEL_EXPORTER_OTLP_ENDPOINT``, default
+``localhost:4317``) or ``otlp:http://host:port``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+from tikk.errors import InvalidArgument
+from tikk.model import Delivery, DueEntry
+
+# The W3C trace-context keys tikk stores and forwards.
+TRACE_KEYS = ("traceparent", "tracestate")
+# Histogram buckets in ms, from "on time" to "a minute late".
+LATENESS_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000)
+_EXPORT_INTERVAL_MS = 10_000
+
+
+@dataclass(frozen=True)
+class ShardGauge:
+    """What the dispatcher reports about one owned shard."""
+
+    backlog: int
+    cursor_lag_s: int
+
+
+class Telemetry:
+    """Telemetry switched off; ``OtelTelemetry`` is the same interface, recording."""
+
+    enabled = False
+
+    @contextlib.contextmanager
+    def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[dict[str, str]]:
+        """A server span for an RPC that continues the caller's trace; yields the context
+        to store on the tasks it creates (empty when off)."""
+        yield {}
+
+    @contextlib.contextmanager
+    def dispatching(self, entries: Sequence[DueEntry], now_ms: int) -> Iterator[list[Delivery]]:
+        """Deliveries for ``entries`` fired at ``now_ms``, each in its own dispatch span that
+        ends when the block does (as an error if it raised); counts them if it did not."""
+        yield [Delivery(e, now_ms) for e in entries]
+
+    def report_shards(self, shards: Mapping[int, ShardGauge]) -> None:
+        """The latest per-shard figures; the gauges export the last report."""
+
+    def retried(self, queue: str) -> None:
+        """One failed attempt was scheduled again."""
+
+    def dead_lettered(self, queue: str) -> None:
+        """One task was given up."""
+
+    def shutdown(self) -> None:
+        """Flush what is buffered and stop exporting."""
+
+
+@dataclass(frozen=True)
+class Providers:
+    """The SDK's tracer and meter providers of one process."""
+
+    tracer_provider: Any
+    meter_provider: Any
+
+    def shutdown(self) -> None:
+        self.tracer_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+def build_providers(spec: str, service_name: str) -> Providers | None:
+    """SDK providers exporting as ``spec`` says; ``None`` for ``off``. Raises
+    ``InvalidArgument`` (field ``otel``) for a spec it does not know."""
+    kind, _, target = spec.partition(":")
+    if kind in ("", "off"):
+        return None
+    if kind not in ("console", "otlp"):
+        raise InvalidArgument("otel", f"unknown exporter {spec!r} (use off, console[:PATH], otlp)")
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError("telemetry needs the otel extra: pip install 'tikk[otel]'") from exc
+    span_exporter, metric_exporter = (
+        _console_exporters(target) if kind == "console" else _otlp_exporters(target)
+    )
+    resource = Resource.create({"service.name": service_name})
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    reader = PeriodicExportingMetricReader(
+        metric_exporter, export_interval_millis=_EXPORT_INTERVAL_MS
+    )
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
+    return Providers(tracer_provider, meter_provider)
+
+
+def _console_exporters(path: str) -> tuple[Any, Any]:
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+    from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+    # One JSON document per line, so a file of them can be read back line by line. The file
+    # stays open for the life of the process, as stdout would.
+    out: IO[str] = open(path, "a", encoding="utf-8", buffering=1) if path else sys.stdout  # noqa: SIM115
+    spans = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\n")
+    metrics = ConsoleMetricExporter(out=out, formatter=lambda m: m.to_json(indent=None) + "\n")
+    return spans, metrics
+
+
+def _otlp_exporters(endpoint: str) -> tuple[Any, Any]:
+    try:
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError("otlp export needs the otel extra: pip install 'tikk[otel]'") from exc
+    options: dict[str, Any] = {}
+    if endpoint:
+        options = {"endpoint": endpoint, "insecure": endpoint.startswith("http://")}
+    return OTLPSpanExporter(**options), OTLPMetricExporter(**options)
+
+
+def open_telemetry(spec: str, service_name: str) -> Telemetry:
+    """The process's telemetry for ``spec`` (see the module docstring)."""
+    providers = build_providers(spec, service_name)
+    return Telemetry() if providers is None else OtelTelemetry(providers)
+
+
+class OtelTelemetry(Telemetry):
+    """``Telemetry`` recording through OpenTelemetry providers (the SDK's, or any others)."""
+
+    enabled = True
+
+    def __init__(self, providers: Providers, *, owns_providers: bool = True) -> None:
+        from opentelemetry import trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self._providers = providers if owns_providers else None
+        self._trace = trace
+        self._propagator = TraceContextTextMapPropagator()
+        self._tracer = providers.tracer_provider.get_tracer("tikk")
+        meter = providers.meter_provider.get_meter("tikk")
+        self._lateness = meter.create_histogram(
+            "tikk.dispatch.lateness", unit="ms",
+            description="Due time to the ready queue's acknowledgement",
+            explicit_bucket_boundaries_advisory=list(LATENESS_BUCKETS_MS),
+        )  # fmt: skip
+        self._dispatched = meter.create_counter(
+            "tikk.tasks.dispatched", description="Deliveries handed to the ready queue"
+        )
+        self._retries = meter.create_counter("tikk.retries", description="Attempts retried")
+        self._dead = meter.create_counter("tikk.dead_letters", description="Tasks given up")
+        self._shards: Mapping[int, ShardGauge] = {}
+        meter.create_observable_gauge(
+            "tikk.due.backlog", callbacks=[self._observe(lambda g: g.backlog)],
+            description="Rows due now that the queue has not yet accepted, per shard",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            "tikk.dispatch.cursor_lag", unit="s",
+            callbacks=[self._observe(lambda g: g.cursor_lag_s)],
+            description="Seconds between now and the shard's dispatch cursor",
+        )  # fmt: skip
+
+    def _observe(self, value: Callable[[ShardGauge], int]) -> Callable[[Any], list[Any]]:
+        from opentelemetry.metrics import Observation
+
+        def callback(_options: Any) -> list[Any]:
+            # Runs on the exporter's thread; the mapping is replaced whole, never mutated.
+            shards = self._shards
+            return [Observation(value(g), {"shard": s}) for s, g in shards.items()]
+
+        return callback
+
+    def _context_of(self, carrier: Mapping[str, str]) -> Any:
+        return self._propagator.extract(carrier=dict(carrier)) if carrier else None
+
+    def _carrier_of(self, span: Any) -> dict[str, str]:
+        carrier: dict[str, str] = {}
+        self._propagator.inject(carrier, context=self._trace.set_span_in_context(span))
+        return carrier
+
+    @contextlib.contextmanager
+    def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[dict[str, str]]:
+        incoming = {k: str(v) for k, v in metadata if k in TRACE_KEYS}
+        kind = self._trace.SpanKind.SERVER
+        with self._tracer.start_as_current_span(
+            name, context=self._context_of(incoming), kind=kind
+        ) as span:
+            yield self._carrier_of(span)
+
+    @contextlib.contextmanager
+    def dispatching(self, entries: Sequence[DueEntry], now_ms: int) -> Iterator[list[Delivery]]:
+        spans = [self._dispatch_span(e, now_ms) for e in entries]
+        deliveries = [
+            Delivery(e, now_ms, self._carrier_of(span))
+            for e, span in zip(entries, spans, strict=True)
+        ]
+        try:
+            yield deliveries
+        except BaseException as exc:
+            for span in spans:
+                span.record_exception(exc)
+                span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, str(exc)))
+                span.end()
+            raise
+        for span in spans:
+            span.end()
+        for e in entries:
+            attributes = {"queue": e.queue}
+            self._lateness.record(max(0, now_ms - e.due_ms), attributes)
+            self._dispatched.add(1, attributes)
+
+    def _dispatch_span(self, e: DueEntry, now_ms: int) -> Any:
+        return self._tracer.start_span(
+            f"dispatch {e.queue}",
+            context=self._context_of(e.trace_context),
+            kind=self._trace.SpanKind.PRODUCER,
+            start_time=now_ms * 1_000_000,
+            attributes={
+                "tikk.namespace": e.namespace, "tikk.task_id": e.task_id,
+                "tikk.queue": e.queue, "tikk.attempt": e.attempt,
+                "tikk.idempotency_key": e.idempotency_key,
+                "tikk.lateness_ms": max(0, now_ms - e.due_ms),
+            },
+        )  # fmt: skip
+
+    def report_shards(self, shards: Mapping[int, ShardGauge]) -> None:
+        self._shards = dict(shards)
+
+    def retried(self, queue: str) -> None:
+        self._retries.add(1, {"queue": queue})
+
+    def dead_lettered(self, queue: str) -> None:
+        self._dead.add(1, {"queue": queue})
+
+    def shutdown(self) -> None:
+        if self._providers is not None:
+            self._providers.shutdown()
