@@ -1,0 +1,604 @@
+"""When a recurring schedule fires: cron or fixed-interval specs, evaluated from a given instant.
+
+This is the one module that wraps ``croniter`` (the ``cron`` extra); the rest of tikk asks it for
+instants and never sees a cron library. croniter only expands the fields into sets of values. The
+search for the next instant and the mapping from wall-clock time to UTC are done here: that is
+where cron libraries have had their daylight-saving bugs, and the rule below must hold exactly.
+No function reads the clock; ``now_ms`` and ``after_ms`` are passed in.
+
+Cron syntax
+-----------
+Five fields ``minute hour day-of-month month day-of-week``, or six with the seconds FIRST
+(``second minute hour day-of-month month day-of-week``), or a macro: ``@yearly``/``@annually``,
+``@monthly``, ``@weekly``, ``@daily``/``@midnight``, ``@hourly``. A field is a comma-separated list
+of ``*``, ``N`` or ``A-B``, each with an optional step ``/S``; ``N/S`` means ``N-max/S``. Months and
+days of the week also take English three-letter names (``JAN``, ``MON``); Sunday is 0 or 7.
+Nothing else is accepted (no ``L``, ``W``, ``#``, ``?``, ``H``, ``R``, year field, or ranges that
+wrap around such as ``22-2``), so every expression means the same thing in any cron.
+
+Day of month and day of week combine as in Vixie cron: when both are restricted, a day matches
+if EITHER matches (``0 0 1,15 * FRI`` fires on the 1st, the 15th and every Friday). A day field
+counts as unrestricted when it starts with ``*``, so ``0 0 */2 * MON`` fires on Mondays that fall
+on an odd day of the month.
+
+Daylight saving time
+--------------------
+Cron fields are matched against the local wall-clock time of the spec's ``timezone``. Each
+matching wall-clock time fires once, at the first instant the zone's clock shows that time or a
+later one. So:
+
+* a wall time skipped on a spring-forward day fires once, at the end of the gap (the transition
+  instant); all the skipped times collapse into that one fire, together with the first time
+  after the gap if it matches too;
+* a wall time that occurs twice on a fall-back day fires once, at its first occurrence.
+
+Worked example, Europe/Oslo, 2026:
+
+* 29 March, 02:00 CET becomes 03:00 CEST at 01:00 UTC. ``30 2 * * *`` fires once, at 03:00 CEST
+  = 01:00 UTC. ``*/15 2 * * *`` (02:00, 02:15, 02:30, 02:45: none exists) fires once at 01:00 UTC,
+  and ``0,30 2,3 * * *`` fires at 01:00 UTC (03:00 CEST) and 01:30 UTC (03:30 CEST), nothing else.
+* 25 October, 03:00 CEST becomes 02:00 CET at 01:00 UTC, so 02:00-02:59 happen twice.
+  ``30 2 * * *`` fires once, at 02:30 CEST = 00:30 UTC. ``0 * * * *`` fires at 01:00 CEST,
+  02:00 CEST and 03:00 CET, i.e. 23:00, 00:00 and 02:00 UTC: two hours pass between the last two,
+  because 02:00 CET repeats a wall time that has already fired. Likewise ``*/5 * * * *`` fires
+  through the first pass of 02:00-02:55 and is then silent for an hour.
+
+Interval schedules follow elapsed time, never the wall clock: they fire at the instants ``t``
+with ``(t - phase_ms) % interval_ms == 0`` (UTC milliseconds; epoch-aligned plus the phase).
+
+Occurrences
+-----------
+An occurrence is identified by ``(schedule_id, nominal_ms)``. The nominal instant is what the
+rules above yield; "strictly after", ``start_ms`` and ``end_ms`` are compared with it. The fire
+instant is ``nominal_ms`` plus a jitter in ``[0, jitter_ms)`` hashed from the identity, so every
+node recomputes the same instant. The chain of occurrences is ``next_nominal(spec, previous)``,
+and ``preview`` is exactly that chain.
+
+``validate`` measures the minimal gap and the fires per day in wall-clock time. On a
+spring-forward day two fires can be closer in elapsed time (by at most the size of the jump),
+never closer than one second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import re
+from bisect import bisect_left
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import date, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from tikk.errors import InvalidArgument
+
+# Any satisfiable expression fires within 8 years: the longest gap is 29 February around 2100
+# (2096-02-29 to 2104-02-29, 2921 days).
+SEARCH_DAYS = 8 * 366
+
+MACROS: Mapping[str, str] = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+_MS = 1000
+_DAY_S = 86_400
+_DAY_MS = _DAY_S * _MS
+_ONE_DAY = timedelta(days=1)
+_ONE_SECOND = timedelta(seconds=1)
+# The search stops short of date.max so stepping a day or a month never overflows.
+_LAST_SEARCH_DAY = date(9999, 11, 30).toordinal()
+_ELEMENT = re.compile(
+    r"(?:\*|(?P<low>[0-9a-z]+)(?:-(?P<high>[0-9a-z]+))?)(?:/(?P<step>[0-9]+))?", re.ASCII
+)
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """When a recurring schedule fires; set exactly one of ``cron`` and ``interval_ms``.
+
+    ``start_ms`` and ``end_ms`` bound the nominal instants, both inclusive. ``max_runs`` caps the
+    number of occurrences; counting them is the caller's job, as only it knows how many ran.
+    ``phase_ms`` applies to interval schedules only.
+    """
+
+    cron: str = ""
+    interval_ms: int = 0
+    phase_ms: int = 0
+    timezone: str = "UTC"
+    start_ms: int | None = None
+    end_ms: int | None = None
+    max_runs: int | None = None
+    jitter_ms: int = 0
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    """One occurrence, identified by (schedule id, ``nominal_ms``); it runs at ``fire_ms``."""
+
+    nominal_ms: int
+    fire_ms: int
+
+
+@dataclass(frozen=True)
+class _FieldSyntax:
+    name: str
+    low: int
+    high: int  # the top of the cycle
+    top: int  # the largest value that may be written (day of week: 7, Sunday again)
+    names: Mapping[str, int]
+
+
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_FIELDS = (
+    _FieldSyntax("second", 0, 59, 59, {}),
+    _FieldSyntax("minute", 0, 59, 59, {}),
+    _FieldSyntax("hour", 0, 23, 23, {}),
+    _FieldSyntax("day-of-month", 1, 31, 31, {}),
+    _FieldSyntax("month", 1, 12, 12, {name: i for i, name in enumerate(_MONTHS, 1)}),
+    _FieldSyntax("day-of-week", 0, 6, 7, {name: i for i, name in enumerate(_WEEKDAYS)}),
+)
+
+
+@dataclass(frozen=True)
+class CronFields:
+    """A parsed cron expression: the values each field allows; ``weekdays`` has 0 for Sunday."""
+
+    seconds: tuple[int, ...]
+    minutes: tuple[int, ...]
+    hours: tuple[int, ...]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]
+    # Both day fields are restricted: a day matches if either does (Vixie cron).
+    days_or_weekdays: bool
+
+    def matches_day(self, day: date) -> bool:
+        if day.month not in self.months:
+            return False
+        in_days = day.day in self.days
+        in_weekdays = day.isoweekday() % 7 in self.weekdays
+        if self.days_or_weekdays:
+            return in_days or in_weekdays
+        return in_days and in_weekdays
+
+    def times_from(self, hour: int, minute: int, second: int) -> Iterator[tuple[int, int, int]]:
+        """The matching times of day at or after ``hour:minute:second``, in order."""
+        for h in self.hours[bisect_left(self.hours, hour) :]:
+            minutes = (
+                self.minutes if h > hour else self.minutes[bisect_left(self.minutes, minute) :]
+            )
+            for m in minutes:
+                later = (h, m) > (hour, minute)
+                seconds = (
+                    self.seconds if later else self.seconds[bisect_left(self.seconds, second) :]
+                )
+                for s in seconds:
+                    yield h, m, s
+
+    def seconds_of_day(self) -> list[int]:
+        """Every matching time of day, as seconds after midnight, ascending."""
+        return [h * 3600 + m * 60 + s for h, m, s in self.times_from(0, 0, 0)]
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+
+def _cron_error(reason: str) -> InvalidArgument:
+    return InvalidArgument("spec.cron", reason)
+
+
+@lru_cache(maxsize=4096)
+def parse_cron(cron: str) -> CronFields:
+    """Parse ``cron``; raises ``InvalidArgument`` on ``spec.cron`` saying what is wrong.
+
+    Cached by expression: the result is immutable, and the time zone plays no part in it.
+    """
+    texts = _field_texts(cron)
+    normalized = [_normalize_field(t, syntax) for t, syntax in zip(texts, _FIELDS, strict=True)]
+    seconds, minutes, hours, days, months, weekdays = _expand(" ".join(normalized))
+    return CronFields(
+        seconds=seconds,
+        minutes=minutes,
+        hours=hours,
+        days=frozenset(days),
+        months=frozenset(months),
+        weekdays=frozenset(weekdays),
+        days_or_weekdays=not texts[3].startswith("*") and not texts[5].startswith("*"),
+    )
+
+
+def _field_texts(cron: str) -> list[str]:
+    """The six fields, seconds first (``0`` for a five-field expression); macros resolved."""
+    text = cron.strip()
+    if text.startswith("@"):
+        if text.lower() not in MACROS:
+            raise _cron_error(f"unknown macro {text!r}; expected one of {', '.join(MACROS)}")
+        text = MACROS[text.lower()]
+    fields = text.lower().split()
+    if len(fields) not in (5, 6):
+        raise _cron_error(
+            f"expected 5 or 6 fields (seconds first when 6), got {len(fields)}"
+            if fields
+            else "is empty; expected 5 or 6 fields"
+        )
+    return fields if len(fields) == 6 else ["0", *fields]
+
+
+def _normalize_field(text: str, syntax: _FieldSyntax) -> str:
+    return ",".join(_normalize_element(element, syntax) for element in text.split(","))
+
+
+def _normalize_element(element: str, syntax: _FieldSyntax) -> str:
+    """Check one list element and spell it out with numbers only.
+
+    Spelling it out also steers around croniter quirks: it widens an equal range such as
+    ``5-5`` to the whole field, and it wraps reversed ranges around instead of refusing them.
+    """
+    match = _ELEMENT.fullmatch(element)
+    if match is None:
+        raise _cron_error(
+            f"{syntax.name} field: cannot read {element!r} (use *, N, A-B, a step /S and lists)"
+        )
+    step = int(match["step"] or 1)
+    if step < 1:
+        raise _cron_error(f"{syntax.name} field: step in {element!r} must be at least 1")
+    if match["low"] is None:
+        return element
+    low = _field_value(match["low"], syntax)
+    if match["high"] is None:
+        high = syntax.high if match["step"] else low
+    else:
+        high = _field_value(match["high"], syntax)
+        if high < low:
+            raise _cron_error(_backwards(element, syntax))
+    return str(low) if low >= high else f"{low}-{high}/{step}"
+
+
+def _backwards(element: str, syntax: _FieldSyntax) -> str:
+    hint = " (Sunday may be written 7 to end a range)" if syntax.top > syntax.high else ""
+    return f"{syntax.name} field: range {element!r} runs backwards{hint}"
+
+
+def _field_value(text: str, syntax: _FieldSyntax) -> int:
+    if text.isdigit():
+        value = int(text)
+        if not syntax.low <= value <= syntax.top:
+            raise _cron_error(
+                f"{syntax.name} field: {value} is out of range {syntax.low}-{syntax.top}"
+            )
+        return value
+    if text not in syntax.names:
+        kind = "a number or a name" if syntax.names else "a number"
+        raise _cron_error(f"{syntax.name} field: {text!r} is not {kind}")
+    return syntax.names[text]
+
+
+def _expand(expression: str) -> list[tuple[int, ...]]:
+    """Expand a checked six-field expression (seconds first) into sorted value tuples."""
+    try:
+        from croniter import CroniterError, croniter  # type: ignore[import-untyped]
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError("cron schedules need the cron extra: pip install 'tikk[cron]'") from exc
+    try:
+        expanded, _ = croniter.expand(expression, second_at_beginning=True)
+    except CroniterError as exc:
+        raise _cron_error(f"not a valid cron expression: {exc}") from exc
+    # croniter moves the seconds to the end: minute, hour, day, month, weekday, second.
+    ordered = [expanded[5], *expanded[:5]]
+    return [_values(values, syntax) for values, syntax in zip(ordered, _FIELDS, strict=True)]
+
+
+def _values(values: Sequence[Any], syntax: _FieldSyntax) -> tuple[int, ...]:
+    if list(values) == ["*"]:
+        return tuple(range(syntax.low, syntax.high + 1))
+    # Day of week 7 is Sunday, 0; croniter folds it already, this keeps it so.
+    return tuple(sorted({v if v <= syntax.high else syntax.low for v in map(int, values)}))
+
+
+def time_zone(name: str) -> ZoneInfo:
+    """The IANA zone ``name``; raises ``InvalidArgument`` on ``spec.timezone`` if unknown."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidArgument("spec.timezone", f"unknown time zone {name!r}") from exc
+
+
+# --- wall clock to UTC -----------------------------------------------------------------------
+
+
+def _offset_change(lo_s: int, hi_s: int, tz: ZoneInfo) -> int:
+    """The first instant in ``(lo_s, hi_s]`` already on the UTC offset that ``hi_s`` has."""
+    target = datetime.fromtimestamp(hi_s, tz).utcoffset()
+    while hi_s - lo_s > 1:
+        mid = (lo_s + hi_s) // 2
+        if datetime.fromtimestamp(mid, tz).utcoffset() == target:
+            hi_s = mid
+        else:
+            lo_s = mid
+    return hi_s
+
+
+def _instant_of(wall: datetime, tz: ZoneInfo) -> int:
+    """The first instant (s) the zone's clock shows ``wall`` or later: the DST rule, in one place.
+
+    fold=0 is the first of a repeated time. A skipped time fails the round trip; it fires when
+    the clock resumes, between the readings with the offsets before and after the jump.
+    """
+    instant = int(wall.replace(tzinfo=tz, fold=0).timestamp())
+    if datetime.fromtimestamp(instant, tz).replace(tzinfo=None) == wall:
+        return instant
+    before_gap = int(wall.replace(tzinfo=tz, fold=1).timestamp())
+    return _offset_change(before_gap, instant, tz)
+
+
+def _search_start(after_s: int, tz: ZoneInfo) -> datetime:
+    """The earliest wall-clock time that can still fire after ``after_s``.
+
+    Earlier candidates would be skipped anyway, as they map to instants up to ``after_s``;
+    starting here spares walking them, up to an hour of every-second candidates.
+    """
+    local = datetime.fromtimestamp(after_s, tz)
+    if not local.fold:
+        return local.replace(tzinfo=None)
+    # In the second pass of a repeated hour every wall time up to the end of the repeat has
+    # fired in the first pass already: resume where the first pass ended.
+    first_pass = int(local.replace(fold=0).timestamp())
+    transition = _offset_change(first_pass, after_s, tz)
+    end_of_first_pass = datetime.fromtimestamp(transition - 1, tz)
+    return end_of_first_pass.replace(tzinfo=None, fold=0) + _ONE_SECOND
+
+
+def _walls_from(fields: CronFields, start: datetime) -> Iterator[datetime]:
+    """Matching wall-clock times at or after ``start``, ascending, for ``SEARCH_DAYS`` days."""
+    day = start.date()
+    last = date.fromordinal(min(day.toordinal() + SEARCH_DAYS, _LAST_SEARCH_DAY))
+    clock = (start.hour, start.minute, start.second)
+    while day <= last:
+        if day.month not in fields.months:
+            day, clock = date(day.year + day.month // 12, day.month % 12 + 1, 1), (0, 0, 0)
+            continue
+        if fields.matches_day(day):
+            for h, m, s in fields.times_from(*clock):
+                yield datetime(day.year, day.month, day.day, h, m, s)
+        day, clock = day + _ONE_DAY, (0, 0, 0)
+
+
+def _next_cron(spec: ScheduleSpec, after_ms: int) -> int | None:
+    fields, tz = parse_cron(spec.cron), time_zone(spec.timezone)
+    for wall in _walls_from(fields, _search_start(after_ms // _MS, tz)):
+        instant_ms = _instant_of(wall, tz) * _MS
+        if instant_ms > after_ms:
+            return instant_ms
+    return None
+
+
+def _next_interval(spec: ScheduleSpec, after_ms: int) -> int:
+    periods = (after_ms - spec.phase_ms) // spec.interval_ms + 1
+    return spec.phase_ms + periods * spec.interval_ms
+
+
+# --- occurrences -----------------------------------------------------------------------------
+
+
+def next_nominal(spec: ScheduleSpec, after_ms: int) -> int | None:
+    """The first nominal instant strictly after ``after_ms`` within the bounds, or None.
+
+    None also when nothing fires within ``SEARCH_DAYS`` (only for specs ``validate`` refuses).
+    Calling it again with the result walks the chain of occurrences.
+    """
+    if spec.start_ms is not None:
+        after_ms = max(after_ms, spec.start_ms - 1)
+    nominal = _next_cron(spec, after_ms) if spec.cron else _next_interval(spec, after_ms)
+    if nominal is None or (spec.end_ms is not None and nominal > spec.end_ms):
+        return None
+    return nominal
+
+
+def jitter_offset_ms(schedule_id: str, nominal_ms: int, jitter_ms: int) -> int:
+    """A stable offset in ``[0, jitter_ms)`` for the occurrence ``(schedule_id, nominal_ms)``.
+
+    A hash rather than a random draw, so that a recomputation (after a restart, on another node)
+    lands on the same instant, while schedules sharing a cron line spread out.
+    """
+    if jitter_ms <= 0:
+        return 0
+    key = f"{schedule_id}@{nominal_ms}".encode()
+    digest = hashlib.blake2b(key, digest_size=8, person=b"tikk.jitter").digest()
+    return int.from_bytes(digest, "big") % jitter_ms
+
+
+def fire_instant(spec: ScheduleSpec, nominal_ms: int, *, schedule_id: str) -> int:
+    """When the occurrence ``(schedule_id, nominal_ms)`` runs: its nominal instant plus jitter."""
+    return nominal_ms + jitter_offset_ms(schedule_id, nominal_ms, spec.jitter_ms)
+
+
+def next_occurrence(spec: ScheduleSpec, after_ms: int, *, schedule_id: str) -> Occurrence | None:
+    """The first occurrence whose nominal instant is strictly after ``after_ms``, or None."""
+    nominal = next_nominal(spec, after_ms)
+    if nominal is None:
+        return None
+    return Occurrence(nominal, fire_instant(spec, nominal, schedule_id=schedule_id))
+
+
+def next_fire(spec: ScheduleSpec, after_ms: int, *, schedule_id: str) -> int | None:
+    """The fire instant of ``next_occurrence``; "after" is compared with nominal instants.
+
+    Pass the previous *nominal* instant to continue a chain: fire instants are jittered and do
+    not identify occurrences.
+    """
+    occurrence = next_occurrence(spec, after_ms, schedule_id=schedule_id)
+    return None if occurrence is None else occurrence.fire_ms
+
+
+def occurrences(spec: ScheduleSpec, *, after_ms: int, schedule_id: str) -> Iterator[Occurrence]:
+    """The occurrences after ``after_ms``, in order: the ``next_nominal`` chain, lazily."""
+    nominal = next_nominal(spec, after_ms)
+    while nominal is not None:
+        yield Occurrence(nominal, fire_instant(spec, nominal, schedule_id=schedule_id))
+        nominal = next_nominal(spec, nominal)
+
+
+def preview(
+    spec: ScheduleSpec,
+    *,
+    after_ms: int,
+    schedule_id: str,
+    count: int | None = None,
+    until_ms: int | None = None,
+) -> list[Occurrence]:
+    """The next ``count`` occurrences, and/or those with nominal instants up to ``until_ms``.
+
+    At least one of the two bounds is required, as a dense schedule never runs out. The result
+    is the same chain the dispatcher walks with ``next_nominal``.
+    """
+    if count is None and until_ms is None:
+        raise InvalidArgument("count", "give count, until_ms or both")
+    if count is not None and count < 0:
+        raise InvalidArgument("count", f"must not be negative, got {count}")
+    chain = occurrences(spec, after_ms=after_ms, schedule_id=schedule_id)
+    if until_ms is not None:
+        chain = itertools.takewhile(lambda o: o.nominal_ms <= until_ms, chain)
+    return list(itertools.islice(chain, count))
+
+
+def format_local(instant_ms: int, timezone: str) -> str:
+    """``instant_ms`` on the zone's wall clock, e.g. ``2026-03-29 03:00:00+02:00 CEST``.
+
+    The offset and abbreviation are shown because around a DST change the wall time alone is
+    ambiguous; milliseconds only when there are any.
+    """
+    local = datetime.fromtimestamp(instant_ms // _MS, time_zone(timezone))
+    local = local.replace(microsecond=instant_ms % _MS * 1000)
+    timespec = "milliseconds" if instant_ms % _MS else "seconds"
+    return f"{local.isoformat(sep=' ', timespec=timespec)} {local.tzname()}"
+
+
+# --- validation ------------------------------------------------------------------------------
+
+
+def validate(
+    spec: ScheduleSpec,
+    *,
+    now_ms: int,
+    min_interval_ms: int = 1000,
+    max_fires_per_day: int = 86_400,
+) -> ScheduleSpec:
+    """Refuse a spec that cannot be run as meant; returns it with the cron's spacing normalized.
+
+    Each refusal is an ``InvalidArgument`` naming the ``spec.*`` field and what is wrong with it.
+    """
+    _check_kind(spec)
+    tz = time_zone(spec.timezone)
+    _check_bounds(spec)
+    if spec.cron:
+        spec = replace(spec, cron=" ".join(spec.cron.split()))
+        gap_ms, per_day = _cron_cadence(spec, _first_local_day(spec, now_ms, tz))
+    else:
+        gap_ms, per_day = _interval_cadence(spec)
+    field = "spec.cron" if spec.cron else "spec.interval_ms"
+    if gap_ms < min_interval_ms:
+        raise InvalidArgument(
+            field,
+            f"fires every {_duration(gap_ms)}, below the minimum interval "
+            f"{_duration(min_interval_ms)}",
+        )
+    if per_day > max_fires_per_day:
+        raise InvalidArgument(
+            field, f"fires {per_day} times a day, above the ceiling of {max_fires_per_day}"
+        )
+    _check_jitter(spec.jitter_ms, gap_ms)
+    _check_occurs(spec, now_ms)
+    return spec
+
+
+def _check_kind(spec: ScheduleSpec) -> None:
+    if spec.cron and spec.interval_ms:
+        raise InvalidArgument("spec.cron", "set exactly one of cron and interval_ms, not both")
+    if not spec.cron.strip() and not spec.interval_ms:
+        raise InvalidArgument("spec.cron", "set exactly one of cron and interval_ms")
+
+
+def _check_bounds(spec: ScheduleSpec) -> None:
+    if spec.max_runs is not None and spec.max_runs < 1:
+        raise InvalidArgument("spec.max_runs", f"must be at least 1, got {spec.max_runs}")
+    if spec.start_ms is not None and spec.end_ms is not None and spec.end_ms < spec.start_ms:
+        raise InvalidArgument(
+            "spec.end_ms", f"is before start_ms ({spec.end_ms} < {spec.start_ms})"
+        )
+
+
+def _first_local_day(spec: ScheduleSpec, now_ms: int, tz: ZoneInfo) -> date:
+    start_ms = now_ms if spec.start_ms is None else max(now_ms, spec.start_ms)
+    return datetime.fromtimestamp(start_ms // _MS, tz).date()
+
+
+def _cron_cadence(spec: ScheduleSpec, first_day: date) -> tuple[int, int]:
+    """(minimal gap between fires in ms, fires per day), in wall-clock time."""
+    if spec.phase_ms:
+        raise InvalidArgument("spec.phase_ms", "applies to interval schedules only; must be 0")
+    fields = parse_cron(spec.cron)
+    days = _matching_days(fields, first_day)
+    if not days:
+        raise _cron_error(
+            f"never fires (no matching day within {SEARCH_DAYS // 366} years; e.g. 30 February)"
+        )
+    times = fields.seconds_of_day()
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    if len(days) > 1:
+        day_gap = min(b - a for a, b in itertools.pairwise(days))
+        gaps.append(day_gap * _DAY_S - times[-1] + times[0])
+    return min(gaps, default=SEARCH_DAYS * _DAY_S) * _MS, len(times)
+
+
+def _matching_days(fields: CronFields, first_day: date) -> list[int]:
+    """Ordinals of the matching days in the search window starting at ``first_day``."""
+    first = first_day.toordinal()
+    last = min(first + SEARCH_DAYS, _LAST_SEARCH_DAY)
+    return [n for n in range(first, last + 1) if fields.matches_day(date.fromordinal(n))]
+
+
+def _interval_cadence(spec: ScheduleSpec) -> tuple[int, int]:
+    if spec.interval_ms < 0:
+        raise InvalidArgument("spec.interval_ms", f"must be positive, got {spec.interval_ms}")
+    if not 0 <= spec.phase_ms < spec.interval_ms:
+        raise InvalidArgument(
+            "spec.phase_ms",
+            f"must be in [0, interval_ms) = [0, {spec.interval_ms}), got {spec.phase_ms}",
+        )
+    return spec.interval_ms, -(-_DAY_MS // spec.interval_ms)
+
+
+def _check_jitter(jitter_ms: int, gap_ms: int) -> None:
+    if jitter_ms < 0:
+        raise InvalidArgument("spec.jitter_ms", f"must not be negative, got {jitter_ms}")
+    if jitter_ms >= gap_ms:
+        raise InvalidArgument(
+            "spec.jitter_ms",
+            f"must be below the minimal gap between fires ({_duration(gap_ms)}), "
+            f"got {_duration(jitter_ms)}",
+        )
+
+
+def _check_occurs(spec: ScheduleSpec, now_ms: int) -> None:
+    if next_nominal(spec, now_ms - 1) is not None:
+        return
+    if spec.end_ms is not None:
+        raise InvalidArgument("spec.end_ms", "no occurrence between now (or start_ms) and end_ms")
+    raise _cron_error(f"never fires within {SEARCH_DAYS // 366} years of now (or start_ms)")
+
+
+def _duration(ms: int) -> str:
+    """``ms`` in the largest unit that divides it, for reasons people read."""
+    for unit_ms, unit in ((_DAY_MS, "d"), (3_600_000, "h"), (60_000, "min"), (1000, "s")):
+        if ms and ms % unit_ms == 0:
+            return f"{ms // unit_ms} {unit}"
+    return f"{ms} ms"
