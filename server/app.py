@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.lifecycle import Lifecycle
+from server.schedules import ScheduleService
 from server.services import HistoryService, TaskService, WorkerService
 from server.wiring import Backends
 from tikk.clock import Clock
@@ -22,6 +23,8 @@ from tikk.telemetry import Telemetry
 from tikk.v1 import (
     history_pb2,
     history_pb2_grpc,
+    schedules_pb2,
+    schedules_pb2_grpc,
     tasks_pb2,
     tasks_pb2_grpc,
     worker_pb2,
@@ -34,6 +37,7 @@ _SERVICES = [
     tasks_pb2.DESCRIPTOR.services_by_name["TaskService"].full_name,
     history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name,
     worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+    schedules_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
 ]
 
 
@@ -68,6 +72,9 @@ class ApiServer:
         )
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(
             WorkerService(lifecycle, settings), self._server
+        )
+        schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(
+            ScheduleService(clock, settings.limits), self._server
         )
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]

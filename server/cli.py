@@ -275,6 +275,27 @@ def _show(args: argparse.Namespace, msg: Any, text: Callable[[], str]) -> None:
         print(text())
 
 
+def _schedule_preview(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    from tikk.v1 import schedules_pb2, schedules_pb2_grpc
+
+    spec = schedules_pb2.ScheduleSpec(cron=args.cron or "", timezone=args.tz)
+    if args.every is not None:
+        spec.interval.CopyFrom(to_duration(args.every))
+    if args.jitter is not None:
+        spec.jitter.CopyFrom(to_duration(args.jitter))
+    req = schedules_pb2.PreviewScheduleRequest(spec=spec, count=args.count)
+    if args.after is not None:
+        req.after_time.CopyFrom(to_timestamp(args.after))
+    resp = schedules_pb2_grpc.ScheduleServiceStub(ch).PreviewSchedule(req, timeout=args.timeout)
+
+    def table() -> str:
+        rows = [f"{'local (' + args.tz + ')':<40} utc"]
+        rows += [f"{o.local_time:<40} {_ts(o.fire_time)}" for o in resp.occurrences]
+        return "\n".join(rows)
+
+    _show(args, resp, table)
+
+
 def _task_create(args: argparse.Namespace, ch: grpc.Channel) -> None:
     req = tasks_pb2.CreateTaskRequest(
         namespace=args.namespace,
@@ -500,6 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     _task_commands(sub.add_parser("task", help="create, get, cancel, list tasks"))
     _run_commands(sub.add_parser("runs", help="run history"))
+    _schedule_commands(sub.add_parser("schedule", help="recurring schedules"))
     _dead_commands(sub.add_parser("dead-letters", help="dead-lettered tasks"))
     return parser
 
@@ -532,6 +554,20 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
         "--state", choices=["scheduled", "dispatched", "succeeded", "dead_lettered", "cancelled"]
     )
     p.set_defaults(func=_client(_task_list))
+
+
+def _schedule_commands(parent: argparse.ArgumentParser) -> None:
+    sub = parent.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("preview", help="the next fire times of a spec, local and UTC")
+    _client_options(p)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--cron", help="cron expression (5 fields, or 6 with seconds first)")
+    what.add_argument("--every", type=parse_duration_ms, help="fixed interval, e.g. 90s")
+    p.add_argument("--tz", default="UTC", help="IANA time zone, e.g. Europe/Oslo")
+    p.add_argument("--jitter", type=parse_duration_ms, help="deterministic jitter, e.g. 5s")
+    p.add_argument("--after", type=parse_time_ms, help="ISO-8601 instant (default: now)")
+    p.add_argument("--count", type=int, default=10)
+    p.set_defaults(func=_client(_schedule_preview))
 
 
 def _run_commands(parent: argparse.ArgumentParser) -> None:

@@ -25,6 +25,10 @@ class Limits:
     max_schedule_ahead_ms: int = TEN_YEARS_MS
     max_backoff_ms: int = ONE_YEAR_MS
     max_attempts: int = 1000
+    # Recurring schedules: no two fires closer than this, and at most this many a day.
+    min_schedule_interval_ms: int = 1_000
+    max_fires_per_day: int = 86_400
+    max_preview: int = 1_000
     default_retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
