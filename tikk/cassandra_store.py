@@ -29,7 +29,6 @@ from tikk.errors import (
     BackendUnavailable,
     FailedPrecondition,
     NotFound,
-    StaleOwner,
     TikkError,
 )
 from tikk.model import (
@@ -377,10 +376,6 @@ class CassandraTaskStore:
                 return refused
             # Another owner wrote in between: read again and re-decide.
         raise BackendUnavailable("cursor update kept conflicting with another owner")
-
-    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
-        if await self.advance_cursors({shard: Cursor(second, epoch)}):
-            raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")
 
     async def close(self) -> None:
         await asyncio.to_thread(self._db.close)

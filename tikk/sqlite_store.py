@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second, second_of, task_key
-from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner, TikkError
+from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, TikkError
 from tikk.model import (
     Cursor,
     DueEntry,
@@ -375,10 +375,6 @@ class SqliteTaskStore:
             return refused
 
         return await self._db.run(work)
-
-    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
-        if await self.advance_cursors({shard: Cursor(second, epoch)}):
-            raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")
 
     async def close(self) -> None:
         await self._db.close()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from tikk.errors import TikkError
+from tikk.errors import StaleOwner, TikkError
 from tikk.model import Cursor, DueEntry, Page, Task, TaskState, Transition
 
 # Column order of the task table and of a due-index read, shared by the SQLite and Cassandra
@@ -130,10 +130,12 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def advance_cursor(self, shard: int, second: int, epoch: int) -> None:
-        """``advance_cursors`` for one shard; raises ``StaleOwner`` if refused."""
-        ...
-
     async def close(self) -> None:
         """Release connections; idempotent."""
         ...
+
+
+async def advance_cursor(store: TaskStore, shard: int, second: int, epoch: int) -> None:
+    """``advance_cursors`` for one shard; raises ``StaleOwner`` if refused."""
+    if await store.advance_cursors({shard: Cursor(second, epoch)}):
+        raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")

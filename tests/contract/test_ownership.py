@@ -30,6 +30,7 @@ from dispatcher.zk_ownership import ZkOwnership, ZkState, parse_zk_url
 from tests.services import ZOOKEEPER, require
 from tikk.errors import BackendUnavailable, InvalidArgument, StaleOwner
 from tikk.sqlite_store import SqliteTaskStore
+from tikk.store import advance_cursor
 
 SHARDS = 12
 # Short sessions keep failover tests fast; the server's minimum is 1 s.
@@ -150,14 +151,14 @@ async def test_a_successor_fences_its_predecessor_in_the_store(
     store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
     first = await started_alone(make_owner)
     old = dict(first.owned())
-    await store.advance_cursor(3, 50, old[3])
+    await advance_cursor(store, 3, 50, old[3])
     await first.stop()
     second = await started_alone(make_owner)
     new = dict(second.owned())
     assert all(new[s] > old[s] for s in range(SHARDS))
-    await store.advance_cursor(3, 100, new[3])
+    await advance_cursor(store, 3, 100, new[3])
     with pytest.raises(StaleOwner):
-        await store.advance_cursor(3, 200, old[3])
+        await advance_cursor(store, 3, 200, old[3])
     assert (await store.get_cursor(3)).second == 100
     await store.close()
 
@@ -385,7 +386,7 @@ async def test_a_stale_owner_is_fenced_after_failover_and_rejoins_with_a_new_ses
     await eventually(lambda: shards_of([a, b]) == expected, SOON_S, "two split")
     stale = dict(a.owned())
     shard = expected["a"][0]
-    await store.advance_cursor(shard, 10, stale[shard])
+    await advance_cursor(store, shard, 10, stale[shard])
 
     proxy.cut()
     assert await eventually(lambda: a.owned() == {}, 0.5, "a stops at once") < 0.5
@@ -393,10 +394,10 @@ async def test_a_stale_owner_is_fenced_after_failover_and_rejoins_with_a_new_ses
     print(f"failover after a cut link with a {SESSION_S}s session: {took:.2f}s")
     successor = dict(b.owned())
     assert all(successor[s] > e for s, e in stale.items())
-    await store.advance_cursor(shard, 20, successor[shard])
+    await advance_cursor(store, shard, 20, successor[shard])
     # A stale owner waking up mid-tick still has its old epoch: refused.
     with pytest.raises(StaleOwner):
-        await store.advance_cursor(shard, 30, stale[shard])
+        await advance_cursor(store, shard, 30, stale[shard])
 
     proxy.restore()  # a's old session is gone (LOST): it rejoins with a new one
     await eventually(lambda: shards_of([a, b]) == expected, SESSION_S + SOON_S, "rejoined")

@@ -10,7 +10,7 @@ from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
 from tikk.model import Cursor, DeadLetter, Retry, Succeed, TaskState
-from tikk.store import TaskStore
+from tikk.store import TaskStore, advance_cursor
 
 # Scans start after a cursor; a store's cursors never start before it existed (T0 here).
 START = (second_of(T0) - 120, "")
@@ -210,12 +210,12 @@ async def test_list_tasks_pages_by_queue_and_state(store: TaskStore) -> None:
 
 async def test_cursor_is_fenced_by_epoch_and_never_goes_back(store: TaskStore) -> None:
     assert (await store.get_cursor(3)).second == 0
-    await store.advance_cursor(3, 100, epoch=5)
-    await store.advance_cursor(3, 90, epoch=5)
+    await advance_cursor(store, 3, 100, epoch=5)
+    await advance_cursor(store, 3, 90, epoch=5)
     assert (await store.get_cursor(3)).second == 100
-    await store.advance_cursor(3, 120, epoch=6)
+    await advance_cursor(store, 3, 120, epoch=6)
     with pytest.raises(StaleOwner):
-        await store.advance_cursor(3, 200, epoch=5)
+        await advance_cursor(store, 3, 200, epoch=5)
     cursor = await store.get_cursor(3)
     assert (cursor.second, cursor.epoch) == (120, 6)
 
@@ -232,7 +232,7 @@ async def test_cursors_move_together_and_stale_ones_are_refused(store: TaskStore
 async def test_rows_after_cursor_survive_cursor_moves(store: TaskStore) -> None:
     late = make_task("late", due_ms=T0 + 300_000)
     await store.create(late)
-    await store.advance_cursor(late.shard, second_of(T0 + 200_000), epoch=1)
+    await advance_cursor(store, late.shard, second_of(T0 + 200_000), epoch=1)
     rows = await store.read_due(
         late.shard, (second_of(T0 + 200_000) + 1, ""), second_of(late.due_ms), 10
     )

@@ -30,6 +30,7 @@ from tests.factories import T0, make_task
 from tikk.clock import ManualClock
 from tikk.errors import InvalidArgument
 from tikk.sqlite_store import SqliteTaskStore
+from tikk.store import advance_cursor
 from tikk.telemetry import OtelTelemetry, Providers, Telemetry, build_providers, open_telemetry
 from tikk.timestamps import to_timestamp
 from tikk.v1 import worker_pb2
@@ -169,7 +170,7 @@ async def test_the_dispatcher_reports_backlog_and_cursor_lag_per_shard(
     settings = DispatchSettings(cursor_flush_interval_ms=0)
     try:
         for shard in range(4):
-            await store.advance_cursor(shard, (T0 // 1000) - 1, 1)
+            await advance_cursor(store, shard, (T0 // 1000) - 1, 1)
         task = make_task("a", due_ms=T0 + 500, shard_count=4)
         await store.create(task)
         dispatcher = Dispatcher(
