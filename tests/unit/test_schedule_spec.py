@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tikk.cron_syntax import MACROS, parse_cron
 from tikk.errors import InvalidArgument
 from tikk.schedule_spec import (
-    MACROS,
     Occurrence,
     ScheduleSpec,
     fire_instant,
@@ -28,7 +28,6 @@ from tikk.schedule_spec import (
     next_fire,
     next_nominal,
     next_occurrence,
-    parse_cron,
     preview,
     validate,
 )
