@@ -572,9 +572,10 @@ async def _wait(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
 
 
 def _text_headers(headers: Any) -> dict[str, str]:
-    """Message headers that are valid text; others are not ours and are left out."""
+    """Message headers that are valid text; others (binary, or a null value) are not ours and
+    are left out rather than failing the fetch."""
     out: dict[str, str] = {}
     for key, value in headers or ():
-        with contextlib.suppress(UnicodeDecodeError, AttributeError):
+        with contextlib.suppress(UnicodeDecodeError, TypeError):
             out[key] = bytes(value).decode()
     return out

@@ -201,6 +201,11 @@ async def test_trace_context_is_sent_as_standard_message_headers(kafka_pair: Que
     assert msg.headers == trace
 
 
+def test_only_text_headers_reach_the_message() -> None:
+    headers = [("traceparent", b"00-ab-cd-01"), ("blob", b"\xff\xfe"), ("empty", None)]
+    assert consumer_side._text_headers(headers) == {"traceparent": "00-ab-cd-01"}
+
+
 @pytest.mark.parametrize("kafka_pair", [1], indirect=True)
 async def test_out_of_order_commits_advance_only_the_contiguous_prefix(
     kafka_pair: QueuePair,
