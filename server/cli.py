@@ -24,7 +24,7 @@ from google.protobuf.json_format import MessageToDict
 
 from tikk.errors import InvalidArgument
 from tikk.settings import Settings, embedded_urls
-from tikk.telemetry import Providers, Telemetry
+from tikk.telemetry import Providers, open_telemetry
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
@@ -108,9 +108,9 @@ def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
         return EXIT_IMPORT
     settings = _settings(args)
 
-    telemetry, providers = _telemetry(args.otel, f"tikk-{args.command}")
+    telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
     for worker in workers:
-        _trace_worker(worker, providers)
+        _trace_worker(worker, telemetry.providers)
 
     def ready(port: int) -> None:
         host = settings.listen.rpartition(":")[0] or "127.0.0.1"
@@ -132,14 +132,6 @@ def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
     return EXIT_OK
 
 
-def _telemetry(spec: str, service: str) -> tuple[Telemetry, Providers | None]:
-    """The process's telemetry and the providers behind it (None when off)."""
-    from tikk.telemetry import OtelTelemetry, build_providers
-
-    providers = build_providers(spec, service)
-    return (Telemetry() if providers is None else OtelTelemetry(providers)), providers
-
-
 def _trace_worker(worker: Worker, providers: Providers | None) -> None:
     """Give a worker without telemetry of its own the process's providers."""
     from worker_sdk.telemetry import NoTelemetry, RunTelemetry
@@ -151,7 +143,7 @@ def _trace_worker(worker: Worker, providers: Providers | None) -> None:
 def _run_dispatcher(args: argparse.Namespace) -> int:
     from server.runtime import install_stop_signals, run_dispatcher
 
-    telemetry, _ = _telemetry(args.otel, "tikk-dispatcher")
+    telemetry = open_telemetry(args.otel, "tikk-dispatcher")
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -175,8 +167,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_IMPORT
 
-    _, providers = _telemetry(args.otel, "tikk-worker")
-    _trace_worker(worker, providers)
+    telemetry = open_telemetry(args.otel, "tikk-worker")
+    _trace_worker(worker, telemetry.providers)
 
     async def main() -> int:
         stop = asyncio.Event()
@@ -187,8 +179,7 @@ def _run_worker(args: argparse.Namespace) -> int:
     try:
         done = asyncio.run(main())
     finally:
-        if providers is not None:
-            providers.shutdown()
+        telemetry.shutdown()
     print(f"tikk worker finished {done} runs", flush=True)
     return EXIT_OK
 

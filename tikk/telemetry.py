@@ -54,6 +54,8 @@ class Telemetry:
     """Telemetry switched off; ``OtelTelemetry`` is the same interface, recording."""
 
     enabled = False
+    # The SDK providers behind it, for parts wired separately (an in-process worker).
+    providers: Providers | None = None
 
     @contextlib.contextmanager
     def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[dict[str, str]]:
@@ -160,7 +162,8 @@ class OtelTelemetry(Telemetry):
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        self._providers = providers if owns_providers else None
+        self.providers = providers
+        self._owned = providers if owns_providers else None
         self._trace = trace
         self._propagator = TraceContextTextMapPropagator()
         self._tracer = providers.tracer_provider.get_tracer("tikk")
@@ -259,5 +262,5 @@ class OtelTelemetry(Telemetry):
         self._dead.add(1, {"queue": queue})
 
     def shutdown(self) -> None:
-        if self._providers is not None:
-            self._providers.shutdown()
+        if self._owned is not None:
+            self._owned.shutdown()
