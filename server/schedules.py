@@ -16,7 +16,7 @@ from server.status import maps_errors
 from tikk.clock import Clock
 from tikk.errors import FailedPrecondition, InvalidArgument
 from tikk.schedule_spec import ScheduleSpec, format_local, preview, validate
-from tikk.settings import Limits
+from tikk.settings import TEN_YEARS_MS, Limits
 from tikk.timestamps import to_timestamp
 from tikk.v1 import schedules_pb2, schedules_pb2_grpc
 
@@ -30,20 +30,19 @@ _API_FIELDS = {
     "spec.start_ms": "spec.start_time",
     "spec.end_ms": "spec.end_time",
 }
-_TEN_YEARS_MS = 10 * 366 * 86_400_000
 
 
 def schedule_spec(msg: schedules_pb2.ScheduleSpec, limits: Limits, now_ms: int) -> ScheduleSpec:
     """The validated domain spec of ``msg``; ``InvalidArgument`` names the API field."""
     spec = ScheduleSpec(
         cron=msg.cron,
-        interval_ms=validation.duration_ms(msg.interval, "spec.interval", _TEN_YEARS_MS),
-        phase_ms=validation.duration_ms(msg.phase, "spec.phase", _TEN_YEARS_MS),
+        interval_ms=validation.duration_ms(msg.interval, "spec.interval", TEN_YEARS_MS),
+        phase_ms=validation.duration_ms(msg.phase, "spec.phase", TEN_YEARS_MS),
         timezone=msg.timezone or "UTC",
-        start_ms=_optional_time(msg, "start_time"),
-        end_ms=_optional_time(msg, "end_time"),
+        start_ms=validation.optional_timestamp_ms(msg, "start_time", "spec.start_time"),
+        end_ms=validation.optional_timestamp_ms(msg, "end_time", "spec.end_time"),
         max_runs=msg.max_runs or None,
-        jitter_ms=validation.duration_ms(msg.jitter, "spec.jitter", _TEN_YEARS_MS),
+        jitter_ms=validation.duration_ms(msg.jitter, "spec.jitter", TEN_YEARS_MS),
     )
     try:
         return validate(
@@ -54,12 +53,6 @@ def schedule_spec(msg: schedules_pb2.ScheduleSpec, limits: Limits, now_ms: int) 
         )
     except InvalidArgument as exc:
         raise InvalidArgument(_API_FIELDS.get(exc.field, exc.field), exc.reason) from None
-
-
-def _optional_time(msg: schedules_pb2.ScheduleSpec, name: str) -> int | None:
-    if not msg.HasField(name):
-        return None
-    return validation.timestamp_ms(getattr(msg, name), f"spec.{name}")
 
 
 class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: ignore[misc]
@@ -75,16 +68,9 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         if request.WhichOneof("target") != "spec":
             raise FailedPrecondition("preview of a stored schedule is not available yet")
         spec = schedule_spec(request.spec, self._limits, now)
-        after = (
-            validation.timestamp_ms(request.after_time, "after_time")
-            if request.HasField("after_time")
-            else now
-        )
-        until = (
-            validation.timestamp_ms(request.until_time, "until_time")
-            if request.HasField("until_time")
-            else None
-        )
+        after = validation.optional_timestamp_ms(request, "after_time")
+        after = now if after is None else after
+        until = validation.optional_timestamp_ms(request, "until_time")
         count = request.count or _DEFAULT_PREVIEW
         if not 0 < count <= self._limits.max_preview:
             raise InvalidArgument("count", f"must be 1..{self._limits.max_preview}, got {count}")

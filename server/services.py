@@ -170,16 +170,10 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         queue = validation.queue(request.queue, self._limits)
         status = validation.run_status(request.status)
         now = self._lc.clock.now_ms()
-        end = (
-            validation.timestamp_ms(request.end_time, "end_time")
-            if request.HasField("end_time")
-            else now + 1
-        )
-        start = (
-            validation.timestamp_ms(request.start_time, "start_time")
-            if request.HasField("start_time")
-            else end - _HOUR_MS
-        )
+        end = validation.optional_timestamp_ms(request, "end_time")
+        end = now + 1 if end is None else end
+        start = validation.optional_timestamp_ms(request, "start_time")
+        start = end - _HOUR_MS if start is None else start
         if start >= end:
             raise InvalidArgument("start_time", "must be before end_time")
         query = RunQuery(ns, queue, start, end, RunStatus(status) if status else None)

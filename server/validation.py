@@ -9,6 +9,7 @@ import re
 import uuid
 
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from tikk.buckets import shard_of
@@ -86,6 +87,13 @@ def timestamp_ms(ts: Timestamp, field: str) -> int:
     if not (_MIN_SECONDS <= ts.seconds <= _MAX_SECONDS) or not (0 <= ts.nanos < 1_000_000_000):
         raise InvalidArgument(field, "not a valid timestamp")
     return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def optional_timestamp_ms(msg: Message, name: str, field: str = "") -> int | None:
+    """``msg.<name>`` in ms if set, else ``None``; errors name ``field`` (default ``name``)."""
+    if not msg.HasField(name):
+        return None
+    return timestamp_ms(getattr(msg, name), field or name)
 
 
 def duration_ms(d: Duration, field: str, max_ms: int) -> int:
