@@ -47,9 +47,8 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
 
     def _validate(self, req: tasks_pb2.CreateTaskRequest, trace: dict[str, str]) -> Task:
         now = self._lc.clock.now_ms()
-        task = validation.create_task(req, self._settings.limits, self._settings.shard_count, now)
-        # Not part of the fingerprint: a retried create from another trace is the same task.
-        return task.evolve(trace_context=trace) if trace else task
+        limits, shards = self._settings.limits, self._settings.shard_count
+        return validation.create_task(req, limits, shards, now, trace)
 
     def _span(self, method: str, context: Ctx) -> contextlib.AbstractContextManager[dict[str, str]]:
         metadata = context.invocation_metadata() or ()

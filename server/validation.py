@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
@@ -149,12 +150,18 @@ def _requested_time(req: tasks_pb2.CreateTaskRequest, limits: Limits, now_ms: in
 
 
 def create_task(
-    req: tasks_pb2.CreateTaskRequest, limits: Limits, shard_count: int, now_ms: int
+    req: tasks_pb2.CreateTaskRequest,
+    limits: Limits,
+    shard_count: int,
+    now_ms: int,
+    trace_context: Mapping[str, str] | None = None,
 ) -> Task:
     """A new SCHEDULED task from a create request (``InvalidArgument`` on bad input).
 
     A run time in the past is accepted and runs now: the due time is never before the
-    moment the task was accepted, so no dispatcher has already passed it.
+    moment the task was accepted, so no dispatcher has already passed it. ``trace_context``
+    (of the creating call) is kept but not fingerprinted: a retried create from another
+    trace is the same task.
     """
     ns = namespace(req.namespace)
     tid = task_id(req.task_id, limits) if req.task_id else uuid.uuid4().hex
@@ -183,6 +190,7 @@ def create_task(
         updated_ms=now_ms,
         shard=shard_of(ns, tid, shard_count),
         fingerprint=fingerprint(ns, tid, q, handler, req.payload, labels, policy, when_spec),
+        trace_context=trace_context or {},
     )
 
 

@@ -54,6 +54,14 @@ def test_same_request_later_has_the_same_fingerprint() -> None:
     assert a.fingerprint == b.fingerprint != c.fingerprint
 
 
+def test_the_trace_context_is_kept_but_not_fingerprinted() -> None:
+    traced = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    a = validation.create_task(req(task_id="x"), LIMITS, 256, T0, traced)
+    b = validation.create_task(req(task_id="x"), LIMITS, 256, T0)
+    assert (a.trace_context, b.trace_context) == (traced, {})
+    assert a.fingerprint == b.fingerprint
+
+
 @pytest.mark.parametrize(
     ("field", "request_fields"),
     [
