@@ -16,6 +16,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tikk.buckets import shard_of
 from tikk.errors import InvalidArgument
 from tikk.model import DEFAULT_NAMESPACE, RetryPolicy, Task, TaskState, fingerprint
+from tikk.schedule import reserved_task_id
 from tikk.settings import Limits
 from tikk.v1 import history_pb2, tasks_pb2
 
@@ -45,6 +46,10 @@ def task_id(value: str, limits: Limits, field: str = "task_id") -> str:
         raise InvalidArgument(field, f"longer than {limits.max_id_length} characters")
     if _has_control(value) or value != value.strip():
         raise InvalidArgument(field, "must not contain control characters or edge whitespace")
+    if reserved_task_id(value):
+        raise InvalidArgument(
+            field, "ids ending in @<digits> or @schedule name schedule occurrences"
+        )
     return value
 
 

@@ -66,6 +66,10 @@ STORE_MIGRATIONS = [
         "ALTER TABLE tasks ADD IF NOT EXISTS trace_context map<text, text>",
         "ALTER TABLE due_index ADD IF NOT EXISTS trace_context map<text, text>",
     ]),
+    Migration("store", 3, "schedule occurrences and ticks", [
+        "ALTER TABLE tasks ADD IF NOT EXISTS schedule_id text",
+        "ALTER TABLE due_index ADD IF NOT EXISTS schedule_id text",
+    ]),
 ]  # fmt: skip
 
 

@@ -102,7 +102,7 @@ def _task_values(t: Task) -> list[Any]:
         t.namespace, t.task_id, t.queue, t.handler, t.payload, dict(t.labels), r.max_attempts,
         r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter, int(t.state), t.attempt,
         t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms, t.shard, t.fingerprint,
-        t.last_error_type, t.last_error_message, dict(t.trace_context),
+        t.last_error_type, t.last_error_message, dict(t.trace_context), t.schedule_id,
     ]  # fmt: skip
 
 
@@ -116,7 +116,7 @@ def _task_from_row(row: Any) -> Task:
         scheduled_ms=row.scheduled_ms, created_ms=row.created_ms, updated_ms=row.updated_ms,
         shard=row.shard, fingerprint=row.fingerprint, last_error_type=row.last_error_type or "",
         last_error_message=row.last_error_message or "",
-        trace_context=dict(row.trace_context or {}),
+        trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
     )  # fmt: skip
 
 
@@ -126,7 +126,7 @@ def _entry_from_row(row: Any) -> DueEntry:
         attempt=row.attempt, queue=row.queue, handler=row.handler,
         payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
         max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
-        trace_context=dict(row.trace_context or {}),
+        trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
     )  # fmt: skip
 
 
@@ -134,7 +134,8 @@ def _due_values(e: DueEntry, now_ms: int) -> list[Any]:
     return [
         minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace, e.task_id,
         e.attempt, e.queue, e.handler, e.payload, dict(e.labels), e.max_attempts,
-        e.scheduled_ms, dict(e.trace_context), _ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
+        e.scheduled_ms, dict(e.trace_context), e.schedule_id,
+        _ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
     ]  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from tikk.buckets import shard_of
 from tikk.model import Delivery, DueEntry
+from tikk.schedule import schedule_of
 from tikk.timestamps import from_timestamp, to_timestamp
 from tikk.v1 import worker_pb2
 
@@ -47,8 +48,10 @@ def encode_dead_letter(
 
 
 def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
+    # A schedule's occurrences live in the schedule's shard; only schedules name tasks so.
+    schedule_id = schedule_of(msg.task_id)
     entry = DueEntry(
-        shard=shard_of(msg.namespace, msg.task_id, shard_count),
+        shard=shard_of(msg.namespace, schedule_id or msg.task_id, shard_count),
         due_ms=from_timestamp(msg.due_time),
         namespace=msg.namespace,
         task_id=msg.task_id,
@@ -59,5 +62,6 @@ def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
         labels=dict(msg.labels),
         max_attempts=msg.max_attempts,
         scheduled_ms=from_timestamp(msg.scheduled_time),
+        schedule_id=schedule_id,
     )
     return Delivery(entry, from_timestamp(msg.fired_time), dict(msg.trace_context))

@@ -85,10 +85,12 @@ class Task:
     # W3C trace context (``traceparent``/``tracestate``) of the call that created the task;
     # every attempt's spans join that trace. Empty when tracing is off.
     trace_context: Mapping[str, str] = field(default_factory=dict)
+    # The schedule this task is an occurrence of; empty for a one-off task.
+    schedule_id: str = ""
 
     @property
     def idempotency_key(self) -> str:
-        return occurrence_key(self.namespace, self.task_id, self.scheduled_ms)
+        return occurrence_key(self.namespace, self.schedule_id or self.task_id, self.scheduled_ms)
 
     def entry(self) -> DueEntry:
         """The due-index row of the current attempt."""
@@ -105,15 +107,20 @@ class Task:
             max_attempts=self.retry.max_attempts,
             scheduled_ms=self.scheduled_ms,
             trace_context=self.trace_context,
+            schedule_id=self.schedule_id,
         )
 
     def evolve(self, **changes: object) -> Task:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-def occurrence_key(namespace: str, task_id: str, scheduled_ms: int) -> str:
-    """The idempotency key of one occurrence: same for every delivery and retry of it."""
-    return f"{namespace}/{task_id}@{scheduled_ms}"
+def occurrence_key(namespace: str, task_or_schedule_id: str, scheduled_ms: int) -> str:
+    """The idempotency key of one occurrence: same for every delivery and retry of it.
+
+    For a schedule's occurrence it is built from the schedule id, so every run of the
+    occurrence ``(schedule, instant)`` (fired, backfilled) carries the same key.
+    """
+    return f"{namespace}/{task_or_schedule_id}@{scheduled_ms}"
 
 
 @dataclass(frozen=True)
@@ -132,6 +139,13 @@ class DueEntry:
     max_attempts: int = 1
     scheduled_ms: int = 0
     trace_context: Mapping[str, str] = field(default_factory=dict)
+    # Set on a schedule's occurrence tasks and on its tick (see ``tikk.schedule``).
+    schedule_id: str = ""
+
+    @property
+    def is_tick(self) -> bool:
+        """A schedule's pending occurrence, not a task: the dispatcher steps the schedule."""
+        return self.attempt == 0 and bool(self.schedule_id)
 
     @property
     def second(self) -> int:
@@ -148,7 +162,7 @@ class DueEntry:
 
     @property
     def idempotency_key(self) -> str:
-        return occurrence_key(self.namespace, self.task_id, self.scheduled_ms)
+        return occurrence_key(self.namespace, self.schedule_id or self.task_id, self.scheduled_ms)
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     last_error_type TEXT NOT NULL DEFAULT '',
     last_error_message TEXT NOT NULL DEFAULT '',
     trace_context TEXT NOT NULL DEFAULT '{}',
+    schedule_id TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (namespace, task_id)
 );
 CREATE INDEX IF NOT EXISTS tasks_by_queue ON tasks (namespace, queue, state, task_id);
@@ -67,6 +68,7 @@ CREATE TABLE IF NOT EXISTS due (
     max_attempts INTEGER NOT NULL,
     scheduled_ms INTEGER NOT NULL,
     trace_context TEXT NOT NULL DEFAULT '{}',
+    schedule_id TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (shard, minute, second, task_key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursors (
@@ -79,8 +81,14 @@ CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL
 
 # Columns added after the first release: files created before get them on open.
 ADDED_COLUMNS = {
-    "tasks": {"trace_context": "TEXT NOT NULL DEFAULT '{}'"},
-    "due": {"trace_context": "TEXT NOT NULL DEFAULT '{}'"},
+    "tasks": {
+        "trace_context": "TEXT NOT NULL DEFAULT '{}'",
+        "schedule_id": "TEXT NOT NULL DEFAULT ''",
+    },
+    "due": {
+        "trace_context": "TEXT NOT NULL DEFAULT '{}'",
+        "schedule_id": "TEXT NOT NULL DEFAULT ''",
+    },
 }
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
@@ -95,14 +103,14 @@ def _task_row(t: Task) -> tuple[object, ...]:
         r.max_attempts, r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter,
         int(t.state), t.attempt, t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms,
         t.shard, t.fingerprint, t.last_error_type, t.last_error_message,
-        json.dumps(dict(t.trace_context)),
+        json.dumps(dict(t.trace_context)), t.schedule_id,
     )  # fmt: skip
 
 
 def _task_from_row(row: Any) -> Task:
     (ns, tid, queue, handler, payload, labels, max_att, init_ms, mult, max_ms, jitter,
      state, attempt, due_ms, sched_ms, created_ms, updated_ms, shard, fp, etype, emsg,
-     trace) = row  # fmt: skip
+     trace, schedule_id) = row  # fmt: skip
     return Task(
         namespace=str(ns), task_id=str(tid), queue=str(queue), handler=str(handler),
         payload=bytes(payload),
@@ -112,18 +120,19 @@ def _task_from_row(row: Any) -> Task:
         due_ms=int(due_ms), scheduled_ms=int(sched_ms),
         created_ms=int(created_ms), updated_ms=int(updated_ms), shard=int(shard),
         fingerprint=str(fp), last_error_type=str(etype), last_error_message=str(emsg),
-        trace_context=json.loads(str(trace)),
+        trace_context=json.loads(str(trace)), schedule_id=str(schedule_id),
     )  # fmt: skip
 
 
 def _entry_from_row(row: Any) -> DueEntry:
-    shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched, trace = row
+    (shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched, trace,
+     schedule_id) = row  # fmt: skip
     return DueEntry(
         shard=int(shard), due_ms=int(due_ms), namespace=str(ns), task_id=str(tid),
         attempt=int(attempt), queue=str(queue), handler=str(handler),
         payload=bytes(payload), labels=json.loads(str(labels)),
         max_attempts=int(max_att), scheduled_ms=int(sched),
-        trace_context=json.loads(str(trace)),
+        trace_context=json.loads(str(trace)), schedule_id=str(schedule_id),
     )  # fmt: skip
 
 
@@ -134,7 +143,7 @@ def _insert_due(conn: sqlite3.Connection, e: DueEntry) -> None:
         (
             minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace,
             e.task_id, e.attempt, e.queue, e.handler, e.payload, json.dumps(dict(e.labels)),
-            e.max_attempts, e.scheduled_ms, json.dumps(dict(e.trace_context)),
+            e.max_attempts, e.scheduled_ms, json.dumps(dict(e.trace_context)), e.schedule_id,
         ),
     )  # fmt: skip
 
