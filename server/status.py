@@ -12,6 +12,7 @@ import grpc
 from tikk.errors import (
     AlreadyExists,
     BackendUnavailable,
+    Conflict,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -26,6 +27,7 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    (Conflict, grpc.StatusCode.ABORTED),
     (StaleOwner, grpc.StatusCode.ABORTED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
 ]

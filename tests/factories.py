@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from tikk.buckets import shard_of
 from tikk.model import RetryPolicy, RunRecord, RunStatus, Task, TaskState, fingerprint
+from tikk.schedule import Schedule, ScheduleAction, SchedulePolicy
+from tikk.schedule_spec import ScheduleSpec
 
 T0 = 1_700_000_000_000  # a fixed instant (2023-11-14T22:13:20Z), on a minute boundary + 20 s
 
@@ -67,4 +69,31 @@ def make_run(
         error_message="" if status is RunStatus.SUCCEEDED else "boom",
         output=b"out",
         idempotency_key=f"{namespace}/{task_id}@{finished_ms - 100}",
+    )
+
+
+def make_schedule(
+    schedule_id: str = "s1",
+    *,
+    namespace: str = "default",
+    cron: str = "",
+    interval_ms: int = 60_000,
+    next_nominal_ms: int | None = T0 + 40_000,
+    shard_count: int = 16,
+    policy: SchedulePolicy | None = None,
+    payload: bytes = b"p",
+) -> Schedule:
+    """A schedule whose pending occurrence is ``next_nominal_ms`` (no jitter)."""
+    return Schedule(
+        namespace=namespace,
+        schedule_id=schedule_id,
+        spec=ScheduleSpec(cron=cron, interval_ms=0 if cron else interval_ms),
+        action=ScheduleAction(queue="q", handler="h", payload=payload, labels={"team": "a"}),
+        policy=policy or SchedulePolicy(),
+        shard=shard_of(namespace, schedule_id, shard_count),
+        created_ms=T0,
+        updated_ms=T0,
+        fingerprint=fingerprint(namespace, schedule_id, cron, interval_ms, payload),
+        next_nominal_ms=next_nominal_ms,
+        next_fire_ms=next_nominal_ms,
     )

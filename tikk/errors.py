@@ -45,6 +45,11 @@ class FailedPrecondition(TikkError):
     """The request is valid but the current state does not allow it."""
 
 
+class Conflict(TikkError):
+    """The caller's copy is out of date: another write changed the object since it was read
+    (a schedule's ``expected_version`` no longer matches). Read again and retry."""
+
+
 class StaleOwner(TikkError):
     """An owner presented a fencing epoch older than the one recorded for the shard."""
 

@@ -6,6 +6,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,8 @@ from history.sqlite import SqliteRunHistory
 from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, require
 from tikk.cassandra_store import CassandraTaskStore
+from tikk.schedule_store import ScheduleStore
+from tikk.sqlite_schedules import SqliteScheduleStore
 from tikk.sqlite_store import SqliteTaskStore
 from tikk.store import TaskStore
 from worker_sdk.consumer import QueueConsumer
@@ -50,6 +53,29 @@ async def store(
         backend = cstore
     yield backend
     await backend.close()
+
+
+@dataclass
+class ScheduleBackend:
+    """A schedule store and the task store of the same database."""
+
+    schedules: ScheduleStore
+    tasks: TaskStore
+
+
+@pytest.fixture(params=["sqlite"])
+async def schedule_backend(
+    request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
+) -> AsyncIterator[ScheduleBackend]:
+    backend: ScheduleBackend
+    if request.param == "sqlite":
+        path = str(tmp_path / "tikk.db")
+        backend = ScheduleBackend(SqliteScheduleStore(path), SqliteTaskStore(path, SHARDS))
+    else:
+        raise AssertionError(f"no schedule store for {request.param}")
+    yield backend
+    await backend.schedules.close()
+    await backend.tasks.close()
 
 
 @pytest.fixture(params=["sqlite", "cassandra"])
