@@ -208,7 +208,15 @@ class DeadLetter:
     error_message: str
 
 
-Transition = Succeed | Retry | DeadLetter
+@dataclass(frozen=True)
+class Abandon:
+    """Transition of a dispatched attempt: stop tracking it; the task ends CANCELLED and a
+    result its worker reports later changes nothing (a schedule's ``CANCEL_PREVIOUS``)."""
+
+    reason: str
+
+
+Transition = Succeed | Retry | DeadLetter | Abandon
 
 
 def apply_transition(task: Task, transition: Transition, now_ms: int) -> Task:
@@ -225,6 +233,11 @@ def apply_transition(task: Task, transition: Transition, now_ms: int) -> Task:
             return task.evolve(
                 state=TaskState.DEAD_LETTERED, updated_ms=now_ms,
                 last_error_type=etype, last_error_message=emsg,
+            )  # fmt: skip
+        case Abandon(reason=reason):
+            return task.evolve(
+                state=TaskState.CANCELLED, updated_ms=now_ms,
+                last_error_type="Cancelled", last_error_message=reason,
             )  # fmt: skip
 
 
