@@ -5,10 +5,12 @@ Backends: ``history.sqlite`` (embedded). Every method may raise ``BackendUnavail
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.model import Page, RunRecord, RunStatus
+from tikk.schedule import OccurrenceRecord, Outcome
 
 
 @dataclass(frozen=True)
@@ -20,6 +22,18 @@ class RunQuery:
     start_ms: int
     end_ms: int
     status: RunStatus | None = None
+
+
+@dataclass(frozen=True)
+class OccurrenceQuery:
+    """Occurrences of one schedule with nominal instants in [start_ms, end_ms), optionally of
+    one outcome."""
+
+    namespace: str
+    schedule_id: str
+    start_ms: int
+    end_ms: int
+    outcome: Outcome | None = None
 
 
 class RunHistory(Protocol):
@@ -45,6 +59,19 @@ class RunHistory(Protocol):
     ) -> Page[RunRecord]:
         """Runs matching ``query``, newest first. Raises ``InvalidArgument`` for a malformed
         token."""
+        ...
+
+    async def record_occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
+        """Store what became of schedule occurrences. Idempotent on (namespace, schedule id,
+        nominal instant, outcome): a replayed step stores its decisions once, while an
+        occurrence missed and later backfilled keeps both records."""
+        ...
+
+    async def list_occurrences(
+        self, query: OccurrenceQuery, page_size: int, page_token: str
+    ) -> Page[OccurrenceRecord]:
+        """Records matching ``query``, newest nominal instant first. Raises
+        ``InvalidArgument`` for a malformed token."""
         ...
 
     async def close(self) -> None:

@@ -11,14 +11,16 @@ rewritten by compaction: the usual layout for append-only time series. A run rep
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from typing import Any
 
-from history.base import RunQuery
+from history.base import OccurrenceQuery, RunQuery
 from tikk.cassandra_schema import Migration
 from tikk.cassandra_session import CassandraConfig, CassandraSession
 from tikk.errors import NotFound
 from tikk.model import Page, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
+from tikk.schedule import OccurrenceRecord, Outcome
 
 HISTORY_RETENTION_S = 30 * 86_400
 _HOUR_MS = 3_600_000
@@ -50,7 +52,24 @@ HISTORY_MIGRATIONS = [
         " WITH CLUSTERING ORDER BY (finished_ms DESC, run_id DESC)"
         f" AND default_time_to_live = {HISTORY_RETENTION_S} AND {_TWCS}",
     ]),
+    Migration("history", 2, "schedule occurrences by schedule and day", [
+        "CREATE TABLE IF NOT EXISTS schedule_occurrences (namespace text, schedule_id text,"
+        " day bigint, nominal_ms bigint, outcome int, fire_ms bigint, decided_ms bigint,"
+        " task_id text, reason text,"
+        " PRIMARY KEY ((namespace, schedule_id, day), nominal_ms, outcome))"
+        " WITH CLUSTERING ORDER BY (nominal_ms DESC, outcome DESC)"
+        f" AND default_time_to_live = {HISTORY_RETENTION_S}",
+    ]),
 ]  # fmt: skip
+_OCC_COLS = "namespace, schedule_id, nominal_ms, outcome, fire_ms, decided_ms, task_id, reason"
+INSERT_OCCURRENCE = (
+    f"INSERT INTO schedule_occurrences ({_OCC_COLS}, day) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+SELECT_OCCURRENCES = (
+    f"SELECT {_OCC_COLS} FROM schedule_occurrences WHERE namespace = ? AND schedule_id = ?"
+    " AND day = ? AND (nominal_ms, outcome) < (?, ?) AND nominal_ms >= ? LIMIT ?"
+)
+_DAY_MS = 86_400_000
 _MARKS = ", ".join("?" * 17)
 INSERT_RUN = f"INSERT INTO runs ({_COLS}) VALUES ({_MARKS})"
 INSERT_BY_TASK = f"INSERT INTO runs_by_task ({_COLS}) VALUES ({_MARKS})"
@@ -80,6 +99,14 @@ def _record(row: Any) -> RunRecord:
     values[6] = RunStatus(values[6])
     values[15] = bytes(values[15] or b"")
     return RunRecord(*values)
+
+
+def _occurrence(row: Any) -> OccurrenceRecord:
+    return OccurrenceRecord(
+        namespace=row.namespace, schedule_id=row.schedule_id, nominal_ms=row.nominal_ms,
+        outcome=Outcome(row.outcome), fire_ms=row.fire_ms, decided_ms=row.decided_ms,
+        task_id=row.task_id or "", reason=row.reason or "",
+    )  # fmt: skip
 
 
 class CassandraRunHistory:
@@ -140,6 +167,42 @@ class CassandraRunHistory:
                     return Page(found, encode_token(hour, *before))
             if len(rows) < page_size:
                 hour, before = hour - 1, _TOP
+        return Page(found)
+
+    async def record_occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
+        # Independent idempotent rows (a replay rewrites the same keys): written concurrently.
+        await asyncio.gather(
+            *(
+                self._db.execute(INSERT_OCCURRENCE, [
+                    r.namespace, r.schedule_id, r.nominal_ms, int(r.outcome), r.fire_ms,
+                    r.decided_ms, r.task_id, r.reason, r.nominal_ms // _DAY_MS,
+                ])
+                for r in records
+            )
+        )  # fmt: skip
+
+    async def list_occurrences(
+        self, query: OccurrenceQuery, page_size: int, page_token: str
+    ) -> Page[OccurrenceRecord]:
+        """Walks the day buckets of the range from its end back to its start."""
+        after = decode_token(page_token, (int, int, int))
+        if after:
+            day, before = int(after[0]), (int(after[1]), int(after[2]))
+        else:
+            day, before = (query.end_ms - 1) // _DAY_MS, (query.end_ms, 0)
+        found: list[OccurrenceRecord] = []
+        while day >= query.start_ms // _DAY_MS:
+            params = [query.namespace, query.schedule_id, day, *before, query.start_ms, page_size]
+            rows = await self._db.execute(SELECT_OCCURRENCES, params)
+            for row in rows:
+                record = _occurrence(row)
+                before = (record.nominal_ms, int(record.outcome))
+                if query.outcome is None or record.outcome is query.outcome:
+                    found.append(record)
+                if len(found) == page_size:
+                    return Page(found, encode_token(day, *before))
+            if len(rows) < page_size:
+                day, before = day - 1, (2**62, 0)
         return Page(found)
 
     async def close(self) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
-from history.base import RunQuery
+from history.base import OccurrenceQuery, RunQuery
 from tikk.errors import NotFound
 from tikk.model import Page, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
-from tikk.sqlite_runner import SqliteRunner
+from tikk.schedule import OccurrenceRecord, Outcome
+from tikk.sqlite_runner import SqliteRunner, Transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -34,7 +36,21 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_by_task ON runs (namespace, task_id, finished_ms, run_id);
 CREATE INDEX IF NOT EXISTS runs_by_queue ON runs (namespace, queue, finished_ms, run_id);
+CREATE TABLE IF NOT EXISTS occurrences (
+    namespace TEXT NOT NULL,
+    schedule_id TEXT NOT NULL,
+    nominal_ms INTEGER NOT NULL,
+    outcome INTEGER NOT NULL,
+    fire_ms INTEGER NOT NULL,
+    decided_ms INTEGER NOT NULL,
+    task_id TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    PRIMARY KEY (namespace, schedule_id, nominal_ms, outcome)
+) WITHOUT ROWID;
 """
+_OCCURRENCE_COLUMNS = (
+    "namespace, schedule_id, nominal_ms, outcome, fire_ms, decided_ms, task_id, reason"
+)
 
 _COLUMNS = (
     "namespace, run_id, task_id, queue, handler, attempt, status, scheduled_ms, due_ms, "
@@ -55,6 +71,15 @@ def _row(r: RunRecord) -> tuple[object, ...]:
         r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
         r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id,
         r.error_type, r.error_message, r.output, r.idempotency_key,
+    )  # fmt: skip
+
+
+def _occurrence_from_row(row: Any) -> OccurrenceRecord:
+    ns, sid, nominal, outcome, fire, decided, task_id, reason = row
+    return OccurrenceRecord(
+        namespace=str(ns), schedule_id=str(sid), nominal_ms=int(nominal),
+        outcome=Outcome(outcome), fire_ms=int(fire), decided_ms=int(decided),
+        task_id=str(task_id), reason=str(reason),
     )  # fmt: skip
 
 
@@ -112,6 +137,43 @@ class SqliteRunHistory:
         if len(rows) <= page_size:
             return Page(records)
         return Page(records, encode_token(records[-1].finished_ms, records[-1].run_id))
+
+    async def record_occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
+        rows = [
+            (r.namespace, r.schedule_id, r.nominal_ms, int(r.outcome), r.fire_ms, r.decided_ms,
+             r.task_id, r.reason)
+            for r in records
+        ]  # fmt: skip
+        sql = f"INSERT OR IGNORE INTO occurrences ({_OCCURRENCE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)"
+
+        def work(conn: sqlite3.Connection) -> None:
+            with Transaction(conn):
+                conn.executemany(sql, rows)
+
+        await self._db.run(work)
+
+    async def list_occurrences(
+        self, query: OccurrenceQuery, page_size: int, page_token: str
+    ) -> Page[OccurrenceRecord]:
+        where = "namespace=? AND schedule_id=? AND nominal_ms >= ? AND nominal_ms < ?"
+        args: list[object] = [query.namespace, query.schedule_id, query.start_ms, query.end_ms]
+        if query.outcome is not None:
+            where += " AND outcome=?"
+            args.append(int(query.outcome))
+        after = decode_token(page_token, (int, int))
+        if after:
+            where += " AND (nominal_ms, outcome) < (?, ?)"
+            args += after
+        sql = (
+            f"SELECT {_OCCURRENCE_COLUMNS} FROM occurrences WHERE {where}"
+            " ORDER BY nominal_ms DESC, outcome DESC LIMIT ?"
+        )
+        rows = await self._db.run(lambda conn: conn.execute(sql, [*args, page_size + 1]).fetchall())
+        records = [_occurrence_from_row(r) for r in rows[:page_size]]
+        if len(rows) <= page_size:
+            return Page(records)
+        last = records[-1]
+        return Page(records, encode_token(last.nominal_ms, int(last.outcome)))
 
     async def close(self) -> None:
         await self._db.close()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from history.base import RunHistory, RunQuery
+from history.base import OccurrenceQuery, RunHistory, RunQuery
 from tests.factories import T0, make_run
 from tikk.errors import InvalidArgument, NotFound
 from tikk.model import RunStatus
+from tikk.schedule import OccurrenceRecord, Outcome
 
 
 async def test_append_then_get(history: RunHistory) -> None:
@@ -74,3 +75,51 @@ async def test_bad_page_token_is_invalid_argument(history: RunHistory) -> None:
     with pytest.raises(InvalidArgument) as info:
         await history.list_for_task("default", "t1", 10, "not-a-token!")
     assert info.value.field == "page_token"
+
+
+def _occ(nominal_ms: int, outcome: Outcome, schedule_id: str = "s1") -> OccurrenceRecord:
+    return OccurrenceRecord(
+        namespace="default", schedule_id=schedule_id, nominal_ms=nominal_ms,
+        fire_ms=nominal_ms + 5, outcome=outcome, decided_ms=nominal_ms + 70_000,
+        task_id=f"{schedule_id}@{nominal_ms}" if outcome is Outcome.FIRED else "",
+        reason="why",
+    )  # fmt: skip
+
+
+DAY = 86_400_000
+
+
+async def test_occurrences_newest_first_across_days_with_paging(history: RunHistory) -> None:
+    # Over three days, so a backend that buckets by day must walk its buckets.
+    records = [_occ(T0 + k * DAY // 2, Outcome.FIRED, "days") for k in range(6)]
+    await history.record_occurrences(records)
+    await history.record_occurrences([_occ(T0, Outcome.FIRED, schedule_id="other")])
+    query = OccurrenceQuery("default", "days", T0, T0 + 3 * DAY)
+    seen: list[OccurrenceRecord] = []
+    token = ""
+    while True:
+        page = await history.list_occurrences(query, 4, token)
+        seen += page.items
+        token = page.next_token
+        if not token:
+            break
+    assert seen == list(reversed(records))
+    assert seen[0].lateness_ms == 70_000 - 5
+
+
+async def test_occurrence_records_are_idempotent_per_outcome(history: RunHistory) -> None:
+    missed, backfilled = _occ(T0, Outcome.MISSED, "twice"), _occ(T0, Outcome.BACKFILLED, "twice")
+    await history.record_occurrences([missed, missed])
+    await history.record_occurrences([missed, backfilled])
+    query = OccurrenceQuery("default", "twice", T0, T0 + 1)
+    page = await history.list_occurrences(query, 10, "")
+    assert sorted(r.outcome for r in page.items) == [Outcome.MISSED, Outcome.BACKFILLED]
+
+
+async def test_occurrences_filter_by_outcome_and_range(history: RunHistory) -> None:
+    await history.record_occurrences(
+        [_occ(T0 + k * 1000, Outcome.MISSED if k % 2 else Outcome.FIRED, "f") for k in range(10)]
+    )
+    query = OccurrenceQuery("default", "f", T0 + 2000, T0 + 8000, Outcome.MISSED)
+    page = await history.list_occurrences(query, 100, "")
+    assert [r.nominal_ms for r in page.items] == [T0 + 7000, T0 + 5000, T0 + 3000]
