@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from dispatcher.ownership import Ownership
 from dispatcher.ready_queue import ReadyQueue
+from dispatcher.schedule_steps import ScheduleStepper
 from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.errors import BackendUnavailable
@@ -75,6 +76,7 @@ class DispatchStats:
 
     published: int = 0
     skipped: int = 0
+    schedule_steps: int = 0
     publish_failures: int = 0
     lateness_ms: list[int] = field(default_factory=list)
 
@@ -97,6 +99,7 @@ class Dispatcher:
         settings: DispatchSettings | None = None,
         keep_lateness_samples: int = 0,
         telemetry: Telemetry | None = None,
+        schedules: ScheduleStepper | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -109,6 +112,7 @@ class Dispatcher:
         self._last_flush_ms = 0
         self._keep_samples = keep_lateness_samples
         self._telemetry = telemetry or Telemetry()
+        self._schedules = schedules
         self.stats = DispatchStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -184,13 +188,22 @@ class Dispatcher:
         st.seen[key] = st.unacked[key] = row.second
         heapq.heappush(self._held, (row.due_ms, next(self._seq), row))
 
-    async def _fire(self, now_ms: int) -> None:
+    def _pop_due(self, now_ms: int) -> list[DueEntry]:
         batch: list[DueEntry] = []
         while self._held and self._held[0][0] <= now_ms:
             _, _, entry = heapq.heappop(self._held)
             st = self._shards.get(entry.shard)
             if st is not None and _row_key(entry) in st.unacked:
                 batch.append(entry)
+        return batch
+
+    async def _fire(self, now_ms: int) -> None:
+        batch = self._pop_due(now_ms)
+        ticks = [e for e in batch if e.is_tick]
+        if ticks:
+            # Schedules first: the occurrences they create are due now and go out below.
+            await self._step_schedules(ticks, now_ms)
+            batch = [e for e in batch if not e.is_tick] + self._pop_due(now_ms)
         if not batch:
             return
         try:
@@ -203,6 +216,29 @@ class Dispatcher:
                 heapq.heappush(self._held, (entry.due_ms, next(self._seq), entry))
             raise
         self._acknowledge(batch, ready, now_ms)
+
+    async def _step_schedules(self, ticks: list[DueEntry], now_ms: int) -> None:
+        written: list[DueEntry] = []
+        try:
+            if self._schedules is not None:
+                written = await self._schedules.step_all(ticks, now_ms)
+            else:
+                log.warning("%d schedule tick(s) due but no schedule store configured", len(ticks))
+        except BackendUnavailable:
+            for tick in ticks:
+                heapq.heappush(self._held, (tick.due_ms, next(self._seq), tick))
+            raise
+        horizon = now_ms + self._settings.prefetch_ms
+        for row in written:
+            st = self._shards.get(row.shard)
+            # Rows further out are found by the scan when their bucket comes up.
+            if st is not None and row.due_ms <= horizon:
+                self._hold(st, row)
+        for tick in ticks:
+            st = self._shards.get(tick.shard)
+            if st is not None:
+                st.unacked.pop(_row_key(tick), None)
+        self.stats.schedule_steps += len(ticks)
 
     def _acknowledge(self, batch: list[DueEntry], ready: list[DueEntry], now_ms: int) -> None:
         for entry in batch:

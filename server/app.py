@@ -14,7 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.lifecycle import Lifecycle
-from server.schedules import ScheduleService
+from server.schedules import Schedules, ScheduleService
 from server.services import HistoryService, TaskService, WorkerService
 from server.wiring import Backends
 from tikk.clock import Clock
@@ -60,9 +60,12 @@ class ApiServer:
                 ("grpc.max_send_message_length", limit),
             ]
         )
+        schedules = Schedules(
+            backends.schedules, backends.store, backends.history, clock, settings.limits
+        )
         lifecycle = Lifecycle(
             backends.store, backends.history, backends.queue, clock,
-            limits=settings.limits, rng=rng, telemetry=telemetry,
+            limits=settings.limits, rng=rng, telemetry=telemetry, schedules=schedules,
         )  # fmt: skip
         tasks_pb2_grpc.add_TaskServiceServicer_to_server(
             TaskService(lifecycle, settings, telemetry), self._server
@@ -74,7 +77,7 @@ class ApiServer:
             WorkerService(lifecycle, settings), self._server
         )
         schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(
-            ScheduleService(clock, settings.limits), self._server
+            ScheduleService(schedules), self._server
         )
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]

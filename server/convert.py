@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from tikk.model import RunRecord, Task
+from tikk.schedule import OccurrenceRecord
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, tasks_pb2
 
@@ -33,6 +34,7 @@ def task_to_proto(t: Task) -> tasks_pb2.Task:
         last_error_type=t.last_error_type,
         last_error_message=t.last_error_message,
         shard=t.shard,
+        schedule_id=t.schedule_id,
     )
 
 
@@ -55,4 +57,18 @@ def run_to_proto(r: RunRecord) -> history_pb2.Run:
         error_message=r.error_message,
         output=r.output,
         idempotency_key=r.idempotency_key,
+    )
+
+
+def occurrence_to_proto(r: OccurrenceRecord) -> history_pb2.ScheduleOccurrence:
+    return history_pb2.ScheduleOccurrence(
+        namespace=r.namespace,
+        schedule_id=r.schedule_id,
+        nominal_time=to_timestamp(r.nominal_ms),
+        fire_time=to_timestamp(r.fire_ms),
+        outcome=int(r.outcome),  # type: ignore[arg-type]
+        decide_time=to_timestamp(r.decided_ms),
+        lateness=to_duration(r.lateness_ms),
+        task_id=r.task_id,
+        reason=r.reason,
     )

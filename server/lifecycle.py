@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Sequence
+from typing import Protocol
 
 from dispatcher.ready_queue import ReadyQueue
 from history.base import RunHistory
@@ -34,6 +35,12 @@ from tikk.store import TaskStore
 from tikk.telemetry import Telemetry
 
 
+class ScheduleOutcomes(Protocol):
+    async def occurrence_finished(self, task: Task) -> None:
+        """A schedule's occurrence task reached an end state (success or dead letter)."""
+        ...
+
+
 class Lifecycle:
     def __init__(
         self,
@@ -45,6 +52,7 @@ class Lifecycle:
         limits: Limits,
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
+        schedules: ScheduleOutcomes | None = None,
     ) -> None:
         self.store = store
         self.history = history
@@ -53,6 +61,7 @@ class Lifecycle:
         self.limits = limits
         self._rng = rng or random.Random()
         self._telemetry = telemetry or Telemetry()
+        self._schedules = schedules
 
     async def create(self, task: Task) -> tuple[Task, bool]:
         return await self.store.create(task)
@@ -102,7 +111,11 @@ class Lifecycle:
             await self.queue.publish_dead_letter(delivery, report.error_type, report.error_message)
         # A task that is gone (its store was reset) still leaves its run on record.
         with contextlib.suppress(NotFound):
-            await self.store.finish_attempt(e.namespace, e.task_id, e.attempt, transition, now)
+            task = await self.store.finish_attempt(
+                e.namespace, e.task_id, e.attempt, transition, now
+            )
+            if task is not None and task.schedule_id and self._schedules is not None:
+                await self._schedules.occurrence_finished(task)
         if isinstance(transition, Retry):
             self._telemetry.retried(e.queue)
         elif isinstance(transition, DeadLetter):

@@ -15,8 +15,16 @@ import signal
 from collections.abc import Callable, Sequence
 
 from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.schedule_steps import ScheduleStepper
 from server.app import ApiServer
-from server.wiring import open_backends, open_ownership, open_queue, open_store
+from server.wiring import (
+    open_backends,
+    open_history,
+    open_ownership,
+    open_queue,
+    open_schedules,
+    open_store,
+)
 from tikk.clock import Clock, SystemClock
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
@@ -41,17 +49,23 @@ async def run_dispatcher(
 ) -> None:
     clock = clock or SystemClock()
     store = await open_store(settings)
+    schedules = await open_schedules(settings)
+    history = await open_history(settings)
     queue = open_queue(settings)
     ownership = open_ownership(settings, epoch=clock.now_ms())
     await ownership.start()
     try:
+        stepper = ScheduleStepper(schedules, store, history)
         dispatcher = Dispatcher(
-            store, queue, ownership, clock, settings=dispatch, telemetry=telemetry
-        )
+            store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
+            schedules=stepper,
+        )  # fmt: skip
         await dispatcher.run(stop)
     finally:
         await ownership.stop()
         await queue.close()
+        await schedules.close()
+        await history.close()
         await store.close()
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from history.base import RunQuery
+from history.base import OccurrenceQuery, RunQuery
 from server import convert, validation
 from server.lifecycle import Lifecycle
 from server.status import code_of, maps_errors, numeric
@@ -33,6 +33,7 @@ from tikk.v1 import (
 log = logging.getLogger("tikk.server")
 Ctx = grpc.aio.ServicerContext[Any, Any]
 _HOUR_MS = 3_600_000
+_OCCURRENCE_RANGE_MS = 30 * 86_400_000
 # Results of one worker stream being recorded at once.
 _RESULTS_IN_FLIGHT = 256
 
@@ -207,6 +208,29 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         ns = validation.namespace(request.namespace)
         tid = validation.task_id(request.task_id, self._limits)
         return convert.task_to_proto(await self._lc.redrive(ns, tid))
+
+    @maps_errors
+    async def ListScheduleOccurrences(
+        self, request: history_pb2.ListScheduleOccurrencesRequest, context: Ctx
+    ) -> history_pb2.ListScheduleOccurrencesResponse:
+        ns = validation.namespace(request.namespace)
+        if not request.schedule_id:
+            raise InvalidArgument("schedule_id", "must not be empty")
+        now = self._lc.clock.now_ms()
+        end = validation.optional_timestamp_ms(request, "end_time")
+        end = now + 1 if end is None else end
+        start = validation.optional_timestamp_ms(request, "start_time")
+        start = end - _OCCURRENCE_RANGE_MS if start is None else start
+        if start >= end:
+            raise InvalidArgument("start_time", "must be before end_time")
+        outcome = validation.occurrence_outcome(request.outcome)
+        query = OccurrenceQuery(ns, request.schedule_id, start, end, outcome)
+        size = page_size(request.page_size)
+        page = await self._lc.history.list_occurrences(query, size, request.page_token)
+        return history_pb2.ListScheduleOccurrencesResponse(
+            occurrences=[convert.occurrence_to_proto(r) for r in page.items],
+            next_page_token=page.next_token,
+        )
 
 
 def _runs(items: list[Any], token: str) -> history_pb2.ListRunsResponse:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
+from typing import TypeVar
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
@@ -16,9 +17,16 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tikk.buckets import shard_of
 from tikk.errors import InvalidArgument
 from tikk.model import DEFAULT_NAMESPACE, RetryPolicy, Task, TaskState, fingerprint
-from tikk.schedule import reserved_task_id
-from tikk.settings import Limits
-from tikk.v1 import history_pb2, tasks_pb2
+from tikk.schedule import (
+    CatchUp,
+    Outcome,
+    Overlap,
+    ScheduleAction,
+    SchedulePolicy,
+    reserved_task_id,
+)
+from tikk.settings import TEN_YEARS_MS, Limits
+from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -46,10 +54,14 @@ def task_id(value: str, limits: Limits, field: str = "task_id") -> str:
         raise InvalidArgument(field, f"longer than {limits.max_id_length} characters")
     if _has_control(value) or value != value.strip():
         raise InvalidArgument(field, "must not contain control characters or edge whitespace")
+    return value
+
+
+def new_task_id(value: str, limits: Limits) -> str:
+    """A client-chosen id for a new task: ids of schedule occurrences are not for clients."""
+    value = task_id(value, limits)
     if reserved_task_id(value):
-        raise InvalidArgument(
-            field, "ids ending in @<digits> or @schedule name schedule occurrences"
-        )
+        raise InvalidArgument("task_id", "ids ending in @<digits> or @schedule are for schedules")
     return value
 
 
@@ -169,7 +181,7 @@ def create_task(
     trace is the same task.
     """
     ns = namespace(req.namespace)
-    tid = task_id(req.task_id, limits) if req.task_id else uuid.uuid4().hex
+    tid = new_task_id(req.task_id, limits) if req.task_id else uuid.uuid4().hex
     q = queue(req.queue, limits)
     handler = _handler(req.handler, limits)
     if len(req.payload) > limits.max_payload_bytes:
@@ -199,6 +211,80 @@ def create_task(
     )
 
 
+def schedule_id(value: str, limits: Limits) -> str:
+    value = task_id(value, limits, "schedule.id")
+    if "@" in value:
+        raise InvalidArgument("schedule.id", "must not contain @ (it separates occurrence ids)")
+    return value
+
+
+def schedule_action(msg: schedules_pb2.Schedule, limits: Limits) -> ScheduleAction:
+    """What each occurrence of the schedule runs: the same rules as a task's fields."""
+    if len(msg.payload) > limits.max_payload_bytes:
+        raise InvalidArgument("schedule.payload", f"larger than {limits.max_payload_bytes} bytes")
+    policy = (
+        retry_policy(msg.retry_policy, limits)
+        if msg.HasField("retry_policy")
+        else limits.default_retry
+    )
+    return ScheduleAction(
+        queue=queue(msg.queue, limits, "schedule.queue"),
+        handler=_handler(msg.handler, limits),
+        payload=msg.payload,
+        labels=_labels(dict(msg.labels), limits),
+        retry=policy,
+    )
+
+
+_MAX_CATCH_UP_RUNS = 1_000
+_MAX_PAUSE_AFTER = 1_000
+
+
+def schedule_policy(msg: schedules_pb2.SchedulePolicy) -> SchedulePolicy:
+    """Unset fields take the defaults of ``SchedulePolicy``."""
+    d = SchedulePolicy()
+    f = "schedule.policy."
+    window = (
+        duration_ms(msg.catch_up_window, f + "catch_up_window", TEN_YEARS_MS)
+        if msg.HasField("catch_up_window")
+        else d.catch_up_window_ms
+    )
+    runs = msg.catch_up_max_runs or d.catch_up_max_runs
+    if not 0 < runs <= _MAX_CATCH_UP_RUNS:
+        raise InvalidArgument(f + "catch_up_max_runs", f"must be 1..{_MAX_CATCH_UP_RUNS}")
+    if not 0 <= msg.pause_after_failures <= _MAX_PAUSE_AFTER:
+        raise InvalidArgument(f + "pause_after_failures", f"must be 0..{_MAX_PAUSE_AFTER}")
+    return SchedulePolicy(
+        catch_up_window_ms=window,
+        catch_up=_enum(CatchUp, msg.catch_up, d.catch_up, f + "catch_up"),
+        catch_up_max_runs=runs,
+        overlap=_enum(Overlap, msg.overlap, d.overlap, f + "overlap"),
+        pause_after_failures=msg.pause_after_failures,
+    )
+
+
+E = TypeVar("E", CatchUp, Overlap)
+
+
+def _enum(kind: type[E], value: int, default: E, field: str) -> E:
+    if value == 0:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidArgument(field, f"unknown value {value}") from None
+
+
+def version(value: str, field: str = "expected_version") -> int:
+    try:
+        parsed = int(value)
+    except ValueError:
+        raise InvalidArgument(field, f"not a version of this schedule: {value!r}") from None
+    if parsed < 1:
+        raise InvalidArgument(field, f"not a version of this schedule: {value!r}")
+    return parsed
+
+
 def task_state(value: int) -> TaskState | None:
     if value == tasks_pb2.TASK_STATE_UNSPECIFIED:
         return None
@@ -206,6 +292,15 @@ def task_state(value: int) -> TaskState | None:
         return TaskState(value)
     except ValueError:
         raise InvalidArgument("state", f"unknown task state {value}") from None
+
+
+def occurrence_outcome(value: int) -> Outcome | None:
+    if value == 0:
+        return None
+    try:
+        return Outcome(value)
+    except ValueError:
+        raise InvalidArgument("outcome", f"unknown occurrence outcome {value}") from None
 
 
 def run_status(value: int) -> int | None:

@@ -13,6 +13,7 @@ from dispatcher.ownership import Ownership, SingleOwner
 from dispatcher.ready_queue import ReadyQueue
 from history.base import RunHistory
 from tikk.errors import InvalidArgument
+from tikk.schedule_store import ScheduleStore
 from tikk.settings import Settings
 from tikk.store import TaskStore
 from tikk.urls import split_url
@@ -32,6 +33,24 @@ async def open_store(settings: Settings) -> TaskStore:
         cstore = CassandraTaskStore(settings.store_url, settings.shard_count)
         await cstore.connect()
         return cstore
+    raise InvalidArgument(
+        "store_url", f"unsupported task store {scheme!r} (known: sqlite, cassandra)"
+    )
+
+
+async def open_schedules(settings: Settings) -> ScheduleStore:
+    """The schedule store lives in the task store's database (same URL)."""
+    scheme, rest = split_url("store_url", settings.store_url)
+    if scheme == "sqlite":
+        from tikk.sqlite_schedules import SqliteScheduleStore
+
+        return SqliteScheduleStore(rest)
+    if scheme == "cassandra":
+        from tikk.cassandra_schedules import CassandraScheduleStore
+
+        schedules = CassandraScheduleStore(settings.store_url)
+        await schedules.connect()
+        return schedules
     raise InvalidArgument(
         "store_url", f"unsupported task store {scheme!r} (known: sqlite, cassandra)"
     )
@@ -116,12 +135,16 @@ class Backends:
     history: RunHistory
     # The server's producer, for dead-letter streams.
     queue: ReadyQueue
+    schedules: ScheduleStore
 
     async def close(self) -> None:
         await self.queue.close()
+        await self.schedules.close()
         await self.store.close()
         await self.history.close()
 
 
 async def open_backends(settings: Settings) -> Backends:
-    return Backends(await open_store(settings), await open_history(settings), open_queue(settings))
+    store = await open_store(settings)
+    history = await open_history(settings)
+    return Backends(store, history, open_queue(settings), await open_schedules(settings))

@@ -1,5 +1,6 @@
 import datetime
 
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from tikk.v1 import tasks_pb2 as _tasks_pb2
 from google.protobuf.internal import containers as _containers
@@ -17,10 +18,27 @@ class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATUS_SUCCEEDED: _ClassVar[RunStatus]
     RUN_STATUS_FAILED: _ClassVar[RunStatus]
     RUN_STATUS_DEAD_LETTERED: _ClassVar[RunStatus]
+
+class OccurrenceOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OCCURRENCE_OUTCOME_UNSPECIFIED: _ClassVar[OccurrenceOutcome]
+    OCCURRENCE_OUTCOME_FIRED: _ClassVar[OccurrenceOutcome]
+    OCCURRENCE_OUTCOME_SKIPPED_OVERLAP: _ClassVar[OccurrenceOutcome]
+    OCCURRENCE_OUTCOME_MISSED: _ClassVar[OccurrenceOutcome]
+    OCCURRENCE_OUTCOME_SKIPPED_PAUSED: _ClassVar[OccurrenceOutcome]
+    OCCURRENCE_OUTCOME_BACKFILLED: _ClassVar[OccurrenceOutcome]
+    OCCURRENCE_OUTCOME_TRIGGERED: _ClassVar[OccurrenceOutcome]
 RUN_STATUS_UNSPECIFIED: RunStatus
 RUN_STATUS_SUCCEEDED: RunStatus
 RUN_STATUS_FAILED: RunStatus
 RUN_STATUS_DEAD_LETTERED: RunStatus
+OCCURRENCE_OUTCOME_UNSPECIFIED: OccurrenceOutcome
+OCCURRENCE_OUTCOME_FIRED: OccurrenceOutcome
+OCCURRENCE_OUTCOME_SKIPPED_OVERLAP: OccurrenceOutcome
+OCCURRENCE_OUTCOME_MISSED: OccurrenceOutcome
+OCCURRENCE_OUTCOME_SKIPPED_PAUSED: OccurrenceOutcome
+OCCURRENCE_OUTCOME_BACKFILLED: OccurrenceOutcome
+OCCURRENCE_OUTCOME_TRIGGERED: OccurrenceOutcome
 
 class Run(_message.Message):
     __slots__ = ("namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_time", "fired_time", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "idempotency_key", "due_time")
@@ -133,3 +151,51 @@ class RedriveTaskRequest(_message.Message):
     namespace: str
     task_id: str
     def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class ScheduleOccurrence(_message.Message):
+    __slots__ = ("namespace", "schedule_id", "nominal_time", "fire_time", "outcome", "decide_time", "lateness", "task_id", "reason")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    NOMINAL_TIME_FIELD_NUMBER: _ClassVar[int]
+    FIRE_TIME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    DECIDE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    schedule_id: str
+    nominal_time: _timestamp_pb2.Timestamp
+    fire_time: _timestamp_pb2.Timestamp
+    outcome: OccurrenceOutcome
+    decide_time: _timestamp_pb2.Timestamp
+    lateness: _duration_pb2.Duration
+    task_id: str
+    reason: str
+    def __init__(self, namespace: _Optional[str] = ..., schedule_id: _Optional[str] = ..., nominal_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fire_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[OccurrenceOutcome, str]] = ..., decide_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., lateness: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., task_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ListScheduleOccurrencesRequest(_message.Message):
+    __slots__ = ("namespace", "schedule_id", "start_time", "end_time", "outcome", "page_size", "page_token")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    schedule_id: str
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    outcome: OccurrenceOutcome
+    page_size: int
+    page_token: str
+    def __init__(self, namespace: _Optional[str] = ..., schedule_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., outcome: _Optional[_Union[OccurrenceOutcome, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListScheduleOccurrencesResponse(_message.Message):
+    __slots__ = ("occurrences", "next_page_token")
+    OCCURRENCES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    occurrences: _containers.RepeatedCompositeFieldContainer[ScheduleOccurrence]
+    next_page_token: str
+    def __init__(self, occurrences: _Optional[_Iterable[_Union[ScheduleOccurrence, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...

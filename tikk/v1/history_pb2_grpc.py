@@ -60,6 +60,11 @@ class HistoryServiceStub:
                 request_serializer=tikk_dot_v1_dot_history__pb2.RedriveTaskRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_tasks__pb2.Task.FromString,
                 _registered_method=True)
+        self.ListScheduleOccurrences = channel.unary_unary(
+                '/tikk.v1.HistoryService/ListScheduleOccurrences',
+                request_serializer=tikk_dot_v1_dot_history__pb2.ListScheduleOccurrencesRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_history__pb2.ListScheduleOccurrencesResponse.FromString,
+                _registered_method=True)
 
 
 class HistoryServiceServicer:
@@ -96,6 +101,13 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListScheduleOccurrences(self, request, context):
+        """What became of each occurrence of a schedule: fired, skipped, missed, backfilled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HistoryServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -123,6 +135,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
                     servicer.RedriveTask,
                     request_deserializer=tikk_dot_v1_dot_history__pb2.RedriveTaskRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_tasks__pb2.Task.SerializeToString,
+            ),
+            'ListScheduleOccurrences': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListScheduleOccurrences,
+                    request_deserializer=tikk_dot_v1_dot_history__pb2.ListScheduleOccurrencesRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_history__pb2.ListScheduleOccurrencesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -260,6 +277,33 @@ class HistoryService:
             '/tikk.v1.HistoryService/RedriveTask',
             tikk_dot_v1_dot_history__pb2.RedriveTaskRequest.SerializeToString,
             tikk_dot_v1_dot_tasks__pb2.Task.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListScheduleOccurrences(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.HistoryService/ListScheduleOccurrences',
+            tikk_dot_v1_dot_history__pb2.ListScheduleOccurrencesRequest.SerializeToString,
+            tikk_dot_v1_dot_history__pb2.ListScheduleOccurrencesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,189 @@
+"""Schedules through the dispatcher, tick by tick, with a manual clock: the embedded store,
+schedule store, run history and queue, and the same stepper the dispatcher process runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from dispatcher.local_queue import LocalReadyQueue
+from dispatcher.ownership import SingleOwner
+from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.schedule_steps import ScheduleStepper
+from history.base import OccurrenceQuery
+from history.sqlite import SqliteRunHistory
+from tests.factories import T0, make_schedule
+from tikk.clock import ManualClock
+from tikk.model import Succeed
+from tikk.schedule import Outcome, Overlap, Schedule, SchedulePolicy
+from tikk.sqlite_schedules import SqliteScheduleStore
+from tikk.sqlite_store import SqliteTaskStore
+from worker_sdk.local_queue import LocalQueueConsumer
+
+SHARDS = 4
+SETTINGS = DispatchSettings(cursor_flush_interval_ms=0)
+FIRST = T0 + 40_000
+
+
+@dataclass
+class Rig:
+    store: SqliteTaskStore
+    schedules: SqliteScheduleStore
+    history: SqliteRunHistory
+    consumer: LocalQueueConsumer
+    queue: LocalReadyQueue
+    clock: ManualClock
+
+    def dispatcher(self, epoch: int = 1) -> Dispatcher:
+        stepper = ScheduleStepper(self.schedules, self.store, self.history)
+        owner = SingleOwner(SHARDS, epoch)
+        return Dispatcher(
+            self.store, self.queue, owner, self.clock, settings=SETTINGS, schedules=stepper
+        )
+
+    async def create(self, schedule: Schedule) -> Schedule:
+        stored, _ = await self.schedules.create(replace(schedule, shard=schedule.shard % SHARDS))
+        return stored
+
+    async def run(self, d: Dispatcher, until_ms: int, step_ms: int = 100) -> None:
+        while self.clock.now_ms() < until_ms:
+            self.clock.advance(step_ms)
+            await d.tick(self.clock.now_ms())
+
+    async def published(self) -> list[tuple[str, int, int, str]]:
+        """(task id, scheduled ms, fired ms, idempotency key) of each delivery, in order."""
+        msgs = await self.consumer.fetch(100_000)
+        for m in msgs:
+            await self.consumer.commit(m)
+        return [
+            (d.task_id, d.scheduled_time.ToMilliseconds(), d.fired_time.ToMilliseconds(),
+             d.idempotency_key)
+            for d in (m.delivery for m in msgs)
+        ]  # fmt: skip
+
+    async def outcomes(self, schedule_id: str) -> Counter[Outcome]:
+        query = OccurrenceQuery("default", schedule_id, 0, 2**62)
+        page = await self.history.list_occurrences(query, 1_000, "")
+        return Counter(r.outcome for r in page.items)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    db = str(tmp_path / "tikk.db")
+    rig = Rig(
+        SqliteTaskStore(db, SHARDS),
+        SqliteScheduleStore(db),
+        SqliteRunHistory(str(tmp_path / "history.db")),
+        LocalQueueConsumer(str(tmp_path / "queue.db"), ["q"], 60_000),
+        LocalReadyQueue(str(tmp_path / "queue.db")),
+        ManualClock(T0),
+    )
+    yield rig
+    for part in (rig.consumer, rig.queue, rig.schedules, rig.store, rig.history):
+        await part.close()
+
+
+async def test_every_second_fires_once_per_second_without_drift(rig: Rig) -> None:
+    await rig.create(make_schedule("tick", interval_ms=1_000, next_nominal_ms=T0 + 1_000))
+    d = rig.dispatcher()
+    await rig.run(d, T0 + 300_500)
+    got = await rig.published()
+    nominal = [s for _, s, _, _ in got]
+    assert nominal == [T0 + k * 1_000 for k in range(1, 301)]  # 5 minutes, none twice
+    assert len({key for *_, key in got}) == 300
+    # Never early, and no drift: each at most one tick (100 ms) after its instant.
+    assert all(0 <= fired - sched <= 100 for _, sched, fired, _ in got)
+    assert got[0][3] == f"default/tick@{T0 + 1_000}" and got[0][0] == f"tick@{T0 + 1_000}"
+    assert (await rig.outcomes("tick")) == Counter({Outcome.FIRED: 300})
+
+
+async def test_a_dispatcher_down_past_the_window_applies_the_catch_up_policy(rig: Rig) -> None:
+    await rig.create(make_schedule("m"))  # every minute, first at FIRST
+    d = rig.dispatcher()
+    # Long enough for the cursor to pass the first run (a restart re-sends what it has not).
+    await rig.run(d, FIRST + 7_000)
+    assert [s for _, s, _, _ in await rig.published()] == [FIRST]
+    # Down for ten minutes; a new dispatcher (a restart) takes over 10 min 7.1 s later.
+    rig.clock.advance(10 * 60_000)
+    await rig.run(rig.dispatcher(epoch=2), rig.clock.now_ms() + 1_000)
+    # RUN_ONCE (default): the occurrence 7.1 s late runs; nine more than 60 s late are missed.
+    late = [s for _, s, _, _ in await rig.published()]
+    assert late == [FIRST + 10 * 60_000]
+    assert (await rig.outcomes("m")) == Counter({Outcome.FIRED: 2, Outcome.MISSED: 9})
+    stored = await rig.schedules.get("default", "m")
+    assert stored.next_nominal_ms == FIRST + 11 * 60_000 and stored.runs == 2
+
+
+async def test_pause_skips_and_resume_continues(rig: Rig) -> None:
+    s = await rig.create(make_schedule("p", interval_ms=1_000, next_nominal_ms=T0 + 1_000))
+    d = rig.dispatcher()
+    await rig.run(d, T0 + 3_500)
+    current = await rig.schedules.get("default", "p")
+    await rig.schedules.replace(current.evolve(paused=True, pause_note="deploy"), current.version)
+    await rig.run(d, T0 + 8_500)
+    current = await rig.schedules.get("default", "p")
+    await rig.schedules.replace(current.evolve(paused=False), current.version)
+    await rig.run(d, T0 + 10_500)
+    fired = [sched for _, sched, _, _ in await rig.published()]
+    assert fired == [T0 + k * 1_000 for k in (1, 2, 3, 9, 10)]
+    assert (await rig.outcomes(s.schedule_id)) == Counter(
+        {Outcome.FIRED: 5, Outcome.SKIPPED_PAUSED: 5}
+    )
+
+
+async def test_overlap_skip_skips_while_the_previous_occurrence_runs(rig: Rig) -> None:
+    policy = SchedulePolicy(overlap=Overlap.SKIP)
+    await rig.create(make_schedule("o", interval_ms=1_000, next_nominal_ms=T0 + 1_000,
+                                   policy=policy))  # fmt: skip
+    d = rig.dispatcher()
+    # Nothing finishes the first run (no worker): the next four are skipped.
+    await rig.run(d, T0 + 5_500)
+    assert [s for _, s, _, _ in await rig.published()] == [T0 + 1_000]
+    first = await rig.store.get("default", f"o@{T0 + 1_000}")
+    await rig.store.finish_attempt("default", first.task_id, 1, Succeed(), rig.clock.now_ms())
+    await rig.run(d, T0 + 6_500)
+    assert [s for _, s, _, _ in await rig.published()] == [T0 + 6_000]
+    assert (await rig.outcomes("o")) == Counter({Outcome.FIRED: 2, Outcome.SKIPPED_OVERLAP: 4})
+
+
+async def test_overlap_cancel_previous_cancels_the_running_occurrence(rig: Rig) -> None:
+    policy = SchedulePolicy(overlap=Overlap.CANCEL_PREVIOUS)
+    await rig.create(make_schedule("c", interval_ms=1_000, next_nominal_ms=T0 + 1_000,
+                                   policy=policy))  # fmt: skip
+    await rig.run(rig.dispatcher(), T0 + 2_500)
+    assert [s for _, s, _, _ in await rig.published()] == [T0 + 1_000, T0 + 2_000]
+    cancelled = await rig.store.get("default", f"c@{T0 + 1_000}")
+    assert cancelled.state.name == "CANCELLED"
+    # The cancelled run's late report changes nothing.
+    late = await rig.store.finish_attempt(
+        "default", cancelled.task_id, 1, Succeed(), rig.clock.now_ms()
+    )
+    assert late is None
+
+
+async def test_update_while_running_moves_the_chain_without_repeats(rig: Rig) -> None:
+    await rig.create(make_schedule("u", interval_ms=1_000, next_nominal_ms=T0 + 1_000))
+    d = rig.dispatcher()
+    await rig.run(d, T0 + 3_500)
+    current = await rig.schedules.get("default", "u")
+    spec = replace(current.spec, interval_ms=2_000)
+    # What UpdateSchedule does: new spec, chain restarts from the next instant after now.
+    moved = current.evolve(spec=spec, next_nominal_ms=T0 + 4_000, next_fire_ms=T0 + 4_000)
+    await rig.schedules.replace(moved, current.version)
+    await rig.run(d, T0 + 10_500)
+    fired = [s for _, s, _, _ in await rig.published()]
+    assert fired == [T0 + k * 1_000 for k in (1, 2, 3, 4, 6, 8, 10)]
+    assert len(set(fired)) == len(fired)
+
+
+async def test_a_deleted_schedule_stops_firing(rig: Rig) -> None:
+    await rig.create(make_schedule("d", interval_ms=1_000, next_nominal_ms=T0 + 1_000))
+    d = rig.dispatcher()
+    await rig.run(d, T0 + 2_500)
+    await rig.schedules.delete("default", "d", None)
+    await rig.run(d, T0 + 6_500)
+    assert [s for _, s, _, _ in await rig.published()] == [T0 + 1_000, T0 + 2_000]
