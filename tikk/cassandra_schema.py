@@ -70,6 +70,13 @@ STORE_MIGRATIONS = [
         "ALTER TABLE tasks ADD IF NOT EXISTS schedule_id text",
         "ALTER TABLE due_index ADD IF NOT EXISTS schedule_id text",
     ]),
+    Migration("store", 4, "schedules and their listing", [
+        """CREATE TABLE IF NOT EXISTS schedules (
+            namespace text, schedule_id text, version int, fingerprint text, body text,
+            PRIMARY KEY ((namespace, schedule_id)))""",
+        """CREATE TABLE IF NOT EXISTS schedules_by_namespace (
+            namespace text, schedule_id text, PRIMARY KEY ((namespace), schedule_id))""",
+    ]),
 ]  # fmt: skip
 
 

@@ -149,6 +149,11 @@ class CassandraTaskStore:
     def shard_count(self) -> int:
         return self._shard_count
 
+    @property
+    def session(self) -> CassandraSession:
+        """The keyspace's session, shared by the schedule store of the same keyspace."""
+        return self._db
+
     async def connect(self) -> None:
         await asyncio.to_thread(self._db.connect)
 

@@ -13,7 +13,8 @@ from tikk.cassandra_session import CassandraConfig, CassandraSession
 REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 _TABLES = [
     "tasks", "due_index", "cursors", "tasks_by_queue", "dead_letters",
-    "runs", "runs_by_task", "runs_by_queue",
+    "runs", "runs_by_task", "runs_by_queue", "schedules", "schedules_by_namespace",
+    "schedule_occurrences",
 ]  # fmt: skip
 
 

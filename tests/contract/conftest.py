@@ -19,6 +19,7 @@ from history.cassandra import CassandraRunHistory
 from history.sqlite import SqliteRunHistory
 from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, require
+from tikk.cassandra_schedules import CassandraScheduleStore
 from tikk.cassandra_store import CassandraTaskStore
 from tikk.schedule_store import ScheduleStore
 from tikk.sqlite_schedules import SqliteScheduleStore
@@ -63,7 +64,7 @@ class ScheduleBackend:
     tasks: TaskStore
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "cassandra"])
 async def schedule_backend(
     request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
 ) -> AsyncIterator[ScheduleBackend]:
@@ -72,7 +73,11 @@ async def schedule_backend(
         path = str(tmp_path / "tikk.db")
         backend = ScheduleBackend(SqliteScheduleStore(path), SqliteTaskStore(path, SHARDS))
     else:
-        raise AssertionError(f"no schedule store for {request.param}")
+        url = keyspace.fresh()
+        cschedules, cstore = CassandraScheduleStore(url), CassandraTaskStore(url, SHARDS)
+        await cschedules.connect()
+        await cstore.connect()
+        backend = ScheduleBackend(cschedules, cstore)
     yield backend
     await backend.schedules.close()
     await backend.tasks.close()
