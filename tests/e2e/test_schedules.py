@@ -144,3 +144,31 @@ def test_schedule_errors_are_clear(stack: Stack, ns: str) -> None:
     reserved = tikk(stack.address, "task", "create", "--queue", "e2e", "--handler", "record",
                     "--id", "v@123", "--namespace", ns)  # fmt: skip
     assert reserved.returncode == 1 and "INVALID_ARGUMENT: task_id" in reserved.stderr
+
+
+def _intervals(stack: Stack, ns: str, sid: str) -> list[tuple[int, int]]:
+    """(start, end) of each finished run of the schedule's slow handler, by start."""
+    events = [e for e in stack.executions() if e["namespace"] == ns
+              and e["task_id"].startswith(f"{sid}@")]  # fmt: skip
+    starts = {e["task_id"]: e["started_ms"] for e in events if e["event"] == "start"}
+    ends = {e["task_id"]: e["started_ms"] for e in events if e["event"] == "end"}
+    return sorted((starts[t], ends[t]) for t in ends if t in starts)
+
+
+@pytest.mark.parametrize("overlap", ["skip", "buffer_one"])
+def test_overlap_policies_keep_slow_runs_apart(stack: Stack, ns: str, overlap: str) -> None:
+    tikk_json(
+        stack.address, "schedule", "create", "slow", "--every", "1s", "--queue", "e2e",
+        "--handler", "slow", "--payload", "2.2", "--overlap", overlap, "--namespace", ns,
+    )  # fmt: skip
+    runs = eventually(lambda: len(r := _intervals(stack, ns, "slow")) >= 3 and r, 40)
+    tikk(stack.address, "schedule", "delete", "slow", "--namespace", ns)
+    # Each run starts only after the previous one ended: the handler takes 2.2 s while an
+    # occurrence is due every second.
+    assert all(start >= prev_end for (_, prev_end), (start, _) in itertools.pairwise(runs))
+    outcomes = _outcomes(stack, ns, "slow")
+    assert "OCCURRENCE_OUTCOME_SKIPPED_OVERLAP" in outcomes
+    if overlap == "buffer_one":
+        # The buffered occurrence starts within about a second of the previous end.
+        gaps = [start - prev_end for (_, prev_end), (start, _) in itertools.pairwise(runs)]
+        assert max(gaps) < 2_500, gaps
