@@ -2,53 +2,94 @@
 
 Tables (``tikk.cassandra_schema`` v4): ``schedules`` by (namespace, id) holding the version,
 the fingerprint and the JSON document of ``tikk.schedule_codec``; ``schedules_by_namespace``
-for listings (one partition per namespace, clustered by id).
+for listings, a namespace's ids spread over ``LISTING_SHARDS`` partitions (so no partition
+grows with the namespace) and clustered by id. A page merges the shards in id order.
 
 Every write of a schedule row is a lightweight transaction on its version, so an update,
-a pause and a dispatcher's step never overwrite each other. A step writes the occurrence tasks
-(each ``IF NOT EXISTS``, through the task store) and the next tick *before* the conditional
-update of the schedule: a crash between the two leaves the old tick in force (it is re-read and
-the step replayed, creating nothing twice), never a schedule without a tick.
+a pause and a dispatcher's step never overwrite each other. The other rows are written around
+it so that a crash between two writes leaves nothing a retry cannot complete:
+
+- create: the schedule row (``IF NOT EXISTS``), then its listing row and its tick. A repeated
+  create with the same content writes both again, which completes a create that died after
+  its first write.
+- step: the occurrence tasks (each ``IF NOT EXISTS``, through the task store) and the next
+  tick *before* the conditional update of the schedule. A crash in between leaves the old
+  tick in force (it is re-read and the step replayed, creating nothing twice), never a
+  schedule without a tick.
+- delete: the schedule row, then its listing row. A listing row left behind by a crash in
+  between names a missing schedule and is skipped by ``list``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 from tikk import schedule_codec
+from tikk.buckets import shard_of
 from tikk.cassandra_store import INSERT_DUE, CassandraTaskStore, _due_values
-from tikk.errors import AlreadyExists, Conflict, NotFound
+from tikk.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
 from tikk.schedule import Schedule
 
+# Partitions of a namespace's listing. Part of the stored layout: changing it strands
+# existing listing rows.
+LISTING_SHARDS = 16
+
 _COLS = "namespace, schedule_id, version, fingerprint, body"
 CREATE_SCHEDULE = f"INSERT INTO schedules ({_COLS}) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS"
 SELECT_SCHEDULE = f"SELECT {_COLS} FROM schedules WHERE namespace = ? AND schedule_id = ?"
-REPLACE_SCHEDULE = (
-    "UPDATE schedules SET version = ?, fingerprint = ?, body = ?"
+UPDATE_SCHEDULE = (
+    "UPDATE schedules SET version = ?, body = ?, fingerprint = ?"
     " WHERE namespace = ? AND schedule_id = ? IF version = ?"
 )
 DELETE_SCHEDULE = "DELETE FROM schedules WHERE namespace = ? AND schedule_id = ? IF version = ?"
 DELETE_ANY_SCHEDULE = "DELETE FROM schedules WHERE namespace = ? AND schedule_id = ? IF EXISTS"
-INSERT_LISTED = "INSERT INTO schedules_by_namespace (namespace, schedule_id) VALUES (?, ?)"
-DELETE_LISTED = "DELETE FROM schedules_by_namespace WHERE namespace = ? AND schedule_id = ?"
-SELECT_LISTED = (
-    "SELECT schedule_id FROM schedules_by_namespace WHERE namespace = ? AND schedule_id > ? LIMIT ?"
+INSERT_LISTED = (
+    "INSERT INTO schedules_by_namespace (namespace, shard, schedule_id) VALUES (?, ?, ?)"
 )
+DELETE_LISTED = (
+    "DELETE FROM schedules_by_namespace WHERE namespace = ? AND shard = ? AND schedule_id = ?"
+)
+SELECT_LISTED = (
+    "SELECT schedule_id FROM schedules_by_namespace WHERE namespace = ? AND shard = ?"
+    " AND schedule_id > ? LIMIT ?"
+)
+
+
+def listing_shard(namespace: str, schedule_id: str) -> int:
+    """The listing partition of a schedule (stable across processes and hosts)."""
+    return shard_of(namespace, schedule_id, LISTING_SHARDS)
 
 
 def _decode(row: Any) -> Schedule:
     return schedule_codec.decode(row.namespace, row.schedule_id, row.version, row.body)
 
 
+def _not_found(namespace: str, schedule_id: str) -> NotFound:
+    return NotFound(f"schedule {schedule_id!r} not found in namespace {namespace!r}")
+
+
+def _refusal(rows: list[Any], namespace: str, schedule_id: str, expected: int | None) -> None:
+    """Raise for a conditional write that was not applied; return if it was."""
+    if not rows or rows[0][0]:
+        return
+    # A refused condition returns the row's current values; a missing row returns none.
+    current = getattr(rows[0], "version", None)
+    if current is None:
+        raise _not_found(namespace, schedule_id)
+    raise Conflict(f"schedule {schedule_id!r} is at version {current}, not {expected}")
+
+
 class CassandraScheduleStore:
     """``ScheduleStore`` in the task store's keyspace (same ``cassandra://`` URL)."""
 
     def __init__(self, url: str) -> None:
-        # Occurrence tasks are created exactly as the task store creates tasks; the shard
-        # count only matters to its listings, which this store does not use.
+        # Occurrence tasks are created exactly as the task store creates tasks. The shard
+        # count only matters to the task store's listings, which this store does not read;
+        # each task carries its own shard.
         self._tasks = CassandraTaskStore(url, shard_count=1)
         self._db = self._tasks.session
 
@@ -59,7 +100,7 @@ class CassandraScheduleStore:
         s = schedule.evolve(version=1)
         values = [s.namespace, s.schedule_id, 1, s.fingerprint, schedule_codec.encode(s)]
         rows = await self._db.execute(CREATE_SCHEDULE, values)
-        created = bool(rows[0][0]) if rows else True
+        created = not rows or bool(rows[0][0])
         if not created:
             existing = _decode(rows[0])
             if existing.fingerprint != s.fingerprint:
@@ -67,46 +108,56 @@ class CassandraScheduleStore:
                     f"schedule {s.schedule_id!r} already exists in namespace {s.namespace!r} "
                     "with different content"
                 )
-            if existing.version != 1:
-                return existing, False
+            # The tick of what is stored is the pending one, whatever its version: writing it
+            # again is harmless, and completes a create that died before its next writes.
             s = existing
-        # Also on a repeated create of an untouched schedule: heals a create that died here.
         await self._write_tick(s)
-        await self._db.execute(INSERT_LISTED, [s.namespace, s.schedule_id])
+        await self._db.execute(
+            INSERT_LISTED, [s.namespace, listing_shard(s.namespace, s.schedule_id), s.schedule_id]
+        )
         return s, created
 
     async def get(self, namespace: str, schedule_id: str) -> Schedule:
+        found = await self._find(namespace, schedule_id)
+        if found is None:
+            raise _not_found(namespace, schedule_id)
+        return found
+
+    async def _find(self, namespace: str, schedule_id: str) -> Schedule | None:
         rows = await self._db.execute(SELECT_SCHEDULE, [namespace, schedule_id])
-        if not rows:
-            raise NotFound(f"schedule {schedule_id!r} not found in namespace {namespace!r}")
-        return _decode(rows[0])
+        return _decode(rows[0]) if rows else None
 
     async def list(self, namespace: str, page_size: int, page_token: str) -> Page[Schedule]:
+        if page_size < 1:
+            raise InvalidArgument("page_size", "must be at least 1")
         after = decode_token(page_token, (str,))
         last = str(after[0]) if after else ""
         found: list[Schedule] = []
-        while len(found) < page_size:
-            rows = await self._db.execute(SELECT_LISTED, [namespace, last, page_size])
-            for row in rows:
-                last = row.schedule_id
-                try:
-                    found.append(await self.get(namespace, last))
-                except NotFound:
-                    continue  # deleted between the listing write and this read
-                if len(found) == page_size:
-                    break
-            if len(rows) < page_size:
-                return Page(found)
-        return Page(found, encode_token(found[-1].schedule_id))
+        while True:
+            want = page_size - len(found)
+            # The first ``want`` ids after ``last`` in the namespace are among the first
+            # ``want`` of each shard; one more per shard tells whether anything follows.
+            listed = await asyncio.gather(
+                *(
+                    self._db.execute(SELECT_LISTED, [namespace, shard, last, want + 1])
+                    for shard in range(LISTING_SHARDS)
+                )
+            )
+            ids = sorted(row.schedule_id for rows in listed for row in rows)
+            batch = ids[:want]
+            schedules = await asyncio.gather(*(self._find(namespace, sid) for sid in batch))
+            # None: deleted, its listing row not (yet) removed.
+            found += [s for s in schedules if s is not None]
+            if len(ids) <= want:
+                return Page(found)  # every shard is exhausted
+            last = batch[-1]
+            if len(found) == page_size:
+                return Page(found, encode_token(last))
 
     async def replace(self, schedule: Schedule, expected_version: int) -> Schedule:
         stored = schedule.evolve(version=expected_version + 1)
-        if not await self._swap(stored, expected_version):
-            current = await self.get(schedule.namespace, schedule.schedule_id)
-            raise Conflict(
-                f"schedule {schedule.schedule_id!r} is at version {current.version}, "
-                f"not {expected_version}"
-            )
+        rows = await self._db.execute(UPDATE_SCHEDULE, _update_values(stored, expected_version))
+        _refusal(rows, stored.namespace, stored.schedule_id, expected_version)
         await self._write_tick(stored)
         return stored
 
@@ -117,37 +168,19 @@ class CassandraScheduleStore:
             rows = await self._db.execute(
                 DELETE_SCHEDULE, [namespace, schedule_id, expected_version]
             )
-        if rows and not rows[0][0]:
-            if getattr(rows[0], "version", None) is None:
-                raise NotFound(f"schedule {schedule_id!r} not found in namespace {namespace!r}")
-            raise Conflict(
-                f"schedule {schedule_id!r} is at version {rows[0].version}, not {expected_version}"
-            )
-        await self._db.execute(DELETE_LISTED, [namespace, schedule_id])
+        _refusal(rows, namespace, schedule_id, expected_version)
+        await self._db.execute(
+            DELETE_LISTED, [namespace, listing_shard(namespace, schedule_id), schedule_id]
+        )
 
     async def step(self, schedule: Schedule, expected_version: int, tasks: Sequence[Task]) -> bool:
-        for task in tasks:
-            try:
-                await self._tasks.create(task)
-            except AlreadyExists:
-                continue  # the occurrence has its task already (see SqliteScheduleStore)
+        # AlreadyExists comes back as a value: the occurrence has its task already (created
+        # before the schedule was updated), which stays as it is. Other errors propagate.
+        await self._tasks.create_many(tasks)
         stored = schedule.evolve(version=expected_version + 1)
         await self._write_tick(stored)
-        try:
-            return await self._swap(stored, expected_version)
-        except NotFound:
-            return False
-
-    async def _swap(self, s: Schedule, expected_version: int) -> bool:
-        """The conditional write of the schedule row; False if missing or at another version."""
-        values = [s.version, s.fingerprint, schedule_codec.encode(s), s.namespace, s.schedule_id,
-                  expected_version]  # fmt: skip
-        rows = await self._db.execute(REPLACE_SCHEDULE, values)
-        if rows and not rows[0][0]:
-            if getattr(rows[0], "version", None) is None:
-                raise NotFound(f"schedule {s.schedule_id!r} not found in namespace {s.namespace!r}")
-            return False
-        return True
+        rows = await self._db.execute(UPDATE_SCHEDULE, _update_values(stored, expected_version))
+        return not rows or bool(rows[0][0])
 
     async def _write_tick(self, s: Schedule) -> None:
         tick = s.tick()
@@ -156,3 +189,10 @@ class CassandraScheduleStore:
 
     async def close(self) -> None:
         await self._tasks.close()
+
+
+def _update_values(s: Schedule, expected_version: int) -> list[Any]:
+    return [
+        s.version, schedule_codec.encode(s), s.fingerprint, s.namespace, s.schedule_id,
+        expected_version,
+    ]  # fmt: skip

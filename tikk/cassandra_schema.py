@@ -74,8 +74,11 @@ STORE_MIGRATIONS = [
         """CREATE TABLE IF NOT EXISTS schedules (
             namespace text, schedule_id text, version int, fingerprint text, body text,
             PRIMARY KEY ((namespace, schedule_id)))""",
+        # Listing: a namespace's ids spread over a fixed number of partitions (see
+        # tikk.cassandra_schedules.LISTING_SHARDS), so none grows with the namespace.
         """CREATE TABLE IF NOT EXISTS schedules_by_namespace (
-            namespace text, schedule_id text, PRIMARY KEY ((namespace), schedule_id))""",
+            namespace text, shard int, schedule_id text,
+            PRIMARY KEY ((namespace, shard), schedule_id))""",
     ]),
 ]  # fmt: skip
 
