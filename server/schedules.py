@@ -1,10 +1,11 @@
 """The schedule API (``tikk.v1.ScheduleService``): validation, conversion at the edge, and the
 operations a client starts (create, update, pause, trigger, backfill, preview).
 
-Writes compare versions: ``UpdateSchedule`` and ``DeleteSchedule`` take the version the client
-read (its conflict token), and a stale one is ABORTED; pause and resume re-read and retry on
-their own, since they change one field. The dispatcher steps schedules (``dispatcher.
-schedule_steps``); this module never writes a tick except as part of a schedule's row.
+``UpdateSchedule`` and ``DeleteSchedule`` may take the version the client read (the schedule's
+``revision``, which only client changes move), and a stale one is ABORTED. Every write is
+conditional on the stored row's internal version as well, so a dispatcher step that lands in
+between is never overwritten: the change is re-applied to the fresh row. The dispatcher steps
+schedules (``dispatcher.schedule_steps``); this module writes a tick only with its schedule.
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def schedule_to_proto(s: Schedule) -> schedules_pb2.Schedule:
         consecutive_failures=s.consecutive_failures,
         create_time=to_timestamp(s.created_ms),
         update_time=to_timestamp(s.updated_ms),
-        version=str(s.version),
+        version=str(s.revision),
     )
     for name, value in (("start_time", spec.start_ms), ("end_time", spec.end_ms)):
         if value is not None:
@@ -168,34 +169,49 @@ class Schedules:
         self.clock = clock
         self.limits = limits
 
-    async def update(self, msg: schedules_pb2.Schedule, expected: int) -> Schedule:
+    async def update(self, msg: schedules_pb2.Schedule, expected: int | None) -> Schedule:
         """Replace spec, action and policy; keep the run count, pause state and, when the spec
         is unchanged, the pending occurrence (so an update never skips or repeats one)."""
         now = self.clock.now_ms()
-        ns = validation.namespace(msg.namespace, "schedule.namespace")
-        current = await self.schedules.get(ns, validation.schedule_id(msg.id, self.limits))
-        if current.version != expected:
-            raise Conflict(f"schedule {current.schedule_id!r} is at version {current.version}, "
-                           f"not {expected}")  # fmt: skip
         fresh = new_schedule(msg, self.limits, self.store.shard_count, now)
-        updated = current.evolve(
-            spec=fresh.spec, action=fresh.action, policy=fresh.policy,
-            fingerprint=fresh.fingerprint, updated_ms=now,
-        )  # fmt: skip
-        if fresh.spec != current.spec:
-            updated = updated.evolve(buffered_nominal_ms=None).with_next(
-                first_occurrence(fresh.spec, current.schedule_id, now)
-            )
-        return await self.schedules.replace(updated, expected)
+
+        def edit(current: Schedule) -> Schedule:
+            updated = current.evolve(
+                spec=fresh.spec, action=fresh.action, policy=fresh.policy,
+                fingerprint=fresh.fingerprint, updated_ms=now, revision=current.revision + 1,
+            )  # fmt: skip
+            if fresh.spec == current.spec:
+                return updated
+            restart = first_occurrence(fresh.spec, current.schedule_id, now)
+            return updated.evolve(buffered_nominal_ms=None).with_next(restart)
+
+        return await self.change(fresh.namespace, fresh.schedule_id, edit, expected)
 
     async def change(
-        self, namespace: str, schedule_id: str, edit: Callable[[Schedule], Schedule]
+        self,
+        namespace: str,
+        schedule_id: str,
+        edit: Callable[[Schedule], Schedule],
+        expected_revision: int | None = None,
     ) -> Schedule:
-        """Apply ``edit`` to the stored schedule, re-reading when a step came in between."""
+        """Apply ``edit`` to the stored schedule, re-reading when a step came in between.
+        ``expected_revision``: refuse (``Conflict``) if a client changed it since."""
         for _ in range(_ATTEMPTS):
             current = await self.schedules.get(namespace, schedule_id)
+            _check_revision(current, expected_revision)
             try:
                 return await self.schedules.replace(edit(current), current.version)
+            except Conflict:
+                continue
+        raise Conflict(f"schedule {schedule_id!r} keeps changing; try again")
+
+    async def delete(self, namespace: str, schedule_id: str, expected: int | None) -> None:
+        for _ in range(_ATTEMPTS):
+            current = await self.schedules.get(namespace, schedule_id)
+            _check_revision(current, expected)
+            try:
+                await self.schedules.delete(namespace, schedule_id, current.version)
+                return
             except Conflict:
                 continue
         raise Conflict(f"schedule {schedule_id!r} keeps changing; try again")
@@ -255,6 +271,13 @@ class Schedules:
         )  # fmt: skip
 
 
+def _check_revision(current: Schedule, expected: int | None) -> None:
+    if expected is not None and current.revision != expected:
+        raise Conflict(
+            f"schedule {current.schedule_id!r} is at version {current.revision}, not {expected}"
+        )
+
+
 def _succeeded(now_ms: int) -> Callable[[Schedule], Schedule]:
     return lambda s: s.evolve(consecutive_failures=0, updated_ms=now_ms)
 
@@ -266,21 +289,25 @@ def _dead_lettered(task_id: str, now_ms: int) -> Callable[[Schedule], Schedule]:
         if limit and failures >= limit and not s.paused:
             note = f"paused after {failures} consecutive failed occurrences (last: {task_id})"
             return s.evolve(
-                consecutive_failures=failures, paused=True, pause_note=note, updated_ms=now_ms
-            )
+                consecutive_failures=failures, paused=True, pause_note=note, updated_ms=now_ms,
+                revision=s.revision + 1,
+            )  # fmt: skip
         return s.evolve(consecutive_failures=failures, updated_ms=now_ms)
 
     return edit
 
 
 def _pause(note: str, now_ms: int) -> Callable[[Schedule], Schedule]:
-    return lambda s: s.evolve(paused=True, pause_note=note, updated_ms=now_ms)
+    return lambda s: s.evolve(
+        paused=True, pause_note=note, updated_ms=now_ms, revision=s.revision + 1
+    )
 
 
 def _resume(now_ms: int) -> Callable[[Schedule], Schedule]:
     return lambda s: s.evolve(
-        paused=False, pause_note="", consecutive_failures=0, updated_ms=now_ms
-    )
+        paused=False, pause_note="", consecutive_failures=0, updated_ms=now_ms,
+        revision=s.revision + 1,
+    )  # fmt: skip
 
 
 class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: ignore[misc]
@@ -321,9 +348,9 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
     async def UpdateSchedule(
         self, request: schedules_pb2.UpdateScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
-        if not request.expected_version:
-            raise InvalidArgument("expected_version", "required: the version you read")
-        expected = validation.version(request.expected_version)
+        expected = (
+            validation.version(request.expected_version) if request.expected_version else None
+        )
         return schedule_to_proto(await self._ops.update(request.schedule, expected))
 
     @maps_errors
@@ -334,7 +361,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         expected = (
             validation.version(request.expected_version) if request.expected_version else None
         )
-        await self._ops.schedules.delete(ns, sid, expected)
+        await self._ops.delete(ns, sid, expected)
         return schedules_pb2.DeleteScheduleResponse()
 
     @maps_errors

@@ -85,6 +85,11 @@ class Schedule:
     increases with every write, so a writer holding an older copy is refused.
     ``buffered_nominal_ms`` is the pending occurrence when it waits for the previous run
     (overlap ``BUFFER_ONE``).
+
+    Two counters: ``version`` changes with every write (the dispatcher's steps included) and
+    is what the store's conditional writes compare; ``revision`` changes only when a client
+    changes the schedule (update, pause, resume) or it pauses itself, and is the conflict
+    token of the API, which a busy schedule's progress does not invalidate.
     """
 
     namespace: str
@@ -106,6 +111,7 @@ class Schedule:
     last_task_id: str = ""
     buffered_nominal_ms: int | None = None
     version: int = 1
+    revision: int = 1
 
     def evolve(self, **changes: object) -> Schedule:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -43,7 +43,7 @@ def encode(s: Schedule) -> str:
         "runs": s.runs, "consecutive_failures": s.consecutive_failures,
         "next_nominal_ms": s.next_nominal_ms, "next_fire_ms": s.next_fire_ms,
         "last_fire_ms": s.last_fire_ms, "last_task_id": s.last_task_id,
-        "buffered_nominal_ms": s.buffered_nominal_ms,
+        "buffered_nominal_ms": s.buffered_nominal_ms, "revision": s.revision,
     }  # fmt: skip
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
@@ -83,4 +83,5 @@ def decode(namespace: str, schedule_id: str, version: int, body: str) -> Schedul
         last_task_id=doc.get("last_task_id", ""),
         buffered_nominal_ms=doc.get("buffered_nominal_ms"),
         version=version,
+        revision=doc.get("revision", 1),
     )

@@ -11,8 +11,8 @@ import pytest
 
 from tests.e2e.conftest import Stack, eventually
 from tests.e2e.test_cli import tikk, tikk_json
-from tikk.timestamps import to_timestamp
-from tikk.v1 import history_pb2, schedules_pb2, schedules_pb2_grpc
+from tikk.timestamps import to_duration, to_timestamp
+from tikk.v1 import history_pb2, schedules_pb2, schedules_pb2_grpc, tasks_pb2
 
 pytestmark = pytest.mark.e2e
 
@@ -172,3 +172,59 @@ def test_overlap_policies_keep_slow_runs_apart(stack: Stack, ns: str, overlap: s
         # The buffered occurrence starts within about a second of the previous end.
         gaps = [start - prev_end for (_, prev_end), (start, _) in itertools.pairwise(runs)]
         assert max(gaps) < 2_500, gaps
+
+
+def _create(stack: Stack, schedule: schedules_pb2.Schedule) -> schedules_pb2.Schedule:
+    req = schedules_pb2.CreateScheduleRequest(schedule=schedule)
+    created: schedules_pb2.Schedule = _schedules(stack).CreateSchedule(req, timeout=10)
+    return created
+
+
+def _get(stack: Stack, ns: str, sid: str) -> schedules_pb2.Schedule:
+    req = schedules_pb2.GetScheduleRequest(namespace=ns, schedule_id=sid)
+    got: schedules_pb2.Schedule = _schedules(stack).GetSchedule(req, timeout=10)
+    return got
+
+
+def test_pause_after_consecutive_failures(stack: Stack, ns: str) -> None:
+    _create(stack, schedules_pb2.Schedule(
+        namespace=ns, id="failing", queue="e2e", handler="always_fail",
+        spec=schedules_pb2.ScheduleSpec(interval=to_duration(1_000)),
+        retry_policy=tasks_pb2.RetryPolicy(max_attempts=1),
+        policy=schedules_pb2.SchedulePolicy(pause_after_failures=2),
+    ))  # fmt: skip
+    paused = eventually(lambda: (s := _get(stack, ns, "failing")).paused and s, 30)
+    assert paused.consecutive_failures == 2
+    assert paused.pause_note.startswith("paused after 2 consecutive failed occurrences")
+    time.sleep(1.5)
+    count = len(_runs_of(stack, ns, "failing"))
+    time.sleep(2.5)
+    assert len(_runs_of(stack, ns, "failing")) == count
+    resumed = tikk_json(stack.address, "schedule", "resume", "failing", "--namespace", ns)
+    assert not resumed.get("paused") and resumed.get("consecutive_failures", 0) == 0
+    eventually(lambda: len(_runs_of(stack, ns, "failing")) > count, 20)
+    tikk(stack.address, "schedule", "delete", "failing", "--namespace", ns)
+
+
+def test_update_while_running_changes_the_cadence_without_repeats(stack: Stack, ns: str) -> None:
+    spec = schedules_pb2.ScheduleSpec(interval=to_duration(1_000))
+    created = _create(stack, schedules_pb2.Schedule(
+        namespace=ns, id="moving", queue="e2e", handler="record", spec=spec, payload=b"v1",
+    ))  # fmt: skip
+    eventually(lambda: len(_runs_of(stack, ns, "moving")) >= 3, 20)
+    change = schedules_pb2.Schedule(
+        namespace=ns, id="moving", queue="e2e", handler="record", payload=b"v2",
+        spec=schedules_pb2.ScheduleSpec(interval=to_duration(3_000)),
+    )  # fmt: skip
+    req = schedules_pb2.UpdateScheduleRequest(schedule=change, expected_version=created.version)
+    updated = _schedules(stack).UpdateSchedule(req, timeout=10)
+    changed_at = updated.update_time.ToMilliseconds()
+    eventually(
+        lambda: sum(_nominal(e) > changed_at for e in _runs_of(stack, ns, "moving")) >= 3, 30
+    )
+    tikk(stack.address, "schedule", "delete", "moving", "--namespace", ns)
+    nominal = sorted(_nominal(e) for e in _runs_of(stack, ns, "moving"))
+    assert len(set(nominal)) == len(nominal)
+    after = [n for n in nominal if n > changed_at]
+    assert all(n % 3_000 == 0 for n in after)  # the new spec's instants only
+    assert all(b - a == 3_000 for a, b in itertools.pairwise(after))
