@@ -3,12 +3,15 @@ schedule store, run history and queue, and the same stepper the dispatcher proce
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ownership import SingleOwner
@@ -19,7 +22,8 @@ from history.sqlite import SqliteRunHistory
 from tests.factories import T0, make_schedule
 from tikk.clock import ManualClock
 from tikk.model import Succeed
-from tikk.schedule import Outcome, Overlap, Schedule, SchedulePolicy
+from tikk.schedule import CatchUp, Outcome, Overlap, Schedule, SchedulePolicy
+from tikk.schedule_spec import next_occurrence, preview
 from tikk.sqlite_schedules import SqliteScheduleStore
 from tikk.sqlite_store import SqliteTaskStore
 from worker_sdk.local_queue import LocalQueueConsumer
@@ -71,8 +75,8 @@ class Rig:
         return Counter(r.outcome for r in page.items)
 
 
-@pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+@contextlib.asynccontextmanager
+async def _rig(tmp_path: Path) -> AsyncIterator[Rig]:
     db = str(tmp_path / "tikk.db")
     rig = Rig(
         SqliteTaskStore(db, SHARDS),
@@ -82,9 +86,17 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
         LocalReadyQueue(str(tmp_path / "queue.db")),
         ManualClock(T0),
     )
-    yield rig
-    for part in (rig.consumer, rig.queue, rig.schedules, rig.store, rig.history):
-        await part.close()
+    try:
+        yield rig
+    finally:
+        for part in (rig.consumer, rig.queue, rig.schedules, rig.store, rig.history):
+            await part.close()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with _rig(tmp_path) as r:
+        yield r
 
 
 async def test_every_second_fires_once_per_second_without_drift(rig: Rig) -> None:
@@ -187,3 +199,53 @@ async def test_a_deleted_schedule_stops_firing(rig: Rig) -> None:
     await rig.schedules.delete("default", "d", None)
     await rig.run(d, T0 + 6_500)
     assert [s for _, s, _, _ in await rig.published()] == [T0 + 1_000, T0 + 2_000]
+
+
+async def test_preview_equals_what_fires_across_a_dst_change(rig: Rig) -> None:
+    # Europe/Oslo, 25 October 2026: 03:00 CEST becomes 02:00 CET at 01:00 UTC.
+    start = 1_792_879_200_000  # 2026-10-24T22:00:00Z = 00:00 CEST
+    s = make_schedule("dst", cron="*/20 * * * *")
+    spec = replace(s.spec, timezone="Europe/Oslo", jitter_ms=30_000)
+    s = s.evolve(spec=spec).with_next(next_occurrence(spec, start, schedule_id="dst"))
+    expected = preview(spec, after_ms=start, schedule_id="dst", until_ms=start + 6 * 3_600_000)
+    rig.clock.set(start)
+    await rig.create(s)
+    await rig.run(rig.dispatcher(), start + 6 * 3_600_000 + 31_000, step_ms=500)
+    got = await rig.published()
+    assert [sched for _, sched, _, _ in got] == [o.nominal_ms for o in expected]
+    # Each occurrence went out at its jittered instant, never before it.
+    assert all(
+        0 <= fired - o.fire_ms <= 500 for (_, _, fired, _), o in zip(got, expected, strict=True)
+    )
+    # The repeated 02:00-02:59 CET hour does not fire again.
+    assert len(expected) == 3 * 6 - 3
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    window_s=st.integers(0, 30),
+    catch_up=st.sampled_from(list(CatchUp)),
+    steps=st.lists(st.integers(100, 20_000), min_size=5, max_size=25),
+)
+async def test_every_occurrence_is_decided_once_whatever_the_tick_timing(
+    tmp_path_factory: pytest.TempPathFactory, window_s: int, catch_up: CatchUp, steps: list[int]
+) -> None:
+    tmp = tmp_path_factory.mktemp("prop")
+    async with _rig(tmp) as rig:
+        policy = SchedulePolicy(catch_up_window_ms=window_s * 1_000, catch_up=catch_up)
+        await rig.create(make_schedule("p", interval_ms=1_000, next_nominal_ms=T0 + 1_000,
+                                       policy=policy))  # fmt: skip
+        d = rig.dispatcher()
+        for step in steps:
+            rig.clock.advance(step)
+            await d.tick(rig.clock.now_ms())
+        now = rig.clock.now_ms()
+        query = OccurrenceQuery("default", "p", 0, 2**62)
+        records = (await rig.history.list_occurrences(query, 10_000, "")).items
+        decided = sorted(r.nominal_ms for r in records)
+        # Every occurrence due by the last tick was decided exactly once, in one chain.
+        assert decided == list(range(T0 + 1_000, now - now % 1_000 + 1, 1_000))
+        fired = [sched for _, sched, fired_ms, _ in await rig.published() if fired_ms >= sched]
+        assert len(fired) == sum(r.outcome is Outcome.FIRED for r in records)
