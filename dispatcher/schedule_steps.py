@@ -20,6 +20,7 @@ from tikk.occurrences import is_current, plan_step
 from tikk.schedule import Schedule
 from tikk.schedule_store import ScheduleStore
 from tikk.store import TaskStore
+from tikk.telemetry import Telemetry
 
 log = logging.getLogger("tikk.dispatcher")
 
@@ -30,10 +31,17 @@ _CONCURRENCY = 64
 
 
 class ScheduleStepper:
-    def __init__(self, schedules: ScheduleStore, store: TaskStore, history: RunHistory) -> None:
+    def __init__(
+        self,
+        schedules: ScheduleStore,
+        store: TaskStore,
+        history: RunHistory,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self._schedules = schedules
         self._store = store
         self._history = history
+        self._telemetry = telemetry or Telemetry()
 
     async def step_all(self, ticks: list[DueEntry], now_ms: int) -> list[DueEntry]:
         """Step every tick; returns the rows the steps wrote (tasks, next ticks)."""
@@ -61,6 +69,7 @@ class ScheduleStepper:
             if await self._schedules.step(plan.schedule, schedule.version, tasks):
                 if plan.records:
                     await self._history.record_occurrences(plan.records)
+                    self._telemetry.occurrences(plan.records)
                 following = plan.schedule.tick()
                 return [t.entry() for t in tasks] + ([following] if following else [])
         raise BackendUnavailable(f"schedule {tick.schedule_id!r} keeps changing; retrying later")

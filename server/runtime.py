@@ -55,7 +55,7 @@ async def run_dispatcher(
     ownership = open_ownership(settings, epoch=clock.now_ms())
     await ownership.start()
     try:
-        stepper = ScheduleStepper(schedules, store, history)
+        stepper = ScheduleStepper(schedules, store, history, telemetry)
         dispatcher = Dispatcher(
             store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
             schedules=stepper,

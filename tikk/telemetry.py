@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
 from tikk.errors import InvalidArgument
 from tikk.model import Delivery, DueEntry
+from tikk.schedule import OccurrenceRecord
 
 # The W3C trace-context keys tikk stores and forwards.
 TRACE_KEYS = ("traceparent", "tracestate")
@@ -77,6 +79,9 @@ class Telemetry:
 
     def dead_lettered(self, queue: str) -> None:
         """One task was given up."""
+
+    def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
+        """Schedule occurrences were decided (fired, missed, skipped...)."""
 
     def shutdown(self) -> None:
         """Flush what is buffered and stop exporting."""
@@ -178,6 +183,9 @@ class OtelTelemetry(Telemetry):
         )
         self._retries = meter.create_counter("tikk.retries", description="Attempts retried")
         self._dead = meter.create_counter("tikk.dead_letters", description="Tasks given up")
+        self._occurrences = meter.create_counter(
+            "tikk.schedule.occurrences", description="Schedule occurrences decided, by outcome"
+        )
         self._shards: Mapping[int, ShardGauge] = {}
         meter.create_observable_gauge(
             "tikk.due.backlog", callbacks=[self._observe(lambda g: g.backlog)],
@@ -260,6 +268,10 @@ class OtelTelemetry(Telemetry):
 
     def dead_lettered(self, queue: str) -> None:
         self._dead.add(1, {"queue": queue})
+
+    def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
+        for outcome, n in Counter(r.outcome for r in records).items():
+            self._occurrences.add(n, {"outcome": outcome.name.lower()})
 
     def shutdown(self) -> None:
         if self._owned is not None:

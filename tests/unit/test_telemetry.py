@@ -29,6 +29,7 @@ from dispatcher.scanner import Dispatcher, DispatchSettings
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
 from tikk.errors import InvalidArgument
+from tikk.schedule import OccurrenceRecord, Outcome
 from tikk.sqlite_store import SqliteTaskStore
 from tikk.store import advance_cursor
 from tikk.telemetry import OtelTelemetry, Providers, Telemetry, build_providers, open_telemetry
@@ -301,3 +302,16 @@ def test_otlp_export_reaches_a_grpc_collector() -> None:
     assert [(s.name, s.trace_id.hex(), s.parent_span_id.hex()) for s in spans] == [
         ("dispatch q", TRACE_ID, CALLER_SPAN)
     ]
+
+
+def test_schedule_occurrences_are_counted_by_outcome(recorded: Recorded) -> None:
+    telemetry = OtelTelemetry(recorded.providers, owns_providers=False)
+    records = [
+        OccurrenceRecord("default", "s", T0 + k, T0 + k, outcome, T0 + 90_000)
+        for k, outcome in enumerate([Outcome.MISSED, Outcome.MISSED, Outcome.FIRED])
+    ]
+    telemetry.occurrences(records)
+    counts = {
+        p.attributes["outcome"]: p.value for p in recorded.points("tikk.schedule.occurrences")
+    }
+    assert counts == {"missed": 2, "fired": 1}
