@@ -46,6 +46,8 @@ class DispatchSettings:
     late_write_grace_s: int = 5
     # Rows per store read.
     scan_limit: int = 2_000
+    # Schedules stepped per pass; the occurrences of one pass go out before the next.
+    max_steps: int = 500
     # Upper bound on rows held in memory (catch-up after downtime proceeds in slices).
     max_held: int = 200_000
     # How often moved cursors are written to the store (all shards in one write).
@@ -201,9 +203,20 @@ class Dispatcher:
         batch = self._pop_due(now_ms)
         ticks = [e for e in batch if e.is_tick]
         if ticks:
-            # Schedules first: the occurrences they create are due now and go out below.
-            await self._step_schedules(ticks, now_ms)
-            batch = [e for e in batch if not e.is_tick] + self._pop_due(now_ms)
+            batch = [e for e in batch if not e.is_tick]
+            # Many schedules due at once: step a slice, publish it, and come back at once for
+            # the rest, so the first occurrences go out without waiting for the last.
+            later = ticks[self._settings.max_steps :]
+            try:
+                await self._step_schedules(ticks[: self._settings.max_steps], now_ms)
+            except BackendUnavailable:
+                self._hold_again([*later, *batch])
+                raise
+            # Stepping many schedules takes time: stamp what goes out with the real instant.
+            now_ms = max(now_ms, self._clock.now_ms())
+            more = self._pop_due(now_ms)  # the occurrences just created, and ticks due again
+            batch += [e for e in more if not e.is_tick]
+            self._hold_again([*later, *(e for e in more if e.is_tick)])
         if not batch:
             return
         try:
@@ -212,10 +225,14 @@ class Dispatcher:
                 await self._queue.publish(deliveries)
         except BackendUnavailable:
             self.stats.publish_failures += 1
-            for entry in batch:
-                heapq.heappush(self._held, (entry.due_ms, next(self._seq), entry))
+            self._hold_again(batch)
             raise
         self._acknowledge(batch, ready, now_ms)
+
+    def _hold_again(self, entries: list[DueEntry]) -> None:
+        """Put popped rows back: they are still unacknowledged and must go out later."""
+        for entry in entries:
+            heapq.heappush(self._held, (entry.due_ms, next(self._seq), entry))
 
     async def _step_schedules(self, ticks: list[DueEntry], now_ms: int) -> None:
         written: list[DueEntry] = []
@@ -225,8 +242,7 @@ class Dispatcher:
             else:
                 log.warning("%d schedule tick(s) due but no schedule store configured", len(ticks))
         except BackendUnavailable:
-            for tick in ticks:
-                heapq.heappush(self._held, (tick.due_ms, next(self._seq), tick))
+            self._hold_again(ticks)
             raise
         horizon = now_ms + self._settings.prefetch_ms
         for row in written:

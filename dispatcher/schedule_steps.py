@@ -15,10 +15,11 @@ import logging
 
 from history.base import RunHistory
 from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound
-from tikk.model import Abandon, DueEntry, TaskState
+from tikk.model import Abandon, DueEntry, Task, TaskState
+from tikk.occurrences import Step as PlannedStep
 from tikk.occurrences import is_current, plan_step
-from tikk.schedule import Schedule
-from tikk.schedule_store import ScheduleStore
+from tikk.schedule import OccurrenceRecord, Overlap, Schedule
+from tikk.schedule_store import ScheduleStore, Step
 from tikk.store import TaskStore
 from tikk.telemetry import Telemetry
 
@@ -26,8 +27,6 @@ log = logging.getLogger("tikk.dispatcher")
 
 # Re-reads after lost races before the tick is put back for a later attempt.
 _ATTEMPTS = 10
-# Ticks stepped concurrently: each step is a few point reads and writes.
-_CONCURRENCY = 64
 
 
 class ScheduleStepper:
@@ -44,12 +43,32 @@ class ScheduleStepper:
         self._telemetry = telemetry or Telemetry()
 
     async def step_all(self, ticks: list[DueEntry], now_ms: int) -> list[DueEntry]:
-        """Step every tick; returns the rows the steps wrote (tasks, next ticks)."""
+        """Step every tick; returns the rows the steps wrote (tasks, next ticks).
+
+        The common case goes in bulk (one read of all schedules, one store write, one history
+        write); a step that lost a race is retried on its own by ``step``.
+        """
+        found = await self._schedules.get_many([(t.namespace, t.schedule_id) for t in ticks])
+        current = [
+            (tick, s) for tick, s in zip(ticks, found, strict=True)
+            if s is not None and is_current(s, tick.scheduled_ms, tick.due_ms)
+        ]  # fmt: skip
+        plans = await asyncio.gather(*(self._plan(s, now_ms) for _, s in current))
+        planned = [(tick, s, plan) for (tick, s), plan in zip(current, plans, strict=True)]
+        steps = [Step(plan.schedule, s.version, tasks) for _, s, (plan, tasks) in planned]
+        done = await self._schedules.step_many(steps)
         written: list[DueEntry] = []
-        for i in range(0, len(ticks), _CONCURRENCY):
-            chunk = ticks[i : i + _CONCURRENCY]
-            for rows in await asyncio.gather(*(self.step(t, now_ms) for t in chunk)):
-                written += rows
+        records = []
+        retry: list[DueEntry] = []
+        for (tick, _, (plan, tasks)), ok in zip(planned, done, strict=True):
+            if ok:
+                records += plan.records
+                written += _rows(plan, tasks)
+            else:
+                retry.append(tick)
+        await self._record(records)
+        for tick in retry:
+            written += await self.step(tick, now_ms)
         return written
 
     async def step(self, tick: DueEntry, now_ms: int) -> list[DueEntry]:
@@ -62,20 +81,27 @@ class ScheduleStepper:
                 return []
             if not is_current(schedule, tick.scheduled_ms, tick.due_ms):
                 return []
-            plan = plan_step(schedule, now_ms, await self._previous_running(schedule))
-            if plan.cancel_previous:
-                await self._cancel_previous(schedule, now_ms)
-            tasks = [schedule.occurrence_task(o.nominal_ms, now_ms, now_ms) for o in plan.fire]
+            plan, tasks = await self._plan(schedule, now_ms)
             if await self._schedules.step(plan.schedule, schedule.version, tasks):
-                if plan.records:
-                    await self._history.record_occurrences(plan.records)
-                    self._telemetry.occurrences(plan.records)
-                following = plan.schedule.tick()
-                return [t.entry() for t in tasks] + ([following] if following else [])
+                await self._record(plan.records)
+                return _rows(plan, tasks)
         raise BackendUnavailable(f"schedule {tick.schedule_id!r} keeps changing; retrying later")
 
+    async def _plan(self, schedule: Schedule, now_ms: int) -> tuple[PlannedStep, list[Task]]:
+        running = await self._previous_running(schedule)
+        plan = plan_step(schedule, now_ms, running)
+        if plan.cancel_previous:
+            await self._cancel_previous(schedule, now_ms)
+        return plan, [schedule.occurrence_task(o.nominal_ms, now_ms, now_ms) for o in plan.fire]
+
+    async def _record(self, records: list[OccurrenceRecord]) -> None:
+        if records:
+            await self._history.record_occurrences(records)
+            self._telemetry.occurrences(records)
+
     async def _previous_running(self, schedule: Schedule) -> bool:
-        if not schedule.last_task_id:
+        # Only the overlap policies other than ALLOW look at the previous occurrence.
+        if not schedule.last_task_id or schedule.policy.overlap is Overlap.ALLOW:
             return False
         try:
             task = await self._store.get(schedule.namespace, schedule.last_task_id)
@@ -97,3 +123,8 @@ class ScheduleStepper:
             log.info(
                 "schedule %s: previous occurrence not cancelled: %s", schedule.schedule_id, exc
             )
+
+
+def _rows(plan: PlannedStep, tasks: list[Task]) -> list[DueEntry]:
+    following = plan.schedule.tick()
+    return [t.entry() for t in tasks] + ([following] if following else [])

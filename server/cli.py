@@ -213,6 +213,13 @@ def _run_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_bench_schedules(args: argparse.Namespace) -> int:
+    from server.schedule_bench import print_result, run
+
+    print_result(asyncio.run(run(_settings(args), args.schedules, args.lead)))
+    return EXIT_OK
+
+
 def _run_stack(args: argparse.Namespace) -> int:
     from server import stack
 
@@ -644,6 +651,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dispatchers", type=int, default=2, help="stack only")
     p.add_argument("--shards", type=int, default=64)
     p.set_defaults(func=_run_bench)
+
+    p = sub.add_parser(
+        "bench-schedules", help="N schedules firing at one instant: step rate and lateness"
+    )
+    _backend_options(p)
+    p.add_argument("--schedules", type=int, default=10_000)
+    p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
+    p.set_defaults(func=_run_bench_schedules)
 
     p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
     p.add_argument("action", choices=["up", "down", "status"])

@@ -33,10 +33,13 @@ from tikk.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
 from tikk.schedule import Schedule
+from tikk.schedule_store import Step
 
 # Partitions of a namespace's listing. Part of the stored layout: changing it strands
 # existing listing rows.
 LISTING_SHARDS = 16
+# Schedules read or stepped concurrently by the bulk methods.
+_CONCURRENCY = 128
 
 _COLS = "namespace, schedule_id, version, fingerprint, body"
 CREATE_SCHEDULE = f"INSERT INTO schedules ({_COLS}) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS"
@@ -92,6 +95,7 @@ class CassandraScheduleStore:
         # each task carries its own shard.
         self._tasks = CassandraTaskStore(url, shard_count=1)
         self._db = self._tasks.session
+        self._window = asyncio.Semaphore(_CONCURRENCY)
 
     async def connect(self) -> None:
         await self._tasks.connect()
@@ -181,6 +185,24 @@ class CassandraScheduleStore:
         await self._write_tick(stored)
         rows = await self._db.execute(UPDATE_SCHEDULE, _update_values(stored, expected_version))
         return not rows or bool(rows[0][0])
+
+    async def get_many(self, keys: Sequence[tuple[str, str]]) -> Sequence[Schedule | None]:
+        async def one(ns: str, sid: str) -> Schedule | None:
+            async with self._window:
+                try:
+                    return await self.get(ns, sid)
+                except NotFound:
+                    return None
+
+        return list(await asyncio.gather(*(one(ns, sid) for ns, sid in keys)))
+
+    async def step_many(self, steps: Sequence[Step]) -> Sequence[bool]:
+        # Independent partitions: concurrent round trips, bounded.
+        async def one(st: Step) -> bool:
+            async with self._window:
+                return await self.step(st.schedule, st.expected_version, st.tasks)
+
+        return list(await asyncio.gather(*(one(st) for st in steps)))
 
     async def _write_tick(self, s: Schedule) -> None:
         tick = s.tick()

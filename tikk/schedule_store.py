@@ -14,10 +14,20 @@ lost race are stale and skipped by the dispatcher, never deleted eagerly.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.model import Page, Task
 from tikk.schedule import Schedule
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``step`` of ``step_many``."""
+
+    schedule: Schedule
+    expected_version: int
+    tasks: Sequence[Task]
 
 
 class ScheduleStore(Protocol):
@@ -60,6 +70,15 @@ class ScheduleStore(Protocol):
         A backend without transactions may have created the tasks and tick of a lost step;
         tasks of an occurrence that was due are still correct to run, and the tick is stale.
         """
+        ...
+
+    async def get_many(self, keys: Sequence[tuple[str, str]]) -> Sequence[Schedule | None]:
+        """``get`` for each (namespace, id), in order; None where there is no schedule."""
+        ...
+
+    async def step_many(self, steps: Sequence[Step]) -> Sequence[bool]:
+        """``step`` for each, in order, with its outcome; backends may write them together
+        (the dispatcher steps every schedule that comes due at one instant at once)."""
         ...
 
     async def close(self) -> None:

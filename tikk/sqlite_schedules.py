@@ -14,6 +14,7 @@ from tikk.errors import AlreadyExists, Conflict, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
 from tikk.schedule import Schedule
+from tikk.schedule_store import Step
 from tikk.sqlite_runner import SqliteRunner, Transaction
 from tikk.sqlite_store import ADDED_COLUMNS, SCHEMA, _create_one, _insert_due
 
@@ -64,6 +65,16 @@ def _create_tasks(conn: sqlite3.Connection, tasks: Sequence[Task]) -> None:
             # Same occurrence with another action (the schedule was updated after it ran):
             # the occurrence already has its task, which stays as it is.
             continue
+
+
+def _step(conn: sqlite3.Connection, st: Step) -> bool:
+    s = st.schedule
+    current = _fetch(conn, s.namespace, s.schedule_id)
+    if current is None or current.version != st.expected_version:
+        return False
+    _create_tasks(conn, st.tasks)
+    _write(conn, s.evolve(version=st.expected_version + 1))
+    return True
 
 
 class SqliteScheduleStore:
@@ -141,14 +152,17 @@ class SqliteScheduleStore:
         await self._db.run(work)
 
     async def step(self, schedule: Schedule, expected_version: int, tasks: Sequence[Task]) -> bool:
-        def work(conn: sqlite3.Connection) -> bool:
+        [done] = await self.step_many([Step(schedule, expected_version, tasks)])
+        return done
+
+    async def get_many(self, keys: Sequence[tuple[str, str]]) -> Sequence[Schedule | None]:
+        return await self._db.run(lambda conn: [_fetch(conn, ns, sid) for ns, sid in keys])
+
+    async def step_many(self, steps: Sequence[Step]) -> Sequence[bool]:
+        def work(conn: sqlite3.Connection) -> list[bool]:
+            # One transaction for all: a commit per schedule would bound the rate.
             with Transaction(conn):
-                current = _fetch(conn, schedule.namespace, schedule.schedule_id)
-                if current is None or current.version != expected_version:
-                    return False
-                _create_tasks(conn, tasks)
-                _write(conn, schedule.evolve(version=expected_version + 1))
-                return True
+                return [_step(conn, st) for st in steps]
 
         return await self._db.run(work)
 
