@@ -10,6 +10,7 @@ from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, Conflict, NotFound
 from tikk.model import DueEntry, TaskState
 from tikk.schedule import CatchUp, Overlap, SchedulePolicy
+from tikk.schedule_store import Step
 
 START = (second_of(T0) - 120, "")
 
@@ -144,3 +145,22 @@ async def test_a_finished_schedule_has_no_tick(schedule_backend: ScheduleBackend
     s = make_schedule("s1", next_nominal_ms=None)
     await b.schedules.create(s)
     assert await ticks(b, s.shard) == []
+
+
+async def test_bulk_get_and_step_report_each_outcome_in_order(
+    schedule_backend: ScheduleBackend,
+) -> None:
+    b = schedule_backend
+    a, _ = await b.schedules.create(make_schedule("a"))
+    c, _ = await b.schedules.create(make_schedule("c"))
+    await b.schedules.replace(c.evolve(paused=True), 1)  # c moves to version 2
+    found = await b.schedules.get_many([("default", "a"), ("default", "nope"), ("default", "c")])
+    assert [s.schedule_id if s else None for s in found] == ["a", None, "c"]
+    task = a.occurrence_task(T0 + 40_000, T0 + 40_000, T0 + 40_000)
+    done = await b.schedules.step_many(
+        [Step(a.evolve(runs=1), 1, [task]), Step(c.evolve(runs=1), 1, [])]
+    )
+    assert list(done) == [True, False]
+    assert (await b.schedules.get("default", "a")).runs == 1
+    assert (await b.schedules.get("default", "c")).runs == 0
+    assert (await b.tasks.get("default", task.task_id)).schedule_id == "a"
