@@ -210,7 +210,7 @@ class Dispatcher:
             try:
                 await self._step_schedules(ticks[: self._settings.max_steps], now_ms)
             except BackendUnavailable:
-                self._hold_again([*later, *batch])
+                self._hold_again([*ticks, *batch])
                 raise
             # Stepping many schedules takes time: stamp what goes out with the real instant.
             now_ms = max(now_ms, self._clock.now_ms())
@@ -236,14 +236,10 @@ class Dispatcher:
 
     async def _step_schedules(self, ticks: list[DueEntry], now_ms: int) -> None:
         written: list[DueEntry] = []
-        try:
-            if self._schedules is not None:
-                written = await self._schedules.step_all(ticks, now_ms)
-            else:
-                log.warning("%d schedule tick(s) due but no schedule store configured", len(ticks))
-        except BackendUnavailable:
-            self._hold_again(ticks)
-            raise
+        if self._schedules is not None:
+            written = await self._schedules.step_all(ticks, now_ms)
+        else:
+            log.warning("%d schedule tick(s) due but no schedule store configured", len(ticks))
         horizon = now_ms + self._settings.prefetch_ms
         for row in written:
             st = self._shards.get(row.shard)

@@ -43,49 +43,47 @@ class ScheduleStepper:
         self._telemetry = telemetry or Telemetry()
 
     async def step_all(self, ticks: list[DueEntry], now_ms: int) -> list[DueEntry]:
-        """Step every tick; returns the rows the steps wrote (tasks, next ticks).
+        """Step every tick; returns the rows the steps wrote (new occurrence tasks and next
+        ticks). Stale ticks write nothing.
 
-        The common case goes in bulk (one read of all schedules, one store write, one history
-        write); a step that lost a race is retried on its own by ``step``.
+        In bulk: one read of all schedules, one store write, one history write. Steps that
+        lost a race with a client's change are decided again on the re-read schedule.
         """
+        written: list[DueEntry] = []
+        pending = ticks
+        for _ in range(_ATTEMPTS):
+            pending = await self._step_once(pending, now_ms, written)
+            if not pending:
+                return written
+        raise BackendUnavailable(f"{len(pending)} schedule(s) keep changing; retrying later")
+
+    async def _step_once(
+        self, ticks: list[DueEntry], now_ms: int, written: list[DueEntry]
+    ) -> list[DueEntry]:
+        """One bulk attempt; extends ``written`` and returns the ticks whose step lost."""
         found = await self._schedules.get_many([(t.namespace, t.schedule_id) for t in ticks])
         current = [
             (tick, s) for tick, s in zip(ticks, found, strict=True)
             if s is not None and is_current(s, tick.scheduled_ms, tick.due_ms)
         ]  # fmt: skip
         plans = await asyncio.gather(*(self._plan(s, now_ms) for _, s in current))
-        planned = [(tick, s, plan) for (tick, s), plan in zip(current, plans, strict=True)]
-        steps = [Step(plan.schedule, s.version, tasks) for _, s, (plan, tasks) in planned]
+        steps = [
+            Step(plan.schedule, s.version, tasks)
+            for (_, s), (plan, tasks) in zip(current, plans, strict=True)
+        ]
         done = await self._schedules.step_many(steps)
-        written: list[DueEntry] = []
-        records = []
-        retry: list[DueEntry] = []
-        for (tick, _, (plan, tasks)), ok in zip(planned, done, strict=True):
+        records: list[OccurrenceRecord] = []
+        lost: list[DueEntry] = []
+        for (tick, _), (plan, tasks), ok in zip(current, plans, done, strict=True):
             if ok:
                 records += plan.records
                 written += _rows(plan, tasks)
             else:
-                retry.append(tick)
-        await self._record(records)
-        for tick in retry:
-            written += await self.step(tick, now_ms)
-        return written
-
-    async def step(self, tick: DueEntry, now_ms: int) -> list[DueEntry]:
-        """Step the tick's schedule at ``now_ms``; returns the due rows written (the new
-        occurrence tasks and the next tick), empty for a stale tick."""
-        for _ in range(_ATTEMPTS):
-            try:
-                schedule = await self._schedules.get(tick.namespace, tick.schedule_id)
-            except NotFound:
-                return []
-            if not is_current(schedule, tick.scheduled_ms, tick.due_ms):
-                return []
-            plan, tasks = await self._plan(schedule, now_ms)
-            if await self._schedules.step(plan.schedule, schedule.version, tasks):
-                await self._record(plan.records)
-                return _rows(plan, tasks)
-        raise BackendUnavailable(f"schedule {tick.schedule_id!r} keeps changing; retrying later")
+                lost.append(tick)
+        if records:
+            await self._history.record_occurrences(records)
+            self._telemetry.occurrences(records)
+        return lost
 
     async def _plan(self, schedule: Schedule, now_ms: int) -> tuple[PlannedStep, list[Task]]:
         running = await self._previous_running(schedule)
@@ -93,11 +91,6 @@ class ScheduleStepper:
         if plan.cancel_previous:
             await self._cancel_previous(schedule, now_ms)
         return plan, [schedule.occurrence_task(o.nominal_ms, now_ms, now_ms) for o in plan.fire]
-
-    async def _record(self, records: list[OccurrenceRecord]) -> None:
-        if records:
-            await self._history.record_occurrences(records)
-            self._telemetry.occurrences(records)
 
     async def _previous_running(self, schedule: Schedule) -> bool:
         # Only the overlap policies other than ALLOW look at the previous occurrence.

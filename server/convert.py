@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from tikk.model import RunRecord, Task
+from tikk.model import RetryPolicy, RunRecord, Task
 from tikk.schedule import OccurrenceRecord
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, tasks_pb2
 
 
+def retry_to_proto(r: RetryPolicy) -> tasks_pb2.RetryPolicy:
+    return tasks_pb2.RetryPolicy(
+        max_attempts=r.max_attempts,
+        initial_backoff=to_duration(r.initial_backoff_ms),
+        multiplier=r.multiplier,
+        max_backoff=to_duration(r.max_backoff_ms),
+        jitter=r.jitter,
+    )
+
+
 def task_to_proto(t: Task) -> tasks_pb2.Task:
-    r = t.retry
     return tasks_pb2.Task(
         namespace=t.namespace,
         id=t.task_id,
@@ -17,13 +26,7 @@ def task_to_proto(t: Task) -> tasks_pb2.Task:
         handler=t.handler,
         payload=t.payload,
         labels=dict(t.labels),
-        retry_policy=tasks_pb2.RetryPolicy(
-            max_attempts=r.max_attempts,
-            initial_backoff=to_duration(r.initial_backoff_ms),
-            multiplier=r.multiplier,
-            max_backoff=to_duration(r.max_backoff_ms),
-            jitter=r.jitter,
-        ),
+        retry_policy=retry_to_proto(t.retry),
         state=int(t.state),  # type: ignore[arg-type]
         attempt=t.attempt,
         due_time=to_timestamp(t.due_ms),

@@ -11,14 +11,14 @@ schedules (``dispatcher.schedule_steps``); this module writes a tick only with i
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 
 from history.base import RunHistory
 from server import validation
-from server.convert import task_to_proto
+from server.convert import retry_to_proto, task_to_proto
 from server.status import maps_errors
 from tikk.buckets import shard_of
 from tikk.clock import Clock
@@ -41,6 +41,7 @@ from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import schedules_pb2, schedules_pb2_grpc
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
+T = TypeVar("T")
 _DEFAULT_PREVIEW = 10
 # Occurrences one BackfillSchedule call may create.
 MAX_BACKFILL = 10_000
@@ -123,7 +124,7 @@ def schedule_to_proto(s: Schedule) -> schedules_pb2.Schedule:
         handler=a.handler,
         payload=a.payload,
         labels=dict(a.labels),
-        retry_policy=task_to_proto(s.occurrence_task(0, 0, 0)).retry_policy,
+        retry_policy=retry_to_proto(a.retry),
         policy=schedules_pb2.SchedulePolicy(
             catch_up_window=to_duration(p.catch_up_window_ms),
             catch_up=int(p.catch_up),  # type: ignore[arg-type]
@@ -196,22 +197,32 @@ class Schedules:
     ) -> Schedule:
         """Apply ``edit`` to the stored schedule, re-reading when a step came in between.
         ``expected_revision``: refuse (``Conflict``) if a client changed it since."""
+
+        async def write(current: Schedule) -> Schedule:
+            return await self.schedules.replace(edit(current), current.version)
+
+        return await self._retrying(namespace, schedule_id, expected_revision, write)
+
+    async def delete(self, namespace: str, schedule_id: str, expected: int | None) -> None:
+        async def write(current: Schedule) -> None:
+            await self.schedules.delete(namespace, schedule_id, current.version)
+
+        await self._retrying(namespace, schedule_id, expected, write)
+
+    async def _retrying(
+        self,
+        namespace: str,
+        schedule_id: str,
+        expected_revision: int | None,
+        write: Callable[[Schedule], Awaitable[T]],
+    ) -> T:
+        """``write`` the freshly read schedule, conditional on its row version; read again
+        when a dispatcher step came in between."""
         for _ in range(_ATTEMPTS):
             current = await self.schedules.get(namespace, schedule_id)
             _check_revision(current, expected_revision)
             try:
-                return await self.schedules.replace(edit(current), current.version)
-            except Conflict:
-                continue
-        raise Conflict(f"schedule {schedule_id!r} keeps changing; try again")
-
-    async def delete(self, namespace: str, schedule_id: str, expected: int | None) -> None:
-        for _ in range(_ATTEMPTS):
-            current = await self.schedules.get(namespace, schedule_id)
-            _check_revision(current, expected)
-            try:
-                await self.schedules.delete(namespace, schedule_id, current.version)
-                return
+                return await write(current)
             except Conflict:
                 continue
         raise Conflict(f"schedule {schedule_id!r} keeps changing; try again")
@@ -348,9 +359,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
     async def UpdateSchedule(
         self, request: schedules_pb2.UpdateScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
-        expected = (
-            validation.version(request.expected_version) if request.expected_version else None
-        )
+        expected = validation.expected_version(request.expected_version)
         return schedule_to_proto(await self._ops.update(request.schedule, expected))
 
     @maps_errors
@@ -358,10 +367,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         self, request: schedules_pb2.DeleteScheduleRequest, context: Ctx
     ) -> schedules_pb2.DeleteScheduleResponse:
         ns, sid = self._key(request.namespace, request.schedule_id)
-        expected = (
-            validation.version(request.expected_version) if request.expected_version else None
-        )
-        await self._ops.delete(ns, sid, expected)
+        await self._ops.delete(ns, sid, validation.expected_version(request.expected_version))
         return schedules_pb2.DeleteScheduleResponse()
 
     @maps_errors

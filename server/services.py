@@ -169,13 +169,7 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         ns = validation.namespace(request.namespace)
         queue = validation.queue(request.queue, self._limits)
         status = validation.run_status(request.status)
-        now = self._lc.clock.now_ms()
-        end = validation.optional_timestamp_ms(request, "end_time")
-        end = now + 1 if end is None else end
-        start = validation.optional_timestamp_ms(request, "start_time")
-        start = end - _HOUR_MS if start is None else start
-        if start >= end:
-            raise InvalidArgument("start_time", "must be before end_time")
+        start, end = _time_range(request, self._lc.clock.now_ms(), _HOUR_MS)
         query = RunQuery(ns, queue, start, end, RunStatus(status) if status else None)
         size = page_size(request.page_size)
         page = await self._lc.history.list_by_queue(query, size, request.page_token)
@@ -216,13 +210,7 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         ns = validation.namespace(request.namespace)
         if not request.schedule_id:
             raise InvalidArgument("schedule_id", "must not be empty")
-        now = self._lc.clock.now_ms()
-        end = validation.optional_timestamp_ms(request, "end_time")
-        end = now + 1 if end is None else end
-        start = validation.optional_timestamp_ms(request, "start_time")
-        start = end - _OCCURRENCE_RANGE_MS if start is None else start
-        if start >= end:
-            raise InvalidArgument("start_time", "must be before end_time")
+        start, end = _time_range(request, self._lc.clock.now_ms(), _OCCURRENCE_RANGE_MS)
         outcome = validation.occurrence_outcome(request.outcome)
         query = OccurrenceQuery(ns, request.schedule_id, start, end, outcome)
         size = page_size(request.page_size)
@@ -231,6 +219,17 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
             occurrences=[convert.occurrence_to_proto(r) for r in page.items],
             next_page_token=page.next_token,
         )
+
+
+def _time_range(request: Any, now_ms: int, default_span_ms: int) -> tuple[int, int]:
+    """[start_time, end_time) of a history query: by default the span up to now."""
+    end = validation.optional_timestamp_ms(request, "end_time")
+    end = now_ms + 1 if end is None else end
+    start = validation.optional_timestamp_ms(request, "start_time")
+    start = end - default_span_ms if start is None else start
+    if start >= end:
+        raise InvalidArgument("start_time", "must be before end_time")
+    return start, end
 
 
 def _runs(items: list[Any], token: str) -> history_pb2.ListRunsResponse:

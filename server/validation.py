@@ -275,7 +275,10 @@ def _enum(kind: type[E], value: int, default: E, field: str) -> E:
         raise InvalidArgument(field, f"unknown value {value}") from None
 
 
-def version(value: str, field: str = "expected_version") -> int:
+def expected_version(value: str, field: str = "expected_version") -> int | None:
+    """A schedule version a client read (its conflict token); empty means no check."""
+    if not value:
+        return None
     try:
         parsed = int(value)
     except ValueError:

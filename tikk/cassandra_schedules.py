@@ -189,10 +189,7 @@ class CassandraScheduleStore:
     async def get_many(self, keys: Sequence[tuple[str, str]]) -> Sequence[Schedule | None]:
         async def one(ns: str, sid: str) -> Schedule | None:
             async with self._window:
-                try:
-                    return await self.get(ns, sid)
-                except NotFound:
-                    return None
+                return await self._find(ns, sid)
 
         return list(await asyncio.gather(*(one(ns, sid) for ns, sid in keys)))
 
