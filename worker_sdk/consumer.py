@@ -1,7 +1,9 @@
 """The consumer side of the ready queue, as the worker sees it.
 
 Backends: ``worker_sdk.local_queue`` (``local://`` URLs, the embedded queue) and
-``worker_sdk.kafka_queue`` (``kafka://`` URLs).
+``worker_sdk.kafka_queue`` (``kafka://`` URLs). A Worker that cannot report results closes its
+consumer and later opens a new one, so every backend must take a ``commit`` for a message of a
+closed consumer as a harmless no-op.
 """
 
 from __future__ import annotations
@@ -42,6 +44,34 @@ def decode_delivery(body: bytes) -> worker_pb2.Delivery:
         return worker_pb2.Delivery()
 
 
+@dataclass(frozen=True)
+class GroupTiming:
+    """Consumer-group timing, for queues whose consumers form groups (Kafka; the local queue
+    leases each message instead and ignores it).
+
+    The session bounds how long a dead worker's partitions wait for a new owner; brokers
+    refuse less than their ``group.min.session.timeout.ms`` (6 s by default). The heartbeat is
+    how quickly a member learns of a rebalance; it must be under a third of the session, so
+    that a member whose heartbeat is late once or twice keeps its partitions. ``ValueError``
+    names a bad combination.
+    """
+
+    session_timeout_ms: int = 6_000
+    heartbeat_interval_ms: int = 1_000
+    max_poll_interval_ms: int = 30 * 60 * 1000
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_interval_ms <= 0:
+            raise ValueError(
+                f"heartbeat interval must be positive ({self.heartbeat_interval_ms} ms)"
+            )
+        if self.heartbeat_interval_ms * 3 >= self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat interval ({self.heartbeat_interval_ms} ms) must be less than a "
+                f"third of the session timeout ({self.session_timeout_ms} ms)"
+            )
+
+
 class QueueConsumer(Protocol):
     async def fetch(self, max_messages: int) -> list[Message]:
         """Lease up to ``max_messages`` visible messages of the consumer's queues; returns at
@@ -51,20 +81,25 @@ class QueueConsumer(Protocol):
 
     async def commit(self, message: Message) -> None:
         """The message is done (the server acknowledged its result): remove it. A lease that
-        already ran out is not an error; the message may then be delivered again."""
+        already ran out is not an error; the message may then be delivered again. After
+        ``close`` it does nothing (the message goes to whoever reads it next)."""
         ...
 
     async def extend(self, messages: Sequence[Message]) -> None:
-        """Renew the leases of messages still being worked on."""
+        """Renew the leases of messages still being worked on; nothing after ``close``."""
         ...
 
     async def close(self) -> None:
-        """Release resources; uncommitted messages are delivered again later."""
+        """Release resources (leave the group, where there is one); uncommitted messages are
+        delivered again later, to this or another consumer. Idempotent."""
         ...
 
 
-def open_consumer(url: str, queues: Sequence[str], visibility_ms: int) -> QueueConsumer:
-    """The consumer for a queue URL handed out by the server's ``GetWorkerConfig``."""
+def open_consumer(
+    url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming | None = None
+) -> QueueConsumer:
+    """The consumer for a queue URL handed out by the server's ``GetWorkerConfig``. ``timing``
+    applies to queues with consumer groups (Kafka); the default is ``GroupTiming()``."""
     if url.startswith("local:"):
         from worker_sdk.local_queue import LocalQueueConsumer
 
@@ -73,5 +108,5 @@ def open_consumer(url: str, queues: Sequence[str], visibility_ms: int) -> QueueC
         # Kafka has no per-message lease, so the visibility timeout does not apply there.
         from worker_sdk.kafka_queue import KafkaQueueConsumer
 
-        return KafkaQueueConsumer.from_url(url, queues)
+        return KafkaQueueConsumer.from_url(url, queues, timing)
     raise ValueError(f"unsupported queue URL {url!r}: this worker supports local:// and kafka://")

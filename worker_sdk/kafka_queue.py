@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tikk.errors import BackendUnavailable, InvalidArgument
+from worker_sdk.consumer import GroupTiming as GroupTiming  # noqa: PLC0414  (re-exported)
 from worker_sdk.consumer import Message, decode_delivery
 
 try:
@@ -384,20 +385,11 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka h
         await self._lane.assigned(assigned)
 
 
-@dataclass(frozen=True)
-class GroupTiming:
-    """Consumer-group timing. The session bounds how long a dead worker's partitions wait
-    (brokers refuse less than their ``group.min.session.timeout.ms``, 6 s by default); the
-    heartbeat is how quickly a member learns of a rebalance."""
-
-    session_timeout_ms: int = 10_000
-    heartbeat_interval_ms: int = 1_000
-    max_poll_interval_ms: int = 30 * 60 * 1000
-
-
 class KafkaQueueConsumer:
     """``QueueConsumer`` on Kafka. Constructing it does no I/O: the first ``fetch`` (or
-    ``start``) connects, creates missing topics and joins the groups."""
+    ``start``) connects, creates missing topics and joins the groups with ``timing``
+    (``worker_sdk.consumer.GroupTiming``, also importable from here). After ``close``, a
+    ``commit`` finds no lane and does nothing: the partitions are someone else's by then."""
 
     def __init__(
         self, config: KafkaQueueConfig, queues: Sequence[str], timing: GroupTiming | None = None

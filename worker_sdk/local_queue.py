@@ -19,7 +19,11 @@ def _now_ms() -> int:
 
 
 class LocalQueueConsumer:
-    """Leases messages from the queue file; a lease lasts ``visibility_ms`` unless extended."""
+    """Leases messages from the queue file; a lease lasts ``visibility_ms`` unless extended.
+
+    After ``close`` (its thread is gone), ``commit`` and ``extend`` do nothing: a message not
+    committed by then is leased to whoever fetches it once its lease ran out.
+    """
 
     def __init__(self, path: str, queues: Sequence[str], visibility_ms: int) -> None:
         self._path = path
@@ -27,6 +31,7 @@ class LocalQueueConsumer:
         self._visibility_ms = visibility_ms
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-queue")
         self._conn: sqlite3.Connection | None = None
+        self._closed = False
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -73,14 +78,16 @@ class LocalQueueConsumer:
             raise
 
     async def commit(self, message: Message) -> None:
-        await self._run(self._commit, message.receipt)
+        if not self._closed:
+            await self._run(self._commit, message.receipt)
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, receipt: tuple[int, str]) -> None:
         conn.execute("DELETE FROM messages WHERE id=? AND lease=?", receipt)
 
     async def extend(self, messages: Sequence[Message]) -> None:
-        await self._run(self._extend, [m.receipt for m in messages])
+        if not self._closed:
+            await self._run(self._extend, [m.receipt for m in messages])
 
     def _extend(self, conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
         until = _now_ms() + self._visibility_ms
@@ -94,6 +101,7 @@ class LocalQueueConsumer:
             conn.close()
             self._conn = None
 
+        self._closed = True  # before any await: no commit may reach the closing executor
         if self._conn is not None:
             await self._run(shut)
         self._executor.shutdown(wait=True)

@@ -1,7 +1,13 @@
 """Streaming run results to the server over one long-lived ``ReportResults`` call.
 
-Each result waits for its acknowledgement. If the stream breaks, it is reopened and every
-unacknowledged result is sent again; the server records a run once however often it arrives.
+Each result waits for its acknowledgement. Whatever ends a call (the server closing it, a
+broken connection, a write after the call finished, any error of the reader), the stream logs
+it, waits a short bounded backoff, opens a new call and sends every unacknowledged result
+again: the server records a run once however often it arrives (results carry a ``run_id``).
+Only ``close`` ends the stream.
+
+``waiting_s`` says how long results have been waiting while the server acknowledged nothing,
+so that a worker that cannot report can stop taking work (see ``worker_sdk.worker``).
 """
 
 from __future__ import annotations
@@ -9,6 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -22,67 +31,154 @@ class _StreamEnded(Exception):
     pass
 
 
+class Backoff:
+    """Delays between attempts: ``initial_s``, then doubling up to ``cap_s``. ``reset`` after a
+    success, so the next failure is retried quickly again. The cap is small because the thing
+    waited for (a restarted server) is usually back within seconds."""
+
+    def __init__(self, initial_s: float = 0.2, cap_s: float = 2.0) -> None:
+        if not 0 < initial_s <= cap_s:
+            raise ValueError("backoff needs 0 < initial_s <= cap_s")
+        self._initial_s = initial_s
+        self._cap_s = cap_s
+        self._next_s = initial_s
+
+    def next(self) -> float:
+        """The delay before the next attempt (and the one after grows)."""
+        delay = self._next_s
+        self._next_s = min(self._cap_s, delay * 2)
+        return delay
+
+    def reset(self) -> None:
+        self._next_s = self._initial_s
+
+
+@dataclass
+class _Waiting:
+    """A result sent (or to be sent) and not yet acknowledged."""
+
+    result: worker_pb2.RunResult
+    future: asyncio.Future[worker_pb2.ResultAck]
+    since: float
+
+
 class ResultStream:
-    def __init__(self, stub: Any, *, reconnect_delay_s: float = 0.5) -> None:
+    """One ``ReportResults`` call at a time, reopened whenever it ends.
+
+    ``clock`` (monotonic seconds) times how long results wait; ``backoff`` spaces reconnects.
+    """
+
+    def __init__(
+        self,
+        stub: Any,
+        *,
+        backoff: Backoff | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._stub = stub
-        self._reconnect_delay_s = reconnect_delay_s
-        self._pending: dict[str, tuple[worker_pb2.RunResult, asyncio.Future[Any]]] = {}
+        self._backoff = backoff or Backoff()
+        self._clock = clock
+        self._pending: dict[str, _Waiting] = {}
         self._outbox: asyncio.Queue[worker_pb2.RunResult] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._last_ack = clock()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tikk-result-stream")
 
     async def report(self, result: worker_pb2.RunResult) -> worker_pb2.ResultAck:
         """Send ``result`` and wait for the server's acknowledgement of it."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._pending[result.run_id] = (result, future)
+        future: asyncio.Future[worker_pb2.ResultAck] = asyncio.get_running_loop().create_future()
+        self._pending[result.run_id] = _Waiting(result, future, self._clock())
         self._outbox.put_nowait(result)
-        ack: worker_pb2.ResultAck = await future
-        return ack
+        return await future
+
+    def waiting_s(self) -> float:
+        """How long results have been waiting with no acknowledgement (of any result) arriving;
+        0 when none waits. Counted from the later of the oldest wait and the last
+        acknowledgement: a slow server that still acknowledges others is reachable, however
+        long one result waits; a server that is gone lets this grow."""
+        if not self._pending:
+            return 0.0
+        oldest = min(waiting.since for waiting in self._pending.values())
+        return max(0.0, self._clock() - max(oldest, self._last_ack))
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        for _, future in self._pending.values():
-            if not future.done():
-                future.cancel()
+        for waiting in self._pending.values():
+            if not waiting.future.done():
+                waiting.future.cancel()
 
     async def _run(self) -> None:
+        """Serve one call after another until cancelled: any failure ends only the call."""
         while True:
             call = self._stub.ReportResults()
             try:
                 await self._serve(call)
-            except (grpc.aio.AioRpcError, _StreamEnded) as exc:
-                log.warning("result stream lost, reconnecting: %s", exc)
+            except asyncio.CancelledError:
+                if _being_cancelled():
+                    raise  # close(): the only way out
+                self._lost("the call was cancelled")  # by gRPC, e.g. its channel went away
+            except Exception as exc:  # whatever ended the call, the next one re-sends
+                self._lost(_describe(exc))
             finally:
                 call.cancel()
-            await asyncio.sleep(self._reconnect_delay_s)
+            await asyncio.sleep(self._backoff.next())
+
+    def _lost(self, why: str) -> None:
+        log.warning(
+            "result stream lost (%s); reconnecting, %d result(s) to send again",
+            why,
+            len(self._pending),
+        )
 
     async def _serve(self, call: Any) -> None:
         while not self._outbox.empty():  # everything pending is re-sent below
             self._outbox.get_nowait()
         reader = asyncio.create_task(self._read(call))
         try:
-            for result, _ in list(self._pending.values()):
-                await call.write(result)
+            for waiting in list(self._pending.values()):
+                await call.write(waiting.result)
             while True:
-                getter = asyncio.create_task(self._outbox.get())
-                done, _ = await asyncio.wait({getter, reader}, return_when="FIRST_COMPLETED")
-                if getter not in done:
-                    getter.cancel()
-                    reader.result()
-                    raise _StreamEnded("server closed the result stream")
-                result = getter.result()
+                result = await self._next_result(reader)
                 if result.run_id in self._pending:
                     await call.write(result)
         finally:
             reader.cancel()
 
+    async def _next_result(self, reader: asyncio.Task[None]) -> worker_pb2.RunResult:
+        """The next result to send; raises what ended the call if ``reader`` finished first
+        (or meanwhile: a result taken then is still pending and goes out on the next call)."""
+        getter = asyncio.ensure_future(self._outbox.get())
+        try:
+            await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            getter.cancel()
+        if reader.done():
+            reader.result()
+            raise _StreamEnded("the server closed the result stream")
+        return getter.result()
+
     async def _read(self, call: Any) -> None:
         async for ack in call:
-            entry = self._pending.pop(ack.run_id, None)
-            if entry is not None and not entry[1].done():
-                entry[1].set_result(ack)
+            self._last_ack = self._clock()
+            self._backoff.reset()
+            waiting = self._pending.pop(ack.run_id, None)
+            if waiting is not None and not waiting.future.done():
+                waiting.future.set_result(ack)
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task was asked to stop (rather than gRPC raising CancelledError
+    for a call it cancelled itself)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    return f"{type(exc).__name__}: {exc}"

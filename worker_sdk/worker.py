@@ -1,10 +1,19 @@
 """The Worker: handlers registered on it, a bounded pool of runs, results streamed back.
 
-Lifecycle of ``run``: fetch config from the server → open the queue consumer → open the
-result stream → fetch and run tasks (at most ``concurrency`` at once) → on stop, fetch no
-more, let in-flight runs finish (up to ``shutdown_timeout_s``), then close the stream and the
-consumer. A message is committed only after the server acknowledged its result; anything not
+Lifecycle of ``run``: fetch config from the server (asked again with backoff until it
+answers, so a worker may start before its server) → open the queue consumer → open the result
+stream → fetch and run tasks (at most ``concurrency`` at once) → on stop, fetch no more, let
+in-flight runs finish (up to ``shutdown_timeout_s``), then close the stream and the consumer.
+A message is committed only after the server acknowledged its result; anything not
 acknowledged is delivered again later.
+
+**A worker that cannot report steps aside.** When results have waited longer than
+``report_timeout_s`` with nothing acknowledged (the server is gone), the worker fetches no more
+and closes its consumer: on Kafka it leaves the consumer groups, so its partitions move to
+healthy workers, and what it had not committed is delivered to them (at-least-once). Runs in
+flight keep reporting; their commits go to the closed consumer and do nothing. Once results
+are acknowledged again it opens a fresh consumer and carries on. The default tolerates a
+server restart of a few seconds without moving anything.
 """
 
 from __future__ import annotations
@@ -16,12 +25,14 @@ import functools
 import inspect
 import logging
 import os
+import re
 import socket
 import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -29,9 +40,9 @@ import grpc
 
 from tikk.errors import BackendUnavailable
 from tikk.v1 import worker_pb2, worker_pb2_grpc
-from worker_sdk.consumer import Message, QueueConsumer, open_consumer
+from worker_sdk.consumer import GroupTiming, Message, QueueConsumer, open_consumer
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
-from worker_sdk.results import ResultStream
+from worker_sdk.results import Backoff, ResultStream
 from worker_sdk.telemetry import NoTelemetry
 
 log = logging.getLogger("tikk.worker")
@@ -42,6 +53,26 @@ Handler = (
 )
 H = TypeVar("H", bound=Callable[..., Any])
 _ERROR_MESSAGE_LIMIT = 4096
+# The server's rule for queue names (``server.validation.new_queue``), which ``worker_sdk``
+# may not import: a queue named otherwise can never receive a task.
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
+_CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
+_CONFIG_TIMEOUT_S = 10.0  # one GetWorkerConfig attempt
+# gRPC reconnects with backoff of its own, by default growing to 2 minutes; capped, a worker
+# finds a restarted server within about a second.
+_CHANNEL_OPTIONS = [
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+def _check_queue_name(queue: str) -> None:
+    if not _QUEUE_NAME.fullmatch(queue) or queue.endswith("_dlq"):
+        raise ValueError(
+            f"queue {queue!r}: may contain only A-Z a-z 0-9 _ - (1-128, starting with a letter "
+            "or digit, not ending in _dlq); a '.' would collide with '_' in Kafka topic names "
+            "and with dead-letter topics"
+        )
 
 
 def _now_ms() -> int:
@@ -66,6 +97,12 @@ class Worker:
     Async handlers run on the event loop; plain functions run in a thread pool. At most
     ``concurrency`` runs are in flight. A message handed out ``max_deliveries`` times without
     a recorded result (it keeps killing workers) is dead-lettered instead of run again.
+
+    Failover (see the module docstring): ``session_timeout_s`` and ``heartbeat_interval_s``
+    are the consumer-group timing on Kafka (a killed worker's partitions move after about the
+    session; the heartbeat must be under a third of it); ``report_timeout_s`` is how long
+    results may go unacknowledged before the worker steps aside. ``clock`` (monotonic
+    seconds) times that.
     """
 
     def __init__(
@@ -78,9 +115,15 @@ class Worker:
         max_deliveries: int = 10,
         shutdown_timeout_s: float = 30.0,
         telemetry: NoTelemetry | None = None,
+        session_timeout_s: float = 6.0,
+        heartbeat_interval_s: float = 1.0,
+        report_timeout_s: float = 15.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not queues:
             raise ValueError("a Worker needs at least one queue")
+        for queue in queues:
+            _check_queue_name(queue)
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.queues = list(queues)
@@ -94,6 +137,32 @@ class Worker:
         self.completed = 0
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
+        self._clock = clock
+        self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s)
+
+    def set_failover(
+        self,
+        *,
+        session_timeout_s: float | None = None,
+        heartbeat_interval_s: float | None = None,
+        report_timeout_s: float | None = None,
+    ) -> None:
+        """Change the failover options given to the constructor (the ``tikk worker`` flags
+        land here); what is None stays. Raises ``ValueError`` naming a bad value or
+        combination, and then changes nothing."""
+        now = self.group_timing
+        self._set_failover(
+            _given(session_timeout_s, now.session_timeout_ms / 1000),
+            _given(heartbeat_interval_s, now.heartbeat_interval_ms / 1000),
+            _given(report_timeout_s, self.report_timeout_s),
+        )
+
+    def _set_failover(self, session_s: float, heartbeat_s: float, report_s: float) -> None:
+        """Validate all three first (``GroupTiming`` checks its own), then set them."""
+        if report_s <= 0:
+            raise ValueError(f"report timeout must be positive (got {report_s} s)")
+        self.group_timing = GroupTiming(round(session_s * 1000), round(heartbeat_s * 1000))
+        self.report_timeout_s = report_s
 
     def handler(self, name: str) -> Callable[[H], H]:
         """Decorator: register the function as the handler called ``name``."""
@@ -119,58 +188,91 @@ class Worker:
         self, server: str, *, burst: bool = False, stop: asyncio.Event | None = None
     ) -> int:
         """Work until ``stop`` is set (or, with ``burst``, until the queues are empty and
-        nothing is in flight). Returns the number of runs whose result was recorded."""
+        nothing is in flight). Returns the number of runs whose result was recorded. A server
+        that does not answer yet is asked again until it does (or ``stop`` is set)."""
         stop = stop or asyncio.Event()
-        async with grpc.aio.insecure_channel(server) as channel:
+        async with grpc.aio.insecure_channel(server, options=_CHANNEL_OPTIONS) as channel:
             stub = worker_pb2_grpc.WorkerServiceStub(channel)
-            config = await stub.GetWorkerConfig(
-                worker_pb2.GetWorkerConfigRequest(), wait_for_ready=True, timeout=30
-            )
+            config = await _worker_config(stub, server, stop)
+            if config is None:
+                return self.completed
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
-            consumer = open_consumer(config.queue_url, self.queues, visibility_ms)
-            results = ResultStream(stub)
+            intake = _Intake(config.queue_url, self.queues, visibility_ms, self.group_timing)
+            results = ResultStream(stub, clock=self._clock)
             results.start()
             try:
-                await self._loop(consumer, results, stop, burst, visibility_ms)
+                await self._loop(intake, results, stop, burst, visibility_ms)
             finally:
                 await results.close()
-                await consumer.close()
+                await intake.close()
         return self.completed
 
     async def _loop(
         self,
-        consumer: QueueConsumer,
+        intake: _Intake,
         results: ResultStream,
         stop: asyncio.Event,
         burst: bool,
         visibility_ms: int,
     ) -> None:
-        inflight: dict[asyncio.Task[None], Message] = {}
-        renewer = asyncio.create_task(self._renew(consumer, inflight, visibility_ms / 3000))
+        inflight: dict[asyncio.Task[None], _Held] = {}
+        renewer = asyncio.create_task(_renew(inflight, visibility_ms / 3000))
         try:
             while not stop.is_set():
-                free = self.concurrency - len(inflight)
-                messages = await self._fetch(consumer, free) if free else []
-                for message in messages:
-                    task = asyncio.create_task(self._process(consumer, results, message))
-                    inflight[task] = message
-                    task.add_done_callback(inflight.pop)
-                if burst and not messages and not inflight:
+                if results.waiting_s() > self.report_timeout_s:
+                    await self._step_aside(intake, results, stop)
+                    continue
+                started = await self._start_runs(intake.consumer(), results, inflight)
+                if burst and not started and not inflight:
                     break
-                if not free:
-                    # Every slot is busy: wake as soon as one frees (or on stop).
-                    stopper = asyncio.ensure_future(stop.wait())
-                    await asyncio.wait([stopper, *inflight], return_when="FIRST_COMPLETED")
-                    stopper.cancel()
-                elif not messages:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(stop.wait(), self._poll_interval_s)
+                if len(inflight) >= self.concurrency:
+                    await _until_one_finishes(inflight, stop)
+                elif not started:
+                    await _sleep_unless(stop, self._poll_interval_s)
             if inflight:
                 await asyncio.wait(list(inflight), timeout=self._shutdown_timeout_s)
         finally:
             renewer.cancel()
             for task in list(inflight):
                 task.cancel()
+
+    async def _start_runs(
+        self,
+        consumer: QueueConsumer,
+        results: ResultStream,
+        inflight: dict[asyncio.Task[None], _Held],
+    ) -> int:
+        """Fetch for the free slots and start a run of each message; how many started."""
+        free = self.concurrency - len(inflight)
+        messages = await self._fetch(consumer, free) if free > 0 else []
+        for message in messages:
+            task = asyncio.create_task(self._process(consumer, results, message))
+            inflight[task] = _Held(consumer, message)
+            task.add_done_callback(inflight.pop)
+        return len(messages)
+
+    async def _step_aside(
+        self, intake: _Intake, results: ResultStream, stop: asyncio.Event
+    ) -> None:
+        """Results went unacknowledged for longer than ``report_timeout_s``: fetch no more and
+        close the consumer, so that the queue gives this worker's share to others, until
+        results are acknowledged again (or ``stop``). Runs in flight keep reporting."""
+        log.warning(
+            "no result acknowledged for %.1f s (report timeout %.1f s): pausing; the queue "
+            "consumer is closed so that other workers take over",
+            results.waiting_s(),
+            self.report_timeout_s,
+        )
+        paused_at = self._clock()
+        await intake.close()
+        while not stop.is_set() and results.waiting_s() > self.report_timeout_s:
+            await _sleep_unless(stop, _CHECK_S)
+        if not stop.is_set():
+            log.warning(
+                "results are acknowledged again after a pause of %.1f s: resuming with a "
+                "fresh queue consumer",
+                self._clock() - paused_at,
+            )
 
     async def _fetch(self, consumer: QueueConsumer, free: int) -> list[Message]:
         """A queue that is briefly unreachable is retried, not fatal to the worker."""
@@ -180,15 +282,6 @@ class Worker:
             log.warning("fetching from the queue failed, retrying: %s", exc)
             await asyncio.sleep(1.0)
             return []
-
-    async def _renew(
-        self, consumer: QueueConsumer, inflight: dict[asyncio.Task[None], Message], every: float
-    ) -> None:
-        while True:
-            await asyncio.sleep(every)
-            if inflight:
-                with contextlib.suppress(Exception):
-                    await consumer.extend(list(inflight.values()))
 
     async def _process(
         self, consumer: QueueConsumer, results: ResultStream, message: Message
@@ -200,7 +293,7 @@ class Worker:
                 break
             log.warning("server refused result of %s (%s), retrying", result.run_id, ack.message)
             await asyncio.sleep(1.0)
-        await consumer.commit(message)
+        await _commit(consumer, message)
         self.completed += 1
 
     async def _execute(self, message: Message) -> worker_pb2.RunResult:
@@ -267,6 +360,111 @@ class Worker:
             worker_id=self.worker_id,
             delivery_count=message.delivery_count,
         )
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A message being worked on and the consumer it came from: its commit and lease renewals
+    go to that consumer, even after the worker moved on to a fresh one."""
+
+    consumer: QueueConsumer
+    message: Message
+
+
+class _Intake:
+    """The worker's current queue consumer, opened on first use. ``close`` puts it down (the
+    worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
+
+    def __init__(
+        self, url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming
+    ) -> None:
+        self._open = functools.partial(open_consumer, url, queues, visibility_ms, timing)
+        self._current: QueueConsumer | None = None
+
+    def consumer(self) -> QueueConsumer:
+        if self._current is None:
+            self._current = self._open()
+        return self._current
+
+    async def close(self) -> None:
+        """Close the current consumer, if any. A failure is logged only: what the consumer
+        had not committed is delivered again either way."""
+        current, self._current = self._current, None
+        if current is None:
+            return
+        try:
+            await current.close()
+        except Exception as exc:
+            log.warning("closing the queue consumer failed: %s", exc)
+
+
+async def _worker_config(
+    stub: Any, server: str, stop: asyncio.Event
+) -> worker_pb2.GetWorkerConfigResponse | None:
+    """The server's settings for workers. A server that is down or not ready yet is asked
+    again with backoff until it answers; None if ``stop`` is set first."""
+    backoff = Backoff()
+    while not stop.is_set():
+        try:
+            config: worker_pb2.GetWorkerConfigResponse = await stub.GetWorkerConfig(
+                worker_pb2.GetWorkerConfigRequest(), timeout=_CONFIG_TIMEOUT_S
+            )
+            return config
+        except grpc.aio.AioRpcError as exc:
+            delay = backoff.next()
+            log.warning(
+                "server %s did not answer (%s: %s); asking again in %.1f s",
+                server,
+                exc.code().name,
+                exc.details(),
+                delay,
+            )
+            await _sleep_unless(stop, delay)
+    return None
+
+
+async def _renew(inflight: dict[asyncio.Task[None], _Held], every: float) -> None:
+    """Extend the leases of the messages in flight, each through the consumer it came from
+    (a closed one does nothing: its messages go to others anyway)."""
+    while True:
+        await asyncio.sleep(every)
+        by_consumer: dict[QueueConsumer, list[Message]] = {}
+        for held in list(inflight.values()):
+            by_consumer.setdefault(held.consumer, []).append(held.message)
+        for consumer, messages in by_consumer.items():
+            with contextlib.suppress(Exception):
+                await consumer.extend(messages)
+
+
+async def _commit(consumer: QueueConsumer, message: Message) -> None:
+    """Remove a message whose result is recorded. A failure is logged only: the message is
+    then delivered again (at-least-once; its idempotency key lets a handler notice)."""
+    try:
+        await consumer.commit(message)
+    except Exception as exc:
+        log.warning("committing %s failed; it may run again: %s", message.delivery.task_id, exc)
+
+
+async def _until_one_finishes(
+    inflight: dict[asyncio.Task[None], _Held], stop: asyncio.Event
+) -> None:
+    """Every slot is busy: wake when one frees, on stop, or after ``_CHECK_S`` so that the
+    worker notices when it cannot report."""
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([stopper, *inflight], timeout=_CHECK_S, return_when="FIRST_COMPLETED")
+    finally:
+        stopper.cancel()
+
+
+async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+def _given(value: float | None, current: float) -> float:
+    return current if value is None else value
 
 
 def _fail(result: worker_pb2.RunResult, kind: int, error_type: str, message: str) -> None:

@@ -1,0 +1,59 @@
+"""Failover options of a worker: defaults, validation, and the ``tikk worker`` flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.cli import main
+from worker_sdk import Worker
+from worker_sdk.consumer import GroupTiming
+
+
+def test_defaults_move_a_dead_workers_partitions_within_the_brokers_minimum_session() -> None:
+    worker = Worker(queues=["q"])
+    assert worker.group_timing == GroupTiming(session_timeout_ms=6_000, heartbeat_interval_ms=1_000)
+    assert worker.report_timeout_s == 15.0
+
+
+def test_a_heartbeat_of_a_third_of_the_session_or_more_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"heartbeat interval \(2000 ms\) must be less than a third"
+    ):
+        Worker(queues=["q"], heartbeat_interval_s=2.0)
+    assert GroupTiming(6_000, 1_999).heartbeat_interval_ms == 1_999
+    with pytest.raises(ValueError, match="positive"):
+        GroupTiming(6_000, 0)
+
+
+def test_set_failover_changes_what_is_given_and_nothing_on_a_bad_value() -> None:
+    worker = Worker(queues=["q"])
+    worker.set_failover(session_timeout_s=10.0, report_timeout_s=30.0)
+    assert worker.group_timing == GroupTiming(10_000, 1_000)
+    assert worker.report_timeout_s == 30.0
+    with pytest.raises(ValueError, match="report timeout must be positive"):
+        worker.set_failover(heartbeat_interval_s=2.0, report_timeout_s=0.0)
+    with pytest.raises(ValueError, match="less than a third"):
+        worker.set_failover(session_timeout_s=3.0)
+    assert (worker.group_timing, worker.report_timeout_s) == (GroupTiming(10_000, 1_000), 30.0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--heartbeat-interval", "2s"], "must be less than a third of the session timeout"),
+        (["--session-timeout", "2s"], "must be less than a third of the session timeout"),
+        (["--report-timeout", "0s"], "report timeout must be positive"),
+    ],
+)
+def test_the_worker_command_refuses_bad_timing_before_it_starts(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1", *flags])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["a.b", "x_dlq", "-dash", "q" * 129, ""])
+def test_a_worker_refuses_queue_names_no_task_can_have(name: str) -> None:
+    with pytest.raises(ValueError, match="queue"):
+        Worker(queues=[name])
