@@ -7,10 +7,17 @@ A message's key is the task key (``namespace/task_id``), so the deliveries of on
 order on one partition; its value is a serialised ``tikk.v1.Delivery`` (``tikk.delivery_codec``),
 or a ``DeadLetterRecord`` on a dead-letter topic.
 
-Topics are created on first use with ``partitions`` partitions and ``replication`` replicas:
-broker-side auto-creation stays off, because a mistyped queue name would otherwise become a
-topic nobody consumes. ``replication`` defaults to 1 (the single-node stack); set it to 3 on a
-real cluster. The worker side creates missing topics the same way, so either may start first.
+Topics are created with ``partitions`` partitions and ``replication`` replicas by ``prepare``
+(both topics of a queue, before the server accepts a task of it), and on first use as well
+for tasks accepted before that existed. Broker-side auto-creation stays off, because a
+mistyped queue name would otherwise become a topic nobody consumes. ``replication`` defaults
+to 1 (the single-node stack); set it to 3 on a real cluster. The worker side creates missing
+topics the same way, so either may start first. A name the broker refuses (Kafka treats ``.``
+and ``_`` as one character, so ``a.b`` and ``a_b`` collide) is an error naming the topic.
+
+The backlog of a queue is read per partition: the end offset minus what the queue's workers'
+group (``<prefix>workers.<queue>``) committed, or minus the log start where it committed
+nothing; the oldest waiting message is fetched to read its timestamp.
 
 Durability: ``acks=all`` with the idempotent producer, so a publish that returned is on every
 in-sync replica and an internally retried batch is not written twice. A batch is sent whole
@@ -26,23 +33,42 @@ import asyncio
 import contextlib
 import re
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.ready_queue import dead_letter_queue
+from dispatcher.ready_queue import (
+    QueueBacklog,
+    dead_letter_queue,
+    is_dead_letter_queue,
+    with_idle,
+)
 from tikk import delivery_codec
-from tikk.errors import BackendUnavailable, InvalidArgument
+from tikk.errors import BackendUnavailable, FailedPrecondition, InvalidArgument, TikkError
 from tikk.model import Delivery
 
 try:
-    from aiokafka import AIOKafkaProducer
+    from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import KafkaError, NoError, TopicAlreadyExistsError, for_code
+    from aiokafka.errors import (
+        InvalidTopicError,
+        KafkaError,
+        NoError,
+        TopicAlreadyExistsError,
+        for_code,
+    )
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
 
 _TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
+# A topic under the prefix is a queue if its rest is a name some version of tikk accepted.
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# A topic creation or backlog read that takes longer fails, rather than holding up a create.
+_REQUEST_TIMEOUT_S = 10.0
+# One message per partition is all the backlog reads; a bigger one still comes whole.
+_PROBE_FETCH_BYTES = 64 * 1024
+# How long the backlog waits for the oldest waiting message of a partition.
+_PROBE_WAIT_S = 2.0
 _OPTIONS = ("prefix", "partitions", "replication")
 # No lingering: publish awaits its acknowledgements, so waiting to batch would only delay every
 # dispatch. A batch is queued whole before its first send, and sends queued while a request
@@ -84,6 +110,10 @@ class KafkaQueueConfig:
     def topic(self, queue: str) -> str:
         return self.prefix + queue
 
+    def group(self, queue: str) -> str:
+        """The consumer group of the queue's workers (as ``worker_sdk.kafka_queue`` names it)."""
+        return f"{self.prefix}workers.{queue}"
+
 
 def _bad(url: str, reason: str) -> InvalidArgument:
     return InvalidArgument("queue_url", f"{reason} (got {url!r})")
@@ -124,12 +154,33 @@ class _Record:
     headers: tuple[tuple[str, bytes], ...] = ()
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """The broker's answer to a topic it would not create."""
+
+    topic: str
+    error: type[KafkaError]
+    message: str
+
+    def __str__(self) -> str:
+        return f"creating topic {self.topic!r} failed: {self.error.__name__}: {self.message}"
+
+    def as_error(self) -> TikkError:
+        """What ``prepare`` raises: a name Kafka will never take is the caller's problem, a
+        retriable refusal is the broker's."""
+        if getattr(self.error, "retriable", False):
+            return BackendUnavailable(f"kafka: {self}")
+        if self.error is InvalidTopicError:
+            return InvalidArgument("queue", f"Kafka refuses the name: {self}")
+        return FailedPrecondition(f"kafka: {self}")
+
+
 @contextlib.contextmanager
 def _unavailable(action: str) -> Iterator[None]:
     """Translate the driver's failures into ``BackendUnavailable``: the one place for it."""
     try:
         yield
-    except (KafkaError, OSError) as exc:
+    except (KafkaError, OSError, TimeoutError) as exc:
         raise BackendUnavailable(f"kafka: {action} failed: {exc!r}") from exc
 
 
@@ -140,7 +191,12 @@ class KafkaReadyQueue:
         self._config = config
         self._producer: Any = None
         self._admin: Any = None
+        # A consumer in no group, for reading offsets and the oldest messages' timestamps.
+        self._probe: Any = None
+        self._probe_lock = asyncio.Lock()
         self._known_topics: set[str] = set()
+        # Queues this process prepared or published to, reported even when nothing waits.
+        self._queues: set[str] = set()
         self._start_lock = asyncio.Lock()
         self._closed = False
 
@@ -151,7 +207,18 @@ class KafkaReadyQueue:
     def __repr__(self) -> str:
         return f"KafkaReadyQueue({','.join(self._config.bootstrap_servers)!r})"
 
+    async def prepare(self, queues: Collection[str]) -> None:
+        topics = {self._config.topic(t) for q in queues for t in (q, dead_letter_queue(q))}
+        if not topics <= self._known_topics:
+            with _unavailable("preparing queues"):
+                async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                    refused = await self._ensure_topics(await self._admin_client(), topics)
+            if refused:
+                raise refused[0].as_error()
+        self._queues.update(queues)
+
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
+        self._queues.update(d.entry.queue for d in deliveries)
         records = [
             _Record(
                 self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode(d),
@@ -165,6 +232,7 @@ class KafkaReadyQueue:
     async def publish_dead_letter(
         self, delivery: Delivery, error_type: str, error_message: str
     ) -> None:
+        self._queues.add(delivery.entry.queue)
         # Same clock as the embedded queue: the interface passes no "now".
         body = delivery_codec.encode_dead_letter(
             delivery, error_type, error_message, delivery.fired_ms
@@ -172,62 +240,191 @@ class KafkaReadyQueue:
         topic = self._config.topic(dead_letter_queue(delivery.entry.queue))
         await self._send([_Record(topic, delivery.entry.key, body)])
 
+    async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
+        with _unavailable("reading the backlog"):
+            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                admin = await self._admin_client()
+                names = await self._listed_queues(admin) | self._queues | set(queues)
+                async with self._probe_lock:  # one reader at a time moves the probe
+                    found = await self._measure(admin, await self._probe_client(), names)
+        return with_idle({b.queue: b for b in found}, names)
+
     async def close(self) -> None:
         async with self._start_lock:
             self._closed = True
-            producer, admin = self._producer, self._admin
-            self._producer = self._admin = None
-        with _unavailable("close"):
+            clients = [c for c in (self._producer, self._probe, self._admin) if c is not None]
+            self._producer = self._probe = self._admin = None
+        failure: Exception | None = None
+        for client in clients:  # every one, even after a failure; the producer flushes first
             try:
-                if producer is not None:
-                    await producer.stop()  # flushes what is still buffered
-            finally:
-                if admin is not None:
-                    await admin.close()
+                await _stop(client)
+            except (KafkaError, OSError) as exc:
+                failure = failure or exc
+        if failure is not None:
+            raise BackendUnavailable(f"kafka: close failed: {failure!r}") from failure
 
     async def _send(self, records: list[_Record]) -> None:
         if not records:
             return
         with _unavailable("publish"):
-            producer, admin = await self._started()
-            await self._ensure_topics(admin, {r.topic for r in records})
+            producer = await self._producer_client()
+            refused = await self._ensure_topics(
+                await self._admin_client(), {r.topic for r in records}
+            )
+            if refused:
+                raise BackendUnavailable(f"kafka: {refused[0]}")
             await _send_all(producer, records)
 
-    async def _started(self) -> tuple[Any, Any]:
-        """The producer and admin client, connected on first use."""
+    async def _admin_client(self) -> Any:
+        """The admin client, connected on first use."""
         async with self._start_lock:
-            if self._closed:
-                raise BackendUnavailable("kafka: the ready queue is closed")
-            if self._producer is None:
+            self._check_open()
+            if self._admin is None:
                 servers = list(self._config.bootstrap_servers)
-                admin = await _start(AIOKafkaAdminClient(bootstrap_servers=servers))
-                try:
-                    producer = AIOKafkaProducer(
-                        bootstrap_servers=servers,
-                        acks="all",
-                        enable_idempotence=True,
-                        linger_ms=_LINGER_MS,
-                    )
-                    self._producer = await _start(producer)
-                except BaseException:
-                    await admin.close()
-                    raise
-                self._admin = admin
-            return self._producer, self._admin
+                self._admin = await _start(AIOKafkaAdminClient(bootstrap_servers=servers))
+            return self._admin
 
-    async def _ensure_topics(self, admin: Any, topics: set[str]) -> None:
+    async def _producer_client(self) -> Any:
+        """The producer, connected on first use."""
+        async with self._start_lock:
+            self._check_open()
+            if self._producer is None:
+                producer = AIOKafkaProducer(
+                    bootstrap_servers=list(self._config.bootstrap_servers),
+                    acks="all",
+                    enable_idempotence=True,
+                    linger_ms=_LINGER_MS,
+                )
+                self._producer = await _start(producer)
+            return self._producer
+
+    async def _probe_client(self) -> Any:
+        """The group-less consumer that reads offsets and timestamps, connected on first use."""
+        async with self._start_lock:
+            self._check_open()
+            if self._probe is None:
+                probe = AIOKafkaConsumer(
+                    bootstrap_servers=list(self._config.bootstrap_servers),
+                    enable_auto_commit=False,
+                    auto_offset_reset="earliest",
+                    max_partition_fetch_bytes=_PROBE_FETCH_BYTES,
+                )
+                self._probe = await _start(probe)
+            return self._probe
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendUnavailable("kafka: the ready queue is closed")
+
+    async def _ensure_topics(self, admin: Any, topics: set[str]) -> list[_Refusal]:
+        """Create those of ``topics`` not known to exist; returns the ones the broker
+        refused, by name."""
         missing = sorted(topics - self._known_topics)
         if not missing:
-            return
+            return []
         c = self._config
         new = [NewTopic(name, c.partitions, c.replication) for name in missing]
         response = await admin.create_topics(new)
-        for topic, code, *_ in response.topic_errors:
+        refused = []
+        for topic, code, *rest in response.topic_errors:
             error = for_code(code)
             # Another dispatcher (or a worker) may have created it first: that is success.
-            if error not in (NoError, TopicAlreadyExistsError):
-                raise BackendUnavailable(f"kafka: creating topic {topic!r} failed: {error}")
-            self._known_topics.add(topic)
+            if error in (NoError, TopicAlreadyExistsError):
+                self._known_topics.add(topic)
+            else:
+                refused.append(_Refusal(topic, error, (rest[0] if rest else None) or "refused"))
+        return sorted(refused, key=lambda r: r.topic)
+
+    async def _listed_queues(self, admin: Any) -> set[str]:
+        """The queues whose topics exist under the prefix (dead-letter topics left out)."""
+        prefix = self._config.prefix
+        names = {t[len(prefix) :] for t in await admin.list_topics() if t.startswith(prefix)}
+        return {n for n in names if _QUEUE_NAME.fullmatch(n) and not is_dead_letter_queue(n)}
+
+    async def _measure(self, admin: Any, probe: Any, queues: set[str]) -> list[QueueBacklog]:
+        """The backlog of each of ``queues`` whose topic exists."""
+        partitions = await _partitions(admin, {self._config.topic(q): q for q in queues})
+        every = [tp for tps in partitions.values() for tp in tps]
+        if not every:
+            return []
+        starts = await probe.beginning_offsets(every)
+        ends = await probe.end_offsets(every)
+        groups = await asyncio.gather(
+            *(_group_state(admin, self._config.group(q), tps) for q, tps in partitions.items())
+        )
+        heads = {
+            tp: max(committed.get(tp, starts[tp]), starts[tp])
+            for (committed, _), tps in zip(groups, partitions.values(), strict=True)
+            for tp in tps
+        }
+        times = await _oldest_timestamps(probe, {tp: h for tp, h in heads.items() if ends[tp] > h})
+        return [
+            QueueBacklog(
+                queue,
+                sum(max(0, ends[tp] - heads[tp]) for tp in tps),
+                min((times[tp] for tp in tps if tp in times), default=None),
+                members,
+            )
+            for (queue, tps), (_, members) in zip(partitions.items(), groups, strict=True)
+        ]
+
+
+async def _partitions(admin: Any, queues_by_topic: dict[str, str]) -> dict[str, list[Any]]:
+    """queue -> its topic's partitions, for the topics of ``queues_by_topic`` that exist."""
+    if not queues_by_topic:
+        return {}
+    described = await admin.describe_topics(sorted(queues_by_topic))
+    return {
+        queues_by_topic[t["topic"]]: [TopicPartition(t["topic"], p["partition"])
+                                      for p in t["partitions"]]
+        for t in described
+        if t["error_code"] == 0 and t["topic"] in queues_by_topic
+    }  # fmt: skip
+
+
+async def _group_state(admin: Any, group: str, tps: list[Any]) -> tuple[dict[Any, int], int]:
+    """The offsets ``group`` committed on ``tps`` (where it committed any) and how many
+    members it has now."""
+    coordinator = await _coordinator(admin, group)
+    found = await admin.list_consumer_group_offsets(group, coordinator, partitions=tps)
+    committed = {TopicPartition(*tp): om.offset for tp, om in found.items() if om.offset >= 0}
+    (response,) = await admin.describe_consumer_groups([group], group_coordinator_id=coordinator)
+    (described,) = response.to_object()["groups"]
+    return committed, len(described["members"])
+
+
+async def _coordinator(admin: Any, group: str) -> int:
+    """The broker coordinating ``group``; asks again while the broker says to retry (as it
+    does while it loads the group's offsets)."""
+    while True:
+        try:
+            coordinator: int = await admin.find_coordinator(group)
+            return coordinator
+        except KafkaError as exc:
+            if not exc.retriable:
+                raise
+        await asyncio.sleep(0.1)
+
+
+async def _oldest_timestamps(probe: Any, heads: dict[Any, int]) -> dict[Any, int]:
+    """partition -> timestamp of its first message at or after ``heads[partition]``. A
+    partition whose message cannot be read within a short wait (deleted meanwhile) is left
+    out."""
+    if not heads:
+        return {}
+    probe.assign(list(heads))
+    try:
+        for tp, offset in heads.items():
+            probe.seek(tp, offset)
+        found: dict[Any, int] = {}
+        deadline = asyncio.get_running_loop().time() + _PROBE_WAIT_S
+        while len(found) < len(heads) and asyncio.get_running_loop().time() < deadline:
+            batch = await probe.getmany(timeout_ms=100)
+            found |= {tp: records[0].timestamp for tp, records in batch.items() if records}
+            probe.pause(*found)
+        return found
+    finally:
+        probe.unsubscribe()  # no fetching in the background between reads
 
 
 async def _start(client: Any) -> Any:
@@ -235,9 +432,13 @@ async def _start(client: Any) -> Any:
     try:
         await client.start()
     except BaseException:
-        await (client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop())
+        await _stop(client)
         raise
     return client
+
+
+async def _stop(client: Any) -> None:
+    await (client.close() if isinstance(client, AIOKafkaAdminClient) else client.stop())
 
 
 async def _send_all(producer: Any, records: list[_Record]) -> None:

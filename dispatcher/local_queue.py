@@ -9,9 +9,14 @@ worker that dies lets its lease run out, and the message is delivered again (at-
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
-from dispatcher.ready_queue import dead_letter_queue
+from dispatcher.ready_queue import (
+    QueueBacklog,
+    dead_letter_queue,
+    is_dead_letter_queue,
+    with_idle,
+)
 from tikk import delivery_codec
 from tikk.model import Delivery
 from tikk.sqlite_runner import SqliteRunner, Transaction
@@ -36,8 +41,15 @@ class LocalReadyQueue:
 
     def __init__(self, path: str) -> None:
         self._db = SqliteRunner(path, SCHEMA)
+        # Queues this process prepared or published to, reported even when nothing waits.
+        self._queues: set[str] = set()
+
+    async def prepare(self, queues: Collection[str]) -> None:
+        # A queue is just a column value here: there is nothing to create.
+        self._queues.update(queues)
 
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
+        self._queues.update(d.entry.queue for d in deliveries)
         rows = [
             (d.entry.queue, d.entry.key, delivery_codec.encode(d), d.fired_ms, d.fired_ms)
             for d in deliveries
@@ -57,6 +69,7 @@ class LocalReadyQueue:
     async def publish_dead_letter(
         self, delivery: Delivery, error_type: str, error_message: str
     ) -> None:
+        self._queues.add(delivery.entry.queue)
         body = delivery_codec.encode_dead_letter(
             delivery, error_type, error_message, delivery.fired_ms
         )
@@ -76,6 +89,19 @@ class LocalReadyQueue:
             )
 
         await self._db.run(work)
+
+    async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
+        def work(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+            sql = "SELECT queue, COUNT(*), MIN(enqueued_ms) FROM messages GROUP BY queue"
+            return conn.execute(sql).fetchall()
+
+        rows = await self._db.run(work)
+        found = {
+            queue: QueueBacklog(queue, waiting, oldest)
+            for queue, waiting, oldest in rows
+            if not is_dead_letter_queue(queue)
+        }
+        return with_idle(found, self._queues | set(queues))
 
     async def close(self) -> None:
         await self._db.close()

@@ -2,12 +2,14 @@
 
 Messages are serialised ``tikk.v1.Delivery`` (see ``tikk.delivery_codec``), one stream per
 task queue, keyed by task key. The consumer side lives in ``worker_sdk``.
-Backends: ``dispatcher.local_queue`` (embedded, a SQLite file shared with local workers).
+Backends: ``dispatcher.local_queue`` (embedded, a SQLite file shared with local workers) and
+``dispatcher.kafka_queue``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.model import Delivery
@@ -20,7 +22,43 @@ def dead_letter_queue(queue: str) -> str:
     return queue + DEAD_LETTER_SUFFIX
 
 
+def is_dead_letter_queue(name: str) -> bool:
+    """Whether ``name`` is a dead-letter stream rather than a task queue."""
+    return name.endswith(DEAD_LETTER_SUFFIX)
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """What waits in one queue at the moment it was read.
+
+    ``waiting``: messages published and not yet consumed for good (committed), including those
+    a worker is running now. ``oldest_enqueued_ms``: when the oldest of them was appended
+    (``None`` when nothing waits). ``consumers``: active consumers of the queue, ``None`` when
+    the backend cannot tell.
+    """
+
+    queue: str
+    waiting: int
+    oldest_enqueued_ms: int | None
+    consumers: int | None = None
+
+
+def with_idle(found: Mapping[str, QueueBacklog], names: Iterable[str]) -> list[QueueBacklog]:
+    """``found``, plus an empty backlog for each of ``names`` not in it, sorted by queue."""
+    every = {name: QueueBacklog(name, 0, None) for name in names} | dict(found)
+    return [every[name] for name in sorted(every)]
+
+
 class ReadyQueue(Protocol):
+    async def prepare(self, queues: Collection[str]) -> None:
+        """Make sure each of ``queues`` and its dead-letter stream exist, so that a task of
+        the queue can be published later. Idempotent, and cached per process: a queue
+        prepared once costs nothing again. Raises ``BackendUnavailable`` when the queue
+        cannot be reached (nothing is known to exist then), ``InvalidArgument`` or
+        ``FailedPrecondition`` naming the stream when the backend refuses it.
+        """
+        ...
+
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
         """Append ``deliveries`` to their queues; returns only once all are durably accepted
         (the dispatcher advances its cursor after this returns). Not idempotent: a repeated
@@ -37,6 +75,15 @@ class ReadyQueue(Protocol):
         consumers that watch dead letters. The task store stays the record of truth (listing
         and re-driving use it); this copy is for alerting and inspection. Raises
         ``BackendUnavailable`` if not confirmed."""
+        ...
+
+    async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
+        """What waits in each task queue, sorted by name: those in ``queues``, those this
+        object prepared or published to, and those the backend holds (a queue with nothing
+        waiting may be left out unless it is one of the first two kinds). Dead-letter streams
+        are not listed. Read-only; a snapshot that may be a moment behind. Raises
+        ``BackendUnavailable`` if the backend did not answer.
+        """
         ...
 
     async def close(self) -> None:

@@ -1,11 +1,15 @@
 """Assembly of the gRPC server: services, health, reflection, graceful stop.
 
 Health turns SERVING only after the stores are open, and NOT_SERVING at the start of a
-stop, so load balancers drain before in-flight calls are cut.
+stop, so load balancers drain before in-flight calls are cut. With telemetry on, the ready
+queues' backlogs are reported while the server runs.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
 import logging
 import random
 
@@ -13,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from server.backlog_report import report_backlog
 from server.lifecycle import Lifecycle
 from server.schedules import Schedules, ScheduleService
 from server.services import HistoryService, TaskService, WorkerService
@@ -53,6 +58,12 @@ class ApiServer:
         telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
+        self._report_backlog = (
+            functools.partial(report_backlog, backends.queue, clock, telemetry)
+            if telemetry is not None and telemetry.enabled
+            else None
+        )
+        self._reporting: asyncio.Task[None] | None = None
         limit = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
         self._server = grpc.aio.server(
             options=[
@@ -61,12 +72,15 @@ class ApiServer:
             ]
         )
         schedules = Schedules(
-            backends.schedules, backends.store, backends.history, clock, settings.limits
-        )
+            backends.schedules, backends.store, backends.history, clock, settings.limits,
+            queue=backends.queue,
+        )  # fmt: skip
         lifecycle = Lifecycle(
             backends.store, backends.history, backends.queue, clock,
             limits=settings.limits, rng=rng, telemetry=telemetry, schedules=schedules,
+            late_write_grace_ms=settings.late_write_grace_ms,
         )  # fmt: skip
+        self._lifecycle = lifecycle
         tasks_pb2_grpc.add_TaskServiceServicer_to_server(
             TaskService(lifecycle, settings, telemetry), self._server
         )
@@ -88,16 +102,24 @@ class ApiServer:
         self.port = 0
 
     async def start(self) -> int:
+        await self._lifecycle.guard.start()
         self.port = self._server.add_insecure_port(self.settings.listen)
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await self._server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
+        if self._report_backlog is not None:
+            self._reporting = asyncio.create_task(self._report_backlog())
         return self.port
 
     async def stop(self, grace_s: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self._reporting is not None:
+            self._reporting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reporting
         await self._server.stop(grace_s)
+        await self._lifecycle.guard.close()
 
     async def wait(self) -> None:
         await self._server.wait_for_termination()

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from dispatcher.ready_queue import ReadyQueue
 from history.base import RunHistory
 from server import validation
 from server.convert import retry_to_proto, task_to_proto
@@ -154,7 +155,11 @@ def schedule_to_proto(s: Schedule) -> schedules_pb2.Schedule:
 
 
 class Schedules:
-    """The schedule operations, independent of gRPC (the CLI and tests use them through it)."""
+    """The schedule operations, independent of gRPC (the CLI and tests use them through it).
+
+    ``queue`` is the server's ready queue: a schedule's queue is prepared there before the
+    schedule is stored with it, and before a task of it is stored, as for any task.
+    """
 
     def __init__(
         self,
@@ -163,18 +168,28 @@ class Schedules:
         history: RunHistory,
         clock: Clock,
         limits: Limits,
+        *,
+        queue: ReadyQueue,
     ) -> None:
         self.schedules = schedules
         self.store = store
         self.history = history
         self.clock = clock
         self.limits = limits
+        self.queue = queue
+
+    async def create(self, schedule: Schedule) -> Schedule:
+        """Store a new schedule (or find the identical one stored before)."""
+        await self.queue.prepare([schedule.action.queue])
+        stored, _ = await self.schedules.create(schedule)
+        return stored
 
     async def update(self, msg: schedules_pb2.Schedule, expected: int | None) -> Schedule:
         """Replace spec, action and policy; keep the run count, pause state and, when the spec
         is unchanged, the pending occurrence (so an update never skips or repeats one)."""
         now = self.clock.now_ms()
         fresh = new_schedule(msg, self.limits, self.store.shard_count, now)
+        await self.queue.prepare([fresh.action.queue])
 
         def edit(current: Schedule) -> Schedule:
             updated = current.evolve(
@@ -230,6 +245,7 @@ class Schedules:
     async def trigger(self, namespace: str, schedule_id: str) -> Any:
         now = self.clock.now_ms()
         s = await self.schedules.get(namespace, schedule_id)
+        await self.queue.prepare([s.action.queue])  # an older version stored it unprepared
         task, _ = await self.store.create(s.occurrence_task(now, now, now))
         await self.history.record_occurrences(
             [self._record(s, task.task_id, now, Outcome.TRIGGERED)]
@@ -253,6 +269,7 @@ class Schedules:
             raise InvalidArgument("end_time", f"the range holds more than {MAX_BACKFILL} "
                                               "occurrences; backfill it in parts")  # fmt: skip
         tasks = [s.occurrence_task(o.nominal_ms, now, now) for o in found]
+        await self.queue.prepare([s.action.queue])
         outcomes = await self.store.create_many(tasks)
         created = [t for t, r in zip(tasks, outcomes, strict=True) if isinstance(r, tuple) and r[1]]
         records = [self._record(s, t.task_id, t.scheduled_ms, Outcome.BACKFILLED) for t in created]
@@ -334,8 +351,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         now = self._clock.now_ms()
         shards = self._ops.store.shard_count
         schedule = new_schedule(request.schedule, self._limits, shards, now)
-        stored, _ = await self._ops.schedules.create(schedule)
-        return schedule_to_proto(stored)
+        return schedule_to_proto(await self._ops.create(schedule))
 
     @maps_errors
     async def GetSchedule(

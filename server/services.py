@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 
+from dispatcher.ready_queue import QueueBacklog
 from history.base import OccurrenceQuery, RunQuery
 from server import convert, validation
 from server.lifecycle import Lifecycle
@@ -17,7 +18,7 @@ from server.status import code_of, maps_errors, numeric
 from tikk import delivery_codec
 from tikk.errors import InvalidArgument, TikkError
 from tikk.model import ResultKind, RunReport, RunStatus, Task
-from tikk.paging import page_size
+from tikk.paging import decode_token, encode_token, page_size
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration
@@ -60,7 +61,10 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         self, request: tasks_pb2.CreateTaskRequest, context: Ctx
     ) -> tasks_pb2.CreateTaskResponse:
         with self._span("CreateTask", context) as trace:
-            task, created = await self._lc.create(self._validate(request, trace))
+            task = self._validate(request, trace)
+            # Before storing: a task accepted for a queue that cannot take it would be lost.
+            await self._lc.queue.prepare([task.queue])
+            task, created = await self._lc.create(task)
         return tasks_pb2.CreateTaskResponse(task=convert.task_to_proto(task), created=created)
 
     async def CreateTasks(
@@ -96,9 +100,11 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
                 (given if req.task_id else assigned).append((first + offset, task))
             except InvalidArgument as exc:
                 _item(out, first + offset, exc, req.task_id)
+        refused = await self._prepare_each({t.queue for _, t in [*given, *assigned]})
         for items, new_ids in ((given, False), (assigned, True)):
-            outcomes = await self._lc.create_many([t for _, t in items], new_ids=new_ids)
-            for (index, task), outcome in zip(items, outcomes, strict=True):
+            kept = _drop_refused(items, refused, out, ids_given=not new_ids)
+            outcomes = await self._lc.create_many([t for _, t in kept], new_ids=new_ids)
+            for (index, task), outcome in zip(kept, outcomes, strict=True):
                 if isinstance(outcome, TikkError):
                     _item(out, index, outcome, task.task_id)
                     continue
@@ -109,6 +115,21 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
                 )
                 out.accepted += 1
         out.results.sort(key=lambda r: r.index)
+
+    async def _prepare_each(self, queues: set[str]) -> dict[str, TikkError]:
+        """Prepare each of ``queues`` on its own, so that one that fails holds up no other;
+        returns the error of each that failed."""
+        ordered = sorted(queues)
+        outcomes = await asyncio.gather(
+            *(self._lc.queue.prepare([q]) for q in ordered), return_exceptions=True
+        )
+        refused: dict[str, TikkError] = {}
+        for queue, outcome in zip(ordered, outcomes, strict=True):
+            if isinstance(outcome, TikkError):
+                refused[queue] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return refused
 
     @maps_errors
     async def GetTask(self, request: tasks_pb2.GetTaskRequest, context: Ctx) -> tasks_pb2.Task:
@@ -136,6 +157,48 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         return tasks_pb2.ListTasksResponse(
             tasks=[convert.task_to_proto(t) for t in page.items], next_page_token=page.next_token
         )
+
+    @maps_errors
+    async def ListQueues(
+        self, request: tasks_pb2.ListQueuesRequest, context: Ctx
+    ) -> tasks_pb2.ListQueuesResponse:
+        size = page_size(request.page_size)
+        token = decode_token(request.page_token, (str,))
+        after = str(token[0]) if token else ""
+        backlog = [b for b in await self._lc.queue.backlog() if b.queue > after]
+        now = self._lc.clock.now_ms()
+        page = backlog[:size]
+        more = len(backlog) > size
+        return tasks_pb2.ListQueuesResponse(
+            queues=[_queue_to_proto(b, now) for b in page],
+            next_page_token=encode_token(page[-1].queue) if more else "",
+        )
+
+
+def _queue_to_proto(b: QueueBacklog, now_ms: int) -> tasks_pb2.QueueInfo:
+    info = tasks_pb2.QueueInfo(name=b.queue, waiting=b.waiting)
+    if b.oldest_enqueued_ms is not None:
+        info.oldest_waiting_age.CopyFrom(to_duration(max(0, now_ms - b.oldest_enqueued_ms)))
+    if b.consumers is not None:
+        info.consumers = b.consumers
+    return info
+
+
+def _drop_refused(
+    items: list[tuple[int, Task]],
+    refused: dict[str, TikkError],
+    out: tasks_pb2.CreateTasksResponse,
+    *,
+    ids_given: bool,
+) -> list[tuple[int, Task]]:
+    """``items`` whose queue was prepared; the others get their queue's error as result."""
+    kept = []
+    for index, task in items:
+        if task.queue in refused:
+            _item(out, index, refused[task.queue], task.task_id if ids_given else "")
+        else:
+            kept.append((index, task))
+    return kept
 
 
 def _item(out: tasks_pb2.CreateTasksResponse, index: int, exc: TikkError, task_id: str) -> None:

@@ -1,6 +1,13 @@
 """Request validation: protobuf in, domain objects out, or ``InvalidArgument`` naming the field.
 
 Nothing here fixes input silently: a value outside the limits is refused, never trimmed.
+
+Queue names of new tasks and schedules (``new_queue``) may not contain ``.``: each queue is a
+Kafka topic ``<prefix><queue>`` with a dead-letter topic ``<prefix><queue>.dlq``, and Kafka
+refuses a topic whose name equals another's once ``.`` and ``_`` are taken as one character.
+Without ``.``, and without the ending ``_dlq``, no two queues and no queue and dead-letter
+topic can collide. Filters of list requests (``queue``) accept the older, wider form, so
+tasks and runs stored under such names can still be found.
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_NEW_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+# How a dead-letter topic's suffix ".dlq" reads once Kafka takes "." as "_".
+_FOLDED_DEAD_LETTER_SUFFIX = "_dlq"
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
 # 0001-01-01 .. 9999-12-31, the range google.protobuf.Timestamp allows.
 _MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
@@ -66,15 +76,40 @@ def new_task_id(value: str, limits: Limits) -> str:
 
 
 def queue(value: str, limits: Limits, field: str = "queue") -> str:
-    if not value:
-        raise InvalidArgument(field, "must not be empty")
-    if len(value) > limits.max_queue_length:
-        raise InvalidArgument(field, f"longer than {limits.max_queue_length} characters")
+    """A queue name as tasks may have been stored under (older versions allowed ``.``): for
+    filters of list requests."""
+    _queue_size(value, limits, field)
     if not _QUEUE.fullmatch(value):
         raise InvalidArgument(field, "must be A-Z a-z 0-9 . _ - starting alphanumeric")
     if value.endswith(".dlq"):
         raise InvalidArgument(field, "names ending in .dlq are reserved for dead-letter streams")
     return value
+
+
+def new_queue(value: str, limits: Limits, field: str = "queue") -> str:
+    """The queue of a new task or schedule: a name that collides with no other queue's topic
+    nor dead-letter topic on Kafka (see the module docstring)."""
+    _queue_size(value, limits, field)
+    if not _NEW_QUEUE.fullmatch(value):
+        raise InvalidArgument(
+            field,
+            "may contain only A-Z a-z 0-9 _ - and must start with a letter or digit (a '.' "
+            "would collide with '_' in Kafka topic names and with dead-letter topics)",
+        )
+    if value.endswith(_FOLDED_DEAD_LETTER_SUFFIX):
+        raise InvalidArgument(
+            field,
+            f"must not end in {_FOLDED_DEAD_LETTER_SUFFIX} (Kafka would take it for the "
+            "dead-letter topic <queue>.dlq of another queue)",
+        )
+    return value
+
+
+def _queue_size(value: str, limits: Limits, field: str) -> None:
+    if not value:
+        raise InvalidArgument(field, "must not be empty")
+    if len(value) > limits.max_queue_length:
+        raise InvalidArgument(field, f"longer than {limits.max_queue_length} characters")
 
 
 def _handler(value: str, limits: Limits) -> str:
@@ -182,7 +217,7 @@ def create_task(
     """
     ns = namespace(req.namespace)
     tid = new_task_id(req.task_id, limits) if req.task_id else uuid.uuid4().hex
-    q = queue(req.queue, limits)
+    q = new_queue(req.queue, limits)
     handler = _handler(req.handler, limits)
     if len(req.payload) > limits.max_payload_bytes:
         raise InvalidArgument("payload", f"larger than {limits.max_payload_bytes} bytes")
@@ -228,7 +263,7 @@ def schedule_action(msg: schedules_pb2.Schedule, limits: Limits) -> ScheduleActi
         else limits.default_retry
     )
     return ScheduleAction(
-        queue=queue(msg.queue, limits, "schedule.queue"),
+        queue=new_queue(msg.queue, limits, "schedule.queue"),
         handler=_handler(msg.handler, limits),
         payload=msg.payload,
         labels=_labels(dict(msg.labels), limits),

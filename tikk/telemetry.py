@@ -14,6 +14,9 @@ Metrics (units in the names' descriptions):
 - ``tikk.dispatch.cursor_lag`` gauge per shard, s between now and the shard's cursor (grows
   when a shard is behind, including rows not read yet)
 - ``tikk.retries``, ``tikk.dead_letters``  counters per queue, counted by the server
+- ``tikk.queue.waiting``, ``tikk.queue.oldest_age_ms``  gauges per ready queue, reported by
+  the server: tasks handed to the queue and not yet consumed for good, and the age of the
+  oldest of them (a queue nobody consumes grows both)
 - worker side: ``tikk.run.start_lateness`` (due → handler start), ``tikk.runs``,
   ``tikk.run.duration``
 
@@ -52,6 +55,14 @@ class ShardGauge:
     cursor_lag_s: int
 
 
+@dataclass(frozen=True)
+class QueueGauge:
+    """What the server reports about one ready queue."""
+
+    waiting: int
+    oldest_age_ms: int
+
+
 class Telemetry:
     """Telemetry switched off; ``OtelTelemetry`` is the same interface, recording."""
 
@@ -74,8 +85,19 @@ class Telemetry:
     def report_shards(self, shards: Mapping[int, ShardGauge]) -> None:
         """The latest per-shard figures; the gauges export the last report."""
 
+    def report_queues(self, queues: Mapping[str, QueueGauge]) -> None:
+        """The latest figures of each ready queue; the gauges export the last report."""
+
     def retried(self, queue: str) -> None:
         """One failed attempt was scheduled again."""
+
+    def resent(self, count: int) -> None:
+        """``count`` deliveries went out for tasks already DISPATCHED: possible duplicates
+        (a new shard owner re-sending what was in flight, or a publish repeated)."""
+
+    def late_write(self, reason: str) -> None:
+        """A due row was placed later than asked so no cursor passes it unread: ``skew``
+        (a cursor ahead of this server's clock) or ``slow`` (the write took too long)."""
 
     def dead_lettered(self, queue: str) -> None:
         """One task was given up."""
@@ -182,6 +204,12 @@ class OtelTelemetry(Telemetry):
             "tikk.tasks.dispatched", description="Deliveries handed to the ready queue"
         )
         self._retries = meter.create_counter("tikk.retries", description="Attempts retried")
+        self._resent = meter.create_counter(
+            "tikk.dispatch.resent", description="Deliveries of tasks already DISPATCHED"
+        )
+        self._late_writes = meter.create_counter(
+            "tikk.late_writes", description="Due rows re-placed ahead of a cursor, by reason"
+        )
         self._dead = meter.create_counter("tikk.dead_letters", description="Tasks given up")
         self._occurrences = meter.create_counter(
             "tikk.schedule.occurrences", description="Schedule occurrences decided, by outcome"
@@ -196,6 +224,16 @@ class OtelTelemetry(Telemetry):
             callbacks=[self._observe(lambda g: g.cursor_lag_s)],
             description="Seconds between now and the shard's dispatch cursor",
         )  # fmt: skip
+        self._queues: Mapping[str, QueueGauge] = {}
+        meter.create_observable_gauge(
+            "tikk.queue.waiting", callbacks=[self._observe_queues(lambda g: g.waiting)],
+            description="Tasks in the ready queue not yet consumed for good, per queue",
+        )  # fmt: skip
+        meter.create_observable_gauge(
+            "tikk.queue.oldest_age_ms", unit="ms",
+            callbacks=[self._observe_queues(lambda g: g.oldest_age_ms)],
+            description="Age of the oldest task waiting in the ready queue, per queue",
+        )  # fmt: skip
 
     def _observe(self, value: Callable[[ShardGauge], int]) -> Callable[[Any], list[Any]]:
         from opentelemetry.metrics import Observation
@@ -204,6 +242,15 @@ class OtelTelemetry(Telemetry):
             # Runs on the exporter's thread; the mapping is replaced whole, never mutated.
             shards = self._shards
             return [Observation(value(g), {"shard": s}) for s, g in shards.items()]
+
+        return callback
+
+    def _observe_queues(self, value: Callable[[QueueGauge], int]) -> Callable[[Any], list[Any]]:
+        from opentelemetry.metrics import Observation
+
+        def callback(_options: Any) -> list[Any]:
+            queues = self._queues  # replaced whole, never mutated (read on another thread)
+            return [Observation(value(g), {"queue": q}) for q, g in queues.items()]
 
         return callback
 
@@ -263,8 +310,18 @@ class OtelTelemetry(Telemetry):
     def report_shards(self, shards: Mapping[int, ShardGauge]) -> None:
         self._shards = dict(shards)
 
+    def report_queues(self, queues: Mapping[str, QueueGauge]) -> None:
+        self._queues = dict(queues)
+
     def retried(self, queue: str) -> None:
         self._retries.add(1, {"queue": queue})
+
+    def resent(self, count: int) -> None:
+        if count:
+            self._resent.add(count)
+
+    def late_write(self, reason: str) -> None:
+        self._late_writes.add(1, {"reason": reason})
 
     def dead_lettered(self, queue: str) -> None:
         self._dead.add(1, {"queue": queue})

@@ -193,6 +193,72 @@ async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueueP
     ]
 
 
+async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
+    """topic -> partition count, for those of ``topics`` that exist."""
+    config = consumer_side.KafkaQueueConfig.from_url(url)
+    admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
+    await admin.start()
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    return {t["topic"]: len(t["partitions"]) for t in described if t["error_code"] == 0}
+
+
+@pytest.mark.parametrize("kafka_pair", [3], indirect=True)
+async def test_prepare_creates_the_queue_topic_and_its_dead_letter_topic(
+    kafka_pair: QueuePair,
+) -> None:
+    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    await kafka_pair.producer.prepare(["email"])
+    expected = {config.topic("email"): 3, config.topic("email.dlq"): 3}
+    assert await topic_partitions(kafka_pair.url, list(expected)) == expected
+    second = KafkaReadyQueue.from_url(kafka_pair.url)  # another server: already there is fine
+    try:
+        await second.prepare(["email"])
+        await second.prepare(["email"])
+    finally:
+        await second.close()
+
+
+async def test_a_topic_name_kafka_refuses_is_a_clear_error_and_creates_nothing(
+    kafka_pair: QueuePair,
+) -> None:
+    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    await kafka_pair.producer.prepare(["a.b"])  # an older version's name
+    with pytest.raises(InvalidArgument) as err:
+        await kafka_pair.producer.prepare(["a_b"])
+    assert err.value.field == "queue"
+    assert repr(config.topic("a_b")) in str(err.value) and "collides" in str(err.value)
+    with pytest.raises(InvalidArgument, match="longer than the max allowed length"):
+        await kafka_pair.producer.prepare(["x" * 250])
+    assert await topic_partitions(kafka_pair.url, [config.topic("a_b")]) == {}
+    with pytest.raises(BackendUnavailable, match=repr(config.topic("a_b"))):
+        await kafka_pair.producer.publish([delivery("t", "a_b")])  # an old task of that name
+    await kafka_pair.producer.publish([delivery("t", "fine")])  # other queues still go out
+
+
+async def test_prepare_and_backlog_on_an_unreachable_broker_are_backend_unavailable() -> None:
+    queue = KafkaReadyQueue.from_url("kafka://127.0.0.1:1")
+    with pytest.raises(BackendUnavailable):
+        await queue.prepare(["q"])
+    with pytest.raises(BackendUnavailable):
+        await queue.backlog()
+    await queue.close()
+
+
+async def test_backlog_counts_the_members_of_the_queue_group_and_lists_old_names(
+    kafka_pair: QueuePair,
+) -> None:
+    await kafka_pair.producer.prepare(["a.b"])
+    worker = kafka_pair.consumer(["q"])
+    await kafka_pair.settle(worker)
+    members = {b.queue: b.consumers for b in await kafka_pair.producer.backlog()}
+    assert members == {"q": 1, "a.b": 0}
+    await worker.close()  # leaves the group
+    assert {b.queue: b.consumers for b in await kafka_pair.producer.backlog()}["q"] == 0
+
+
 async def test_trace_context_is_sent_as_standard_message_headers(kafka_pair: QueuePair) -> None:
     trace = {"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01", "tracestate": "k=v"}
     worker = kafka_pair.consumer(["q"])

@@ -12,9 +12,12 @@ import time
 
 import pytest
 
+from dispatcher.ready_queue import QueueBacklog, ReadyQueue
+from server.wiring import open_queue
 from tests.contract.conftest import QueuePair
 from tests.factories import T0, make_task
 from tikk.model import Delivery
+from tikk.settings import Settings
 from tikk.v1 import worker_pb2
 from worker_sdk.consumer import Message, QueueConsumer
 
@@ -144,6 +147,85 @@ async def test_consumer_before_producer_sees_nothing_then_messages(
     assert await early.fetch(5) == []
     await queue_pair.producer.publish([delivery("a")])
     assert len(await fetch_until(early, 1)) == 1
+
+
+# Preparing queues, and what waits in them.
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def another_producer(pair: QueuePair) -> ReadyQueue:
+    """A second producer on the pair's backend, as another process would open it."""
+    return open_queue(Settings(store_url="", history_url="", queue_url=pair.url))
+
+
+def waiting(backlog: list[QueueBacklog]) -> dict[str, tuple[int, bool]]:
+    """queue -> (messages waiting, whether an oldest time is known)."""
+    return {b.queue: (b.waiting, b.oldest_enqueued_ms is not None) for b in backlog}
+
+
+async def test_prepare_is_idempotent_and_a_prepared_queue_is_listed_empty(
+    queue_pair: QueuePair,
+) -> None:
+    await queue_pair.producer.prepare(["email", "sms"])
+    await queue_pair.producer.prepare(["email"])
+    assert waiting(await queue_pair.producer.backlog()) == {
+        "email": (0, False),
+        "sms": (0, False),
+    }
+
+
+async def test_a_prepared_queue_takes_deliveries_and_dead_letters(queue_pair: QueuePair) -> None:
+    await queue_pair.producer.prepare(["q"])
+    consumer, watcher = queue_pair.consumer(["q"]), queue_pair.consumer(["q.dlq"])
+    await queue_pair.producer.publish([delivery("a")])
+    await queue_pair.producer.publish_dead_letter(delivery("b"), "Boom", "it broke")
+    assert [m.delivery.task_id for m in await fetch_until(consumer, 1)] == ["a"]
+    assert len(await fetch_until(watcher, 1)) == 1
+
+
+async def test_backlog_counts_what_is_published_until_it_is_committed(
+    queue_pair: QueuePair,
+) -> None:
+    producer = queue_pair.producer
+    await producer.prepare(["q", "idle"])
+    before = wall_ms()
+    await producer.publish([delivery(f"t{i}", fired_ms=before) for i in range(3)])
+    await producer.publish([delivery("x", "nobody", fired_ms=before)])
+    await producer.publish_dead_letter(delivery("d"), "Boom", "it broke")
+    after = wall_ms()
+    backlog = await producer.backlog()
+    assert waiting(backlog) == {"q": (3, True), "nobody": (1, True), "idle": (0, False)}
+    oldest = {b.queue: b.oldest_enqueued_ms for b in backlog}
+    assert before <= (oldest["q"] or 0) <= after  # dead-letter streams are not listed
+
+    worker = queue_pair.consumer(["q"])
+    msgs = await fetch_until(worker, 3)
+    assert waiting(await producer.backlog())["q"] == (3, True)  # running still waits
+    for m in msgs[:2]:
+        await worker.commit(m)
+    assert waiting(await producer.backlog())["q"] == (1, True)
+    for m in msgs[2:]:
+        await worker.commit(m)
+    assert waiting(await producer.backlog()) == {
+        "q": (0, False),
+        "nobody": (1, True),
+        "idle": (0, False),
+    }
+
+
+async def test_backlog_reports_queues_asked_about_and_those_another_producer_filled(
+    queue_pair: QueuePair,
+) -> None:
+    other = another_producer(queue_pair)
+    try:
+        await other.publish([delivery("a", "elsewhere", fired_ms=wall_ms())])
+    finally:
+        await other.close()
+    backlog = await queue_pair.producer.backlog(["asked"])
+    assert waiting(backlog) == {"asked": (0, False), "elsewhere": (1, True)}
 
 
 # The embedded queue's leases: a message is invisible while leased, for visibility_ms.

@@ -12,7 +12,7 @@ from tikk.errors import InvalidArgument
 from tikk.model import TaskState
 from tikk.settings import Limits
 from tikk.timestamps import to_duration, to_timestamp
-from tikk.v1 import tasks_pb2
+from tikk.v1 import schedules_pb2, tasks_pb2
 
 LIMITS = Limits()
 
@@ -113,3 +113,43 @@ def test_configurable_payload_cap() -> None:
     small = Limits(max_payload_bytes=10)
     with pytest.raises(InvalidArgument, match="payload: larger than 10 bytes"):
         validation.create_task(req(payload=b"x" * 11), small, 256, T0)
+
+
+# Queue names: no two may map to colliding Kafka topics (Kafka takes "." and "_" as one).
+
+
+@pytest.mark.parametrize(
+    "name", ["a.b", "x.dlq", "x_dlq", "-dash", "_under", "a b", "ä", "q/1", "q" * 129, ""]
+)
+def test_queue_names_that_could_collide_on_kafka_are_refused(name: str) -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validation.create_task(req(queue=name), LIMITS, 256, T0)
+    assert info.value.field == "queue"
+    assert str(info.value).startswith("queue: ")
+
+
+def test_the_refusal_states_the_rule_and_why() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validation.create_task(req(queue="a.b"), LIMITS, 256, T0)
+    assert "A-Z a-z 0-9 _ -" in info.value.reason and "collide" in info.value.reason
+    with pytest.raises(InvalidArgument, match=r"_dlq.*dead-letter"):
+        validation.create_task(req(queue="x_dlq"), LIMITS, 256, T0)
+
+
+@pytest.mark.parametrize("name", ["a_b", "a-b", "A9", "dlq", "x_dlqs", "x-dlq", "q" * 128])
+def test_queue_names_without_a_dot_are_accepted_unchanged(name: str) -> None:
+    assert validation.create_task(req(queue=name), LIMITS, 256, T0).queue == name
+
+
+def test_a_schedule_queue_follows_the_same_rule() -> None:
+    with pytest.raises(InvalidArgument) as info:
+        validation.schedule_action(schedules_pb2.Schedule(queue="a.b", handler="h"), LIMITS)
+    assert info.value.field == "schedule.queue"
+    action = validation.schedule_action(schedules_pb2.Schedule(queue="a_b", handler="h"), LIMITS)
+    assert action.queue == "a_b"
+
+
+def test_list_filters_still_accept_names_older_versions_stored() -> None:
+    assert validation.queue("a.b", LIMITS) == "a.b"
+    with pytest.raises(InvalidArgument):
+        validation.queue("a b", LIMITS)

@@ -59,6 +59,11 @@ class TaskServiceStub:
                 request_serializer=tikk_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_tasks__pb2.ListTasksResponse.FromString,
                 _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/tikk.v1.TaskService/ListQueues',
+                request_serializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
 
 
 class TaskServiceServicer:
@@ -97,6 +102,15 @@ class TaskServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueues(self, request, context):
+        """The ready queues this server knows of (those it accepted tasks for since it started, and
+        those the queue backend holds), with what waits in each: a queue nobody consumes shows
+        up with a growing backlog.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TaskServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -124,6 +138,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.ListTasks,
                     request_deserializer=tikk_dot_v1_dot_tasks__pb2.ListTasksRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_tasks__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -261,6 +280,33 @@ class TaskService:
             '/tikk.v1.TaskService/ListTasks',
             tikk_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
             tikk_dot_v1_dot_tasks__pb2.ListTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.TaskService/ListQueues',
+            tikk_dot_v1_dot_tasks__pb2.ListQueuesRequest.SerializeToString,
+            tikk_dot_v1_dot_tasks__pb2.ListQueuesResponse.FromString,
             options,
             channel_credentials,
             insecure,
