@@ -2,11 +2,28 @@
 memory, and publishes each task at its due instant.
 
 Per shard it keeps a cursor (persisted: every index row with second <= cursor was handed to
-the ready queue) and reads rows after it. The cursor trails the clock by ``late_write_grace_s``
-so that a task written slightly late (clock skew between server and dispatcher, write latency)
-into an already-scanned second is still found by a periodic rescan from the cursor; rows seen
-since the cursor are remembered so a rescan publishes nothing twice. The cursor moves only
-after the queue acknowledged every row at or before it, so a crash re-sends and never loses.
+the ready queue) and reads rows after it in three ways:
+
+* the **forward scan** reads ahead of the clock (``prefetch_ms``), so tasks are in memory
+  before they are due;
+* the **rescan** re-reads the last second and the prefetch window every
+  ``rescan_interval_ms``, so a task created "due now" (or due inside the window already read)
+  goes out within that interval;
+* the **sweep** is what makes late writes safe. A row may become visible after its second was
+  read: written by a server whose clock lags, or slowly. A second ``S`` counts as *swept* only
+  once a read of it began at or after ``(S + 1) s + late_write_grace_s`` by this dispatcher's
+  clock, so every row whose write completed less than the grace period after its due time was
+  visible to that read. The sweep reads each second once, right after its grace has passed.
+
+The cursor moves to the last swept second, never past a row that the queue has not
+acknowledged, and an owner that lost the shard (fenced by its epoch) cannot move it. A new
+owner starts at the cursor, so nothing written within the grace period is lost through a
+takeover, a kill or a pause. Rows seen after the cursor are remembered so no re-read publishes
+twice; rows the queue accepted are marked *handed off* in the store, so a new owner re-sends
+only those whose hand-off was not recorded (in flight when the old owner died).
+
+Queues are published independently: a queue that refuses deliveries is retried with backoff
+while the other queues' tasks go out.
 """
 
 from __future__ import annotations
@@ -16,6 +33,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -30,6 +48,7 @@ from tikk.store import TaskStore
 from tikk.telemetry import ShardGauge, Telemetry
 
 log = logging.getLogger("tikk.dispatcher")
+_NEVER = -(2**62)
 
 
 @dataclass(frozen=True)
@@ -40,10 +59,14 @@ class DispatchSettings:
     poll_interval_ms: int = 100
     # How far ahead of now rows are read into memory.
     prefetch_ms: int = 2_000
-    # Re-read the current second this often, to catch tasks created already due.
+    # Re-read the current second and the prefetch window this often, to catch tasks created
+    # already due (their lateness is at most about this).
     rescan_interval_ms: int = 250
-    # The cursor trails now by this much; rows written up to this late are still fired.
+    # A row written less than this long after its due time is still fired (see the module
+    # docstring); the cursor trails the clock by about this plus two seconds.
     late_write_grace_s: int = 5
+    # How often the sweep confirms the seconds whose grace period has passed.
+    sweep_interval_ms: int = 1_000
     # Rows per store read.
     scan_limit: int = 2_000
     # Schedules stepped per pass; the occurrences of one pass go out before the next.
@@ -54,22 +77,45 @@ class DispatchSettings:
     cursor_flush_interval_ms: int = 1_000
     # Wait after a backend failure before the next tick.
     error_backoff_ms: int = 500
+    # A queue that refuses deliveries is retried after error_backoff_ms, doubling up to this.
+    max_queue_backoff_ms: int = 10_000
+    # A publish not confirmed within this counts as failed (a broker that stopped answering
+    # must not stall every shard's tick); it may still have been stored: at-least-once.
+    publish_timeout_ms: int = 10_000
 
 
 @dataclass
 class _ShardState:
     epoch: int
     cursor: int
-    # Resume position of the regular scan, and the last second read completely.
+    # Every second <= swept was read by a read that began after the second's grace period.
+    swept: int
+    # Where the sweep continues (a position after which rows are read).
+    sweep_from: tuple[int, str]
+    # Resume position of the forward scan.
     scan_from: tuple[int, str]
-    complete_through: int
     # Row identity → second of rows seen after the cursor (held, in flight or sent).
     seen: dict[tuple[str, int, int], int] = field(default_factory=dict)
     # Same keys for rows not yet acknowledged by the queue.
     unacked: dict[tuple[str, int, int], int] = field(default_factory=dict)
-    last_rescan_ms: int = 0
-    last_deep_rescan_ms: int = 0
+    last_rescan_ms: int = _NEVER
+    last_sweep_ms: int = _NEVER
     flushed_cursor: int = 0
+
+    @classmethod
+    def at(cls, cursor: Cursor, epoch: int) -> _ShardState:
+        """A shard taken over at its stored cursor."""
+        after = (cursor.second + 1, "")
+        return cls(
+            epoch=epoch, cursor=cursor.second, swept=cursor.second, sweep_from=after,
+            scan_from=after, flushed_cursor=cursor.second,
+        )  # fmt: skip
+
+
+@dataclass
+class _QueueBackoff:
+    failures: int = 0
+    retry_at_ms: int = _NEVER
 
 
 @dataclass
@@ -80,6 +126,11 @@ class DispatchStats:
     skipped: int = 0
     schedule_steps: int = 0
     publish_failures: int = 0
+    # Published although the task was already DISPATCHED: possible duplicates (a takeover
+    # re-sending what was in flight, or a publish repeated after a failure).
+    resent: int = 0
+    # Rows found already handed off by an earlier owner, so not sent again.
+    handed_off_skipped: int = 0
     lateness_ms: list[int] = field(default_factory=list)
 
 
@@ -109,9 +160,11 @@ class Dispatcher:
         self._clock = clock
         self._settings = settings or DispatchSettings()
         self._shards: dict[int, _ShardState] = {}
+        # (fire at, sequence, row): the due instant, or a queue's retry time after a failure.
         self._held: list[tuple[int, int, DueEntry]] = []
         self._seq = itertools.count()
         self._last_flush_ms = 0
+        self._backoff: dict[str, _QueueBackoff] = defaultdict(_QueueBackoff)
         self._keep_samples = keep_lateness_samples
         self._telemetry = telemetry or Telemetry()
         self._schedules = schedules
@@ -129,11 +182,16 @@ class Dispatcher:
             delay = max(0, wake - self._clock.now_ms()) / 1000
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), delay)
-        await self._flush_cursors(self._clock.now_ms(), force=True)
+        await self.close(self._clock.now_ms())
+
+    async def close(self, now_ms: int) -> None:
+        """Stop cleanly: write the cursors as they stand."""
+        await self._flush_cursors(now_ms, force=True)
 
     async def tick(self, now_ms: int) -> int:
-        """One step at instant ``now_ms``: sync ownership, scan, fire what is due, move the
-        cursors. Returns the instant of the next step."""
+        """One step at instant ``now_ms`` (read before any store access, which the sweep
+        relies on): sync ownership, scan, fire what is due, move the cursors. Returns the
+        instant of the next step."""
         await self._sync_ownership(self._ownership.owned())
         # Shards are scanned concurrently: each read is a small, independent partition slice.
         await asyncio.gather(*(self._scan(shard, now_ms) for shard in list(self._shards)))
@@ -151,43 +209,61 @@ class Dispatcher:
             del self._shards[shard]
         for shard, epoch in owned.items():
             if shard not in self._shards:
-                cursor = await self._store.get_cursor(shard)
-                self._shards[shard] = _ShardState(
-                    epoch=epoch,
-                    cursor=cursor.second,
-                    scan_from=(cursor.second + 1, ""),
-                    complete_through=cursor.second,
-                    flushed_cursor=cursor.second,
-                )
+                self._shards[shard] = _ShardState.at(await self._store.get_cursor(shard), epoch)
 
     async def _scan(self, shard: int, now_ms: int) -> None:
         st = self._shards[shard]
         s = self._settings
-        start = st.scan_from
-        if now_ms - st.last_deep_rescan_ms >= s.late_write_grace_s * 1000:
-            st.last_deep_rescan_ms = st.last_rescan_ms = now_ms
-            start = (st.cursor + 1, "")
-        elif now_ms - st.last_rescan_ms >= s.rescan_interval_ms:
+        await self._sweep(shard, st, now_ms)
+        # Never re-read what the sweep just read (a catch-up after downtime reads it once).
+        start = max(st.scan_from, st.sweep_from)
+        if now_ms - st.last_rescan_ms >= s.rescan_interval_ms:
             st.last_rescan_ms = now_ms
-            start = min(start, (max(st.cursor + 1, second_of(now_ms) - 1), ""))
+            start = min(start, (max(st.swept + 1, second_of(now_ms) - 1), ""))
         until = second_of(now_ms + s.prefetch_ms)
+        end = await self._read(shard, st, start, until)
+        if end is None:
+            st.scan_from = max(st.scan_from, (until + 1, ""))
+        else:
+            st.scan_from = max(st.scan_from, end)
+
+    async def _sweep(self, shard: int, st: _ShardState, now_ms: int) -> None:
+        """Read the seconds whose grace period has passed since the last sweep."""
+        s = self._settings
+        target = (now_ms - s.late_write_grace_s * 1000) // 1000 - 1
+        if target <= st.swept or now_ms - st.last_sweep_ms < s.sweep_interval_ms:
+            return
+        st.last_sweep_ms = now_ms
+        end = await self._read(shard, st, st.sweep_from, target)
+        if end is None:
+            st.swept, st.sweep_from = target, (target + 1, "")
+        else:
+            st.swept, st.sweep_from = max(st.swept, end[0] - 1), end
+
+    async def _read(
+        self, shard: int, st: _ShardState, start: tuple[int, str], until: int
+    ) -> tuple[int, str] | None:
+        """Hold every row after ``start`` up to second ``until``, page by page. Returns None
+        when all were read, or the position reached when the held rows hit their limit."""
+        s = self._settings
         while len(self._held) < s.max_held:
             rows = await self._store.read_due(shard, start, until, s.scan_limit)
             for row in rows:
                 self._hold(st, row)
             if len(rows) < s.scan_limit:
-                st.scan_from = max(st.scan_from, (until + 1, ""))
-                st.complete_through = max(st.complete_through, until)
-                return
+                return None
             start = rows[-1].position
-            st.scan_from = max(st.scan_from, start)
-            st.complete_through = max(st.complete_through, start[0] - 1)
+        return start
 
     def _hold(self, st: _ShardState, row: DueEntry) -> None:
         key = _row_key(row)
         if key in st.seen or row.second <= st.cursor:
             return
-        st.seen[key] = st.unacked[key] = row.second
+        st.seen[key] = row.second
+        if row.handed_off:
+            self.stats.handed_off_skipped += 1
+            return
+        st.unacked[key] = row.second
         heapq.heappush(self._held, (row.due_ms, next(self._seq), row))
 
     def _pop_due(self, now_ms: int) -> list[DueEntry]:
@@ -210,29 +286,108 @@ class Dispatcher:
             try:
                 await self._step_schedules(ticks[: self._settings.max_steps], now_ms)
             except BackendUnavailable:
-                self._hold_again([*ticks, *batch])
+                self._hold_again([*ticks, *batch], now_ms)
                 raise
             # Stepping many schedules takes time: stamp what goes out with the real instant.
             now_ms = max(now_ms, self._clock.now_ms())
             more = self._pop_due(now_ms)  # the occurrences just created, and ticks due again
             batch += [e for e in more if not e.is_tick]
-            self._hold_again([*later, *(e for e in more if e.is_tick)])
+            self._hold_again([*later, *(e for e in more if e.is_tick)], now_ms)
+        if batch:
+            await self._dispatch(batch, now_ms)
+
+    async def _dispatch(self, batch: list[DueEntry], now_ms: int) -> None:
+        """Claim the rows in the store, then publish them queue by queue. Rows of a queue
+        that is backing off after a failure wait for its next try, unclaimed."""
+        waiting = [e for e in batch if now_ms < self._backoff_until(e.queue)]
+        for entry in waiting:
+            self._hold_again([entry], self._backoff_until(entry.queue))
+        batch = [e for e in batch if now_ms >= self._backoff_until(e.queue)]
         if not batch:
             return
         try:
-            ready = await self._store.mark_dispatched(batch, now_ms)
-            with self._telemetry.dispatching(ready, now_ms) as deliveries:
-                await self._queue.publish(deliveries)
+            claimed = await self._store.mark_dispatched(batch, now_ms)
         except BackendUnavailable:
-            self.stats.publish_failures += 1
-            self._hold_again(batch)
+            self._hold_again(batch, now_ms)
             raise
-        self._acknowledge(batch, ready, now_ms)
+        ready_keys = {_row_key(e) for e in claimed.entries}
+        self._settle([e for e in batch if _row_key(e) not in ready_keys])
+        self.stats.skipped += len(batch) - len(claimed.entries)
+        self.stats.resent += claimed.resent
+        self._telemetry.resent(claimed.resent)
+        by_queue: dict[str, list[DueEntry]] = defaultdict(list)
+        for entry in claimed.entries:
+            by_queue[entry.queue].append(entry)
+        outcomes = await asyncio.gather(
+            *(self._publish(entries, now_ms) for entries in by_queue.values())
+        )
+        sent = [e for entries, ok in zip(by_queue.values(), outcomes, strict=True) if ok
+                for e in entries]  # fmt: skip
+        if sent:
+            await self._record_handed_off(sent, now_ms)
 
-    def _hold_again(self, entries: list[DueEntry]) -> None:
+    async def _publish(self, entries: list[DueEntry], now_ms: int) -> bool:
+        """Publish one queue's rows; on failure hold them for that queue's next try."""
+        queue = entries[0].queue
+        try:
+            with self._telemetry.dispatching(entries, now_ms) as deliveries:
+                async with asyncio.timeout(self._settings.publish_timeout_ms / 1000):
+                    await self._queue.publish(deliveries)
+        except TimeoutError:
+            unconfirmed = BackendUnavailable(
+                f"not confirmed within {self._settings.publish_timeout_ms} ms"
+            )
+            self._queue_failed(queue, entries, now_ms, unconfirmed)
+            return False
+        except BackendUnavailable as exc:
+            self._queue_failed(queue, entries, now_ms, exc)
+            return False
+        self._backoff.pop(queue, None)
+        self._settle(entries)
+        self.stats.published += len(entries)
+        if self._keep_samples:
+            self.stats.lateness_ms.extend(now_ms - e.due_ms for e in entries)
+            del self.stats.lateness_ms[: -self._keep_samples]
+        return True
+
+    def _backoff_until(self, queue: str) -> int:
+        backoff = self._backoff.get(queue)
+        return _NEVER if backoff is None else backoff.retry_at_ms
+
+    def _queue_failed(
+        self, queue: str, entries: list[DueEntry], now_ms: int, exc: BackendUnavailable
+    ) -> None:
+        s = self._settings
+        backoff = self._backoff[queue]
+        backoff.failures += 1
+        delay = min(s.max_queue_backoff_ms, s.error_backoff_ms * 2 ** (backoff.failures - 1))
+        backoff.retry_at_ms = now_ms + delay
+        self.stats.publish_failures += 1
+        log.warning(
+            "queue %r refused %d deliveries (failure %d, next try in %d ms): %s",
+            queue, len(entries), backoff.failures, delay, exc,
+        )  # fmt: skip
+        self._hold_again(entries, backoff.retry_at_ms)
+
+    async def _record_handed_off(self, entries: list[DueEntry], now_ms: int) -> None:
+        """Best effort: a new owner then skips these rows instead of sending them again."""
+        try:
+            await self._store.mark_handed_off(entries, now_ms)
+        except BackendUnavailable as exc:
+            log.info("recording %d hand-offs failed (%s); a takeover may resend them",
+                     len(entries), exc)  # fmt: skip
+
+    def _hold_again(self, entries: list[DueEntry], fire_at_ms: int) -> None:
         """Put popped rows back: they are still unacknowledged and must go out later."""
         for entry in entries:
-            heapq.heappush(self._held, (entry.due_ms, next(self._seq), entry))
+            heapq.heappush(self._held, (max(entry.due_ms, fire_at_ms), next(self._seq), entry))
+
+    def _settle(self, entries: list[DueEntry]) -> None:
+        """These rows need nothing more from this owner: they no longer hold the cursor."""
+        for entry in entries:
+            st = self._shards.get(entry.shard)
+            if st is not None:
+                st.unacked.pop(_row_key(entry), None)
 
     async def _step_schedules(self, ticks: list[DueEntry], now_ms: int) -> None:
         written: list[DueEntry] = []
@@ -246,22 +401,8 @@ class Dispatcher:
             # Rows further out are found by the scan when their bucket comes up.
             if st is not None and row.due_ms <= horizon:
                 self._hold(st, row)
-        for tick in ticks:
-            st = self._shards.get(tick.shard)
-            if st is not None:
-                st.unacked.pop(_row_key(tick), None)
+        self._settle(ticks)
         self.stats.schedule_steps += len(ticks)
-
-    def _acknowledge(self, batch: list[DueEntry], ready: list[DueEntry], now_ms: int) -> None:
-        for entry in batch:
-            st = self._shards.get(entry.shard)
-            if st is not None:
-                st.unacked.pop(_row_key(entry), None)
-        self.stats.published += len(ready)
-        self.stats.skipped += len(batch) - len(ready)
-        if self._keep_samples:
-            self.stats.lateness_ms.extend(now_ms - e.due_ms for e in ready)
-            del self.stats.lateness_ms[: -self._keep_samples]
 
     def _gauges(self, now_ms: int) -> dict[int, ShardGauge]:
         return {
@@ -273,9 +414,8 @@ class Dispatcher:
         }
 
     async def _flush_cursors(self, now_ms: int, force: bool = False) -> None:
-        grace_s = self._settings.late_write_grace_s
         for st in self._shards.values():
-            limit = min(second_of(now_ms) - grace_s, st.complete_through)
+            limit = st.swept
             if st.unacked:
                 limit = min(limit, min(st.unacked.values()) - 1)
             if limit > st.cursor:

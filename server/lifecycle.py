@@ -15,7 +15,9 @@ from typing import Protocol
 
 from dispatcher.ready_queue import ReadyQueue
 from history.base import RunHistory
+from server.late_writes import LateWriteGuard
 from tikk.backoff import retry_delay_ms
+from tikk.buckets import shard_of
 from tikk.clock import Clock
 from tikk.errors import NotFound, TikkError
 from tikk.model import (
@@ -28,6 +30,7 @@ from tikk.model import (
     RunStatus,
     Succeed,
     Task,
+    TaskState,
     Transition,
 )
 from tikk.settings import Limits
@@ -53,6 +56,7 @@ class Lifecycle:
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
         schedules: ScheduleOutcomes | None = None,
+        late_write_grace_ms: int = 5_000,
     ) -> None:
         self.store = store
         self.history = history
@@ -62,20 +66,38 @@ class Lifecycle:
         self._rng = rng or random.Random()
         self._telemetry = telemetry or Telemetry()
         self._schedules = schedules
+        # Every due row this server writes goes through the guard (see server.late_writes).
+        self.guard = LateWriteGuard(
+            store, clock, grace_ms=late_write_grace_ms, telemetry=self._telemetry
+        )
 
     async def create(self, task: Task) -> tuple[Task, bool]:
-        return await self.store.create(task)
+        placed = self.guard.place(task)
+        async with self.guard.watching([(placed.namespace, placed.task_id)]):
+            stored, created = await self.store.create(placed)
+        [stored] = await self.guard.confirm([stored])
+        return stored, created
 
     async def create_many(
         self, tasks: Sequence[Task], *, new_ids: bool = False
     ) -> list[tuple[Task, bool] | TikkError]:
-        return await self.store.create_many(tasks, new_ids=new_ids)
+        placed = [self.guard.place(t) for t in tasks]
+        async with self.guard.watching((t.namespace, t.task_id) for t in placed):
+            outcomes = await self.store.create_many(placed, new_ids=new_ids)
+        written = [o[0] for o in outcomes if not isinstance(o, TikkError)]
+        confirmed = iter(await self.guard.confirm(written))
+        return [o if isinstance(o, TikkError) else (next(confirmed), o[1]) for o in outcomes]
 
     async def cancel(self, namespace: str, task_id: str) -> Task:
         return await self.store.cancel(namespace, task_id, self.clock.now_ms())
 
     async def redrive(self, namespace: str, task_id: str) -> Task:
-        return await self.store.redrive(namespace, task_id, self.clock.now_ms())
+        shard = shard_of(namespace, task_id, self.store.shard_count)
+        due = self.guard.place_due(shard, self.clock.now_ms())
+        async with self.guard.watching([(namespace, task_id)]):
+            redriven = await self.store.redrive(namespace, task_id, due)
+        [task] = await self.guard.confirm([redriven])
+        return task
 
     async def record_result(self, report: RunReport) -> RunRecord:
         """Append the run to the history, then move the task on (success, retry or dead
@@ -111,9 +133,15 @@ class Lifecycle:
             await self.queue.publish_dead_letter(delivery, report.error_type, report.error_message)
         # A task that is gone (its store was reset) still leaves its run on record.
         with contextlib.suppress(NotFound):
-            task = await self.store.finish_attempt(
-                e.namespace, e.task_id, e.attempt, transition, now
-            )
+            async with self.guard.watching([(e.namespace, e.task_id)]):
+                task = await self.store.finish_attempt(
+                    e.namespace, e.task_id, e.attempt, transition, now
+                )
+            if task is None:
+                # A repeated report: if the first one's retry landed late, it is moved now.
+                await self.guard.confirm([await self.store.get(e.namespace, e.task_id)])
+            elif task.state is TaskState.SCHEDULED:
+                await self.guard.confirm([task])
             if task is not None and task.schedule_id and self._schedules is not None:
                 await self._schedules.occurrence_finished(task)
         if isinstance(transition, Retry):
@@ -139,4 +167,5 @@ class Lifecycle:
             delay = min(report.retry_after_ms, self.limits.max_backoff_ms)
         else:
             delay = retry_delay_ms(task.retry, report.entry.attempt, self._rng)
-        return RunStatus.FAILED, Retry(now + delay, etype, emsg)
+        due = self.guard.place_due(task.shard, now + delay)
+        return RunStatus.FAILED, Retry(due, etype, emsg)

@@ -56,6 +56,8 @@ async def run_dispatcher(
     await ownership.start()
     try:
         stepper = ScheduleStepper(schedules, store, history, telemetry)
+        grace_s = settings.late_write_grace_ms // 1000
+        dispatch = dispatch or DispatchSettings(late_write_grace_s=grace_s)
         dispatcher = Dispatcher(
             store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
             schedules=stepper,

@@ -141,6 +141,9 @@ class DueEntry:
     trace_context: Mapping[str, str] = field(default_factory=dict)
     # Set on a schedule's occurrence tasks and on its tick (see ``tikk.schedule``).
     schedule_id: str = ""
+    # The queue accepted this row's delivery (recorded after the fact, best effort): an owner
+    # taking the shard over need not send it again.
+    handed_off: bool = False
 
     @property
     def is_tick(self) -> bool:
@@ -163,6 +166,16 @@ class DueEntry:
     @property
     def idempotency_key(self) -> str:
         return occurrence_key(self.namespace, self.schedule_id or self.task_id, self.scheduled_ms)
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What ``TaskStore.mark_dispatched`` lets through: the rows to publish, and how many of
+    them were DISPATCHED already (a delivery of them may exist: publishing is a possible
+    duplicate, counted so failovers show what they cost)."""
+
+    entries: list[DueEntry]
+    resent: int = 0
 
 
 @dataclass(frozen=True)

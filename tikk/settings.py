@@ -48,6 +48,9 @@ class Settings:
     listen: str = "127.0.0.1:7070"
     # How long a worker holds a message before it is handed to another worker.
     visibility_timeout_ms: int = 60_000
+    # A due row written less than this long after its due time is still fired; the server
+    # re-places rows it wrote later than half of it (see ``server.late_writes``).
+    late_write_grace_ms: int = 5_000
     limits: Limits = field(default_factory=Limits)
 
 

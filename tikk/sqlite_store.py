@@ -10,6 +10,7 @@ from typing import Any
 from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second, second_of, task_key
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, TikkError
 from tikk.model import (
+    Claimed,
     Cursor,
     DueEntry,
     Page,
@@ -21,7 +22,7 @@ from tikk.model import (
 )
 from tikk.paging import decode_token, encode_token
 from tikk.sqlite_runner import SqliteRunner, Transaction
-from tikk.store import DUE_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS
+from tikk.store import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -69,6 +70,7 @@ CREATE TABLE IF NOT EXISTS due (
     scheduled_ms INTEGER NOT NULL,
     trace_context TEXT NOT NULL DEFAULT '{}',
     schedule_id TEXT NOT NULL DEFAULT '',
+    handed_off_ms INTEGER,
     PRIMARY KEY (shard, minute, second, task_key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS cursors (
@@ -88,12 +90,13 @@ ADDED_COLUMNS = {
     "due": {
         "trace_context": "TEXT NOT NULL DEFAULT '{}'",
         "schedule_id": "TEXT NOT NULL DEFAULT ''",
+        "handed_off_ms": "INTEGER",
     },
 }
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
 _TASK_MARKS = ",".join("?" * len(TASK_COLUMNS))
-_DUE_COLUMNS = ", ".join(DUE_COLUMNS)
+_DUE_COLUMNS = ", ".join(DUE_READ_COLUMNS)
 
 
 def _task_row(t: Task) -> tuple[object, ...]:
@@ -126,13 +129,14 @@ def _task_from_row(row: Any) -> Task:
 
 def _entry_from_row(row: Any) -> DueEntry:
     (shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched, trace,
-     schedule_id) = row  # fmt: skip
+     schedule_id, handed_off_ms) = row  # fmt: skip
     return DueEntry(
         shard=int(shard), due_ms=int(due_ms), namespace=str(ns), task_id=str(tid),
         attempt=int(attempt), queue=str(queue), handler=str(handler),
         payload=bytes(payload), labels=json.loads(str(labels)),
         max_attempts=int(max_att), scheduled_ms=int(sched),
         trace_context=json.loads(str(trace)), schedule_id=str(schedule_id),
+        handed_off=handed_off_ms == due_ms,
     )  # fmt: skip
 
 
@@ -208,10 +212,7 @@ class SqliteTaskStore:
                 (str(self._shard_count),),
             )
             stored = conn.execute("SELECT value FROM store_meta WHERE key='shard_count'").fetchone()
-            if int(stored[0]) != self._shard_count:
-                raise FailedPrecondition(
-                    f"store was created with {stored[0]} shards, configured {self._shard_count}"
-                )
+            check_shard_count(int(stored[0]), self._shard_count)
 
         await self._db.run(work)
 
@@ -313,25 +314,37 @@ class SqliteTaskStore:
         rows = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
         return [_entry_from_row(r) for r in rows]
 
-    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> list[DueEntry]:
-        def work(conn: sqlite3.Connection) -> list[DueEntry]:
+    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> Claimed:
+        def work(conn: sqlite3.Connection) -> Claimed:
             ok: list[DueEntry] = []
+            resent = 0
             with Transaction(conn):
                 for e in entries:
-                    cur = conn.execute(
-                        "UPDATE tasks SET state=?, updated_ms=? WHERE namespace=? AND task_id=?"
-                        " AND attempt=? AND due_ms=? AND state IN (?, ?)",
-                        (
-                            int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id,
-                            e.attempt, e.due_ms, int(TaskState.SCHEDULED),
-                            int(TaskState.DISPATCHED),
-                        ),
-                    )  # fmt: skip
-                    if cur.rowcount == 1:
-                        ok.append(e)
-            return ok
+                    for state in (TaskState.SCHEDULED, TaskState.DISPATCHED):
+                        if _claim(conn, e, state, now_ms):
+                            ok.append(e)
+                            resent += state is TaskState.DISPATCHED
+                            break
+            return Claimed(ok, resent)
 
         return await self._db.run(work)
+
+    async def mark_handed_off(self, entries: Sequence[DueEntry], now_ms: int) -> None:
+        rows = [
+            (e.due_ms, e.shard, minute_of_second(e.second), e.second, e.key, e.due_ms)
+            for e in entries
+        ]
+
+        def work(conn: sqlite3.Connection) -> None:
+            with Transaction(conn):
+                conn.executemany(
+                    "UPDATE due SET handed_off_ms=? WHERE shard=? AND minute=? AND second=?"
+                    " AND task_key=? AND due_ms=?",
+                    rows,
+                )
+
+        if rows:
+            await self._db.run(work)
 
     async def finish_attempt(
         self, namespace: str, task_id: str, attempt: int, transition: Transition, now_ms: int
@@ -366,6 +379,32 @@ class SqliteTaskStore:
 
         return await self._db.run(work)
 
+    async def move_due(
+        self, namespace: str, task_id: str, *, attempt: int, due_ms: int, to_ms: int, now_ms: int
+    ) -> Task | None:
+        def work(conn: sqlite3.Connection) -> Task | None:
+            with Transaction(conn):
+                task = _fetch_task(conn, namespace, task_id)
+                if (task.state, task.attempt, task.due_ms) != (
+                    TaskState.SCHEDULED,
+                    attempt,
+                    due_ms,
+                ):
+                    return None
+                moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
+                _delete_due(conn, task)
+                _save_task(conn, moved)
+                _insert_due(conn, moved.entry())
+                return moved
+
+        return await self._db.run(work)
+
+    async def get_cursors(self) -> dict[int, Cursor]:
+        rows = await self._db.run(
+            lambda conn: conn.execute("SELECT shard, second, epoch FROM cursors").fetchall()
+        )
+        return {int(shard): Cursor(int(second), int(epoch)) for shard, second, epoch in rows}
+
     async def get_cursor(self, shard: int) -> Cursor:
         row = await self._db.run(
             lambda conn: conn.execute(
@@ -387,6 +426,17 @@ class SqliteTaskStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+def _claim(conn: sqlite3.Connection, e: DueEntry, state: TaskState, now_ms: int) -> bool:
+    """Move the entry's task from ``state`` to DISPATCHED if it is still at that attempt."""
+    cur = conn.execute(
+        "UPDATE tasks SET state=?, updated_ms=? WHERE namespace=? AND task_id=? AND attempt=?"
+        " AND due_ms=? AND state=?",
+        (int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id, e.attempt, e.due_ms,
+         int(state)),
+    )  # fmt: skip
+    return cur.rowcount == 1
 
 
 def _move_cursor(conn: sqlite3.Connection, shard: int, move: Cursor) -> bool:

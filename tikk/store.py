@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
-from tikk.errors import StaleOwner, TikkError
-from tikk.model import Cursor, DueEntry, Page, Task, TaskState, Transition
+from tikk.errors import FailedPrecondition, StaleOwner, TikkError
+from tikk.model import Claimed, Cursor, DueEntry, Page, Task, TaskState, Transition
 
 # Column order of the task table and of a due-index read, shared by the SQLite and Cassandra
 # backends so that a field added to the model is added to both in one place.
@@ -27,6 +27,11 @@ DUE_COLUMNS = (
 )  # fmt: skip
 # Written to a due-index row: its key columns, then what a read returns.
 DUE_WRITE_COLUMNS = ("minute", "second", "task_key", *DUE_COLUMNS)
+# What a due-index read returns: the written columns, then the due time of the delivery the
+# queue accepted (``mark_handed_off``), which marks the row handed off while it equals due_ms.
+# A row written again into the same second keeps a stale value there, so it reads as not
+# handed off; that is why the mark is a due time and not a flag.
+DUE_READ_COLUMNS = (*DUE_COLUMNS, "handed_off_ms")
 
 
 class TaskStore(Protocol):
@@ -35,6 +40,12 @@ class TaskStore(Protocol):
     @property
     def shard_count(self) -> int:
         """Number of shards of this deployment; fixed once tasks exist."""
+        ...
+
+    async def check_shard_count(self) -> None:
+        """Record ``shard_count`` with the data if none is recorded yet; raise
+        ``FailedPrecondition`` naming both numbers if the data was created with another (a
+        process started with a different count would strand tasks in shards nobody reads)."""
         ...
 
     async def create(self, task: Task) -> tuple[Task, bool]:
@@ -94,12 +105,19 @@ class TaskStore(Protocol):
         """
         ...
 
-    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> list[DueEntry]:
+    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> Claimed:
         """Move each entry's task to DISPATCHED and return the entries that may be published:
         those whose task is still at that attempt and due time and is SCHEDULED or already
-        DISPATCHED (re-publishing after a crash is allowed: at-least-once). Cancelled,
-        finished or rescheduled tasks are left out.
+        DISPATCHED (re-publishing after a crash is allowed: at-least-once; those are counted
+        in ``resent``). Cancelled, finished or rescheduled tasks are left out.
         """
+        ...
+
+    async def mark_handed_off(self, entries: Sequence[DueEntry], now_ms: int) -> None:
+        """Record that the queue accepted these rows' deliveries: a later ``read_due`` returns
+        them with ``handed_off`` set, so a new owner does not send them again. A row written
+        again (a retry into the same second) starts without the mark. Idempotent; a lost
+        mark only costs a duplicate delivery."""
         ...
 
     async def finish_attempt(
@@ -116,6 +134,20 @@ class TaskStore(Protocol):
     async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
         """Schedule a dead-lettered task again at ``now_ms`` with attempt 1 of a fresh
         occurrence. Raises ``NotFound`` or ``FailedPrecondition`` if not dead-lettered."""
+        ...
+
+    async def move_due(
+        self, namespace: str, task_id: str, *, attempt: int, due_ms: int, to_ms: int, now_ms: int
+    ) -> Task | None:
+        """Move a SCHEDULED task's pending attempt from ``due_ms`` to the later ``to_ms`` (its
+        due-index row with it), for a write that may have landed behind a cursor. Returns the
+        moved task, or ``None`` if the task is no longer SCHEDULED at that attempt and due
+        time (a dispatcher took it: nothing to move). A dispatcher racing the move may send
+        the task twice, never not at all. Raises ``NotFound``."""
+        ...
+
+    async def get_cursors(self) -> dict[int, Cursor]:
+        """Every shard's dispatch cursor that was ever written, in one read."""
         ...
 
     async def get_cursor(self, shard: int) -> Cursor:
@@ -139,3 +171,12 @@ async def advance_cursor(store: TaskStore, shard: int, second: int, epoch: int) 
     """``advance_cursors`` for one shard; raises ``StaleOwner`` if refused."""
     if await store.advance_cursors({shard: Cursor(second, epoch)}):
         raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")
+
+
+def check_shard_count(stored: int, configured: int) -> None:
+    """Raise ``FailedPrecondition`` if the recorded shard count is not the configured one."""
+    if stored != configured:
+        raise FailedPrecondition(
+            f"the task store was created with {stored} shards, but this process is configured "
+            f"with {configured} (--shards {stored} is required)"
+        )

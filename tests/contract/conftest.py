@@ -56,6 +56,23 @@ async def store(
     await backend.close()
 
 
+Reopen = Callable[[int], Awaitable[TaskStore]]
+
+
+@pytest.fixture
+def reopen(store: TaskStore, tmp_path: Path, keyspace: TestKeyspace) -> Reopen:
+    """Open the ``store`` fixture's data again, as a second process would, with a shard count."""
+
+    async def again(shard_count: int) -> TaskStore:
+        if isinstance(store, SqliteTaskStore):
+            return SqliteTaskStore(str(tmp_path / "tikk.db"), shard_count)
+        other = CassandraTaskStore(keyspace.url(), shard_count)
+        await other.connect()
+        return other
+
+    return again
+
+
 @dataclass
 class ScheduleBackend:
     """A schedule store and the task store of the same database."""

@@ -134,7 +134,7 @@ async def test_step_leaves_an_existing_task_alone(schedule_backend: ScheduleBack
     stored, _ = await b.schedules.create(make_schedule("s1"))
     task = stored.occurrence_task(T0 + 40_000, T0 + 40_000, T0 + 40_000)
     await b.tasks.create(task)
-    [marked] = await b.tasks.mark_dispatched([task.entry()], T0 + 40_000)
+    [marked] = (await b.tasks.mark_dispatched([task.entry()], T0 + 40_000)).entries
     assert marked.task_id == task.task_id
     assert await b.schedules.step(stored.evolve(runs=1), 1, [task])
     assert (await b.tasks.get("default", task.task_id)).state is TaskState.DISPATCHED

@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from tests.contract.conftest import Reopen
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
@@ -141,11 +142,35 @@ async def test_mark_dispatched_filters_cancelled_and_allows_resend(store: TaskSt
     await store.create_many([a, b])
     await store.cancel("default", "b", T0)
     ok = await store.mark_dispatched([a.entry(), b.entry()], T0 + 10_000)
-    assert [e.task_id for e in ok] == ["a"]
+    assert ([e.task_id for e in ok.entries], ok.resent) == (["a"], 0)
     assert (await store.get("default", "a")).state is TaskState.DISPATCHED
-    # After a crash the same row is published again (at-least-once).
+    # After a crash the same row is published again (at-least-once), counted as a resend.
     again = await store.mark_dispatched([a.entry()], T0 + 10_500)
-    assert [e.task_id for e in again] == ["a"]
+    assert ([e.task_id for e in again.entries], again.resent) == (["a"], 1)
+
+
+async def test_a_handed_off_row_reads_as_handed_off(store: TaskStore) -> None:
+    a, b = make_task("a"), make_task("b", due_ms=T0 + 10_000)
+    await store.create_many([a, b])
+    claimed = await store.mark_dispatched([a.entry(), b.entry()], a.due_ms)
+    await store.mark_handed_off([e for e in claimed.entries if e.task_id == "a"], a.due_ms)
+    rows = await store.read_due(a.shard, START, second_of(b.due_ms), 100)
+    if b.shard != a.shard:
+        rows += await store.read_due(b.shard, START, second_of(b.due_ms), 100)
+    assert {r.task_id: r.handed_off for r in rows} == {"a": True, "b": False}
+
+
+async def test_a_retry_written_into_the_same_second_is_not_handed_off(store: TaskStore) -> None:
+    # The mark belongs to one delivery: the next attempt's row, even in the same second
+    # (overwriting the row), must be sent.
+    a = make_task("a", due_ms=T0 + 10_000)
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], a.due_ms)
+    retry_at = a.due_ms + 300  # the same second
+    await store.finish_attempt("default", "a", 1, Retry(retry_at, "E", "m"), a.due_ms + 10)
+    await store.mark_handed_off([a.entry()], a.due_ms + 20)  # a late mark of attempt 1
+    rows = await store.read_due(a.shard, START, second_of(retry_at), 100)
+    assert [(r.attempt, r.handed_off) for r in rows] == [(2, False)]
 
 
 async def test_finish_attempt_success(store: TaskStore) -> None:
@@ -170,7 +195,7 @@ async def test_finish_attempt_retry_writes_future_bucket(store: TaskStore) -> No
     rows = await store.read_due(a.shard, (second_of(a.due_ms), "~"), second_of(retry_at), 10)
     assert [(r.task_id, r.attempt, r.due_ms) for r in rows] == [("a", 2, retry_at)]
     # The old attempt can no longer be marked.
-    assert await store.mark_dispatched([a.entry()], retry_at) == []
+    assert (await store.mark_dispatched([a.entry()], retry_at)).entries == []
 
 
 async def test_finish_attempt_dead_letter_and_redrive(store: TaskStore) -> None:
@@ -255,3 +280,36 @@ async def test_create_many_with_fresh_ids_stores_task_and_due_row(store: TaskSto
     for shard in range(store.shard_count):
         found += await store.read_due(shard, START, second_of(T0 + 2_000), 100)
     assert sorted(e.task_id for e in found) == sorted(t.task_id for t in tasks)
+
+
+async def test_move_due_moves_a_scheduled_attempt_and_nothing_else(store: TaskStore) -> None:
+    a, b = make_task("a"), make_task("b")
+    await store.create_many([a, b])
+    later = a.due_ms + 7_000
+    moved = await store.move_due("default", "a", attempt=1, due_ms=a.due_ms, to_ms=later,
+                                 now_ms=T0 + 1)  # fmt: skip
+    assert moved is not None and (moved.due_ms, moved.scheduled_ms) == (later, a.scheduled_ms)
+    assert [e.due_ms for e in await store.read_due(a.shard, START, second_of(later), 10)
+            if e.task_id == "a"] == [later]  # fmt: skip
+    # A task a dispatcher already took is left where it is.
+    await store.mark_dispatched([b.entry()], b.due_ms)
+    assert await store.move_due("default", "b", attempt=1, due_ms=b.due_ms, to_ms=later,
+                                now_ms=T0 + 2) is None  # fmt: skip
+
+
+async def test_cursors_are_read_together(store: TaskStore) -> None:
+    await store.advance_cursors({1: Cursor(100, 7), 3: Cursor(200, 7)})
+    assert await store.get_cursors() == {1: Cursor(100, 7), 3: Cursor(200, 7)}
+
+
+async def test_the_shard_count_is_kept_with_the_data(store: TaskStore, reopen: Reopen) -> None:
+    await store.check_shard_count()
+    await store.check_shard_count()  # the same count again is fine
+    other = await reopen(store.shard_count * 2)
+    try:
+        with pytest.raises(
+            FailedPrecondition, match=rf"{store.shard_count}.*{store.shard_count * 2}"
+        ):
+            await other.check_shard_count()
+    finally:
+        await other.close()

@@ -15,7 +15,7 @@ from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock
 from tikk.errors import BackendUnavailable
-from tikk.model import Delivery, DueEntry
+from tikk.model import Delivery, DueEntry, TaskState
 from tikk.sqlite_store import SqliteTaskStore
 from worker_sdk.local_queue import LocalQueueConsumer
 
@@ -29,9 +29,10 @@ class SwitchableQueue(LocalReadyQueue):
     """The embedded queue, with a switch that makes publishing fail like an outage."""
 
     failing = False
+    refused: frozenset[str] = frozenset()
 
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
-        if self.failing:
+        if self.failing or any(d.entry.queue in self.refused for d in deliveries):
             raise BackendUnavailable("queue outage")
         await super().publish(deliveries)
 
@@ -110,18 +111,22 @@ async def test_cursor_moves_only_after_the_queue_acknowledged(rig: Rig) -> None:
     d = rig.dispatcher()
     rig.queue.failing = True
     for now in range(T0, T0 + 20_000, 500):
-        with pytest.raises(BackendUnavailable):
-            await d.tick(now + 1_000)
+        await d.tick(now + 1_000)  # a queue outage is that queue's problem, not the tick's
+    assert d.stats.publish_failures >= 5  # retried with backoff, not on every tick
+    assert d.stats.publish_failures <= 12
     # Far past the grace period, yet the cursor waits for the unacknowledged row.
     assert (await rig.store.get_cursor(task.shard)).second < second_of(task.due_ms)
     rig.queue.failing = False
-    await d.tick(T0 + 21_000)
-    assert await rig.published() == [("a", T0 + 21_000)]
-    await d.tick(T0 + 30_000)
+    sent: list[tuple[str, int]] = []
+    for now in range(T0 + 21_000, T0 + 40_000, 100):
+        await d.tick(now)
+        sent += await rig.published()
+    assert [t for t, _ in sent] == ["a"]
+    assert sent[0][1] <= T0 + 21_000 + SETTINGS.max_queue_backoff_ms
     assert (await rig.store.get_cursor(task.shard)).second >= second_of(task.due_ms)
 
 
-async def test_a_restarted_dispatcher_resends_what_was_not_behind_the_cursor(rig: Rig) -> None:
+async def test_a_new_owner_does_not_resend_what_the_queue_accepted(rig: Rig) -> None:
     task = make_task("a", due_ms=T0 + 1_000, shard_count=SHARDS)
     await rig.store.create(task)
     first = rig.dispatcher(epoch=1)
@@ -129,8 +134,24 @@ async def test_a_restarted_dispatcher_resends_what_was_not_behind_the_cursor(rig
     assert [t for t, _ in await rig.published()] == ["a"]
     # `first` dies before its cursor passes the row (it trails by the grace period).
     second = rig.dispatcher(epoch=2)
+    for now in range(T0 + 1_500, T0 + 12_000, 100):
+        await second.tick(now)
+    assert await rig.published() == []
+    assert (second.stats.handed_off_skipped, second.stats.resent) == (1, 0)
+
+
+async def test_a_new_owner_resends_what_was_in_flight_and_counts_it(rig: Rig) -> None:
+    task = make_task("a", due_ms=T0 + 1_000, shard_count=SHARDS)
+    await rig.store.create(task)
+    first = rig.dispatcher(epoch=1)
+    rig.queue.failing = True  # claimed in the store, never accepted by the queue
+    await first.tick(T0 + 1_000)
+    assert (await rig.store.get("default", "a")).state is TaskState.DISPATCHED
+    rig.queue.failing = False
+    second = rig.dispatcher(epoch=2)
     await second.tick(T0 + 1_500)
-    assert [t for t, _ in await rig.published()] == ["a"]  # at-least-once: a duplicate
+    assert [t for t, _ in await rig.published()] == ["a"]  # at-least-once
+    assert second.stats.resent == 1
 
 
 async def test_cancelled_task_is_not_fired_even_when_held(rig: Rig) -> None:
@@ -210,3 +231,29 @@ async def test_older_owner_is_fenced_and_stops_moving_the_cursor(rig: Rig) -> No
     assert old._shards == {}  # every shard was refused: it stops acting on them
     cursor = await rig.store.get_cursor(0)
     assert cursor.epoch == 2
+
+
+async def test_a_queue_that_refuses_deliveries_holds_back_no_other_queue(rig: Rig) -> None:
+    good = [make_task(f"g{i}", due_ms=T0 + 1_000 + i, shard_count=SHARDS) for i in range(20)]
+    bad = [
+        make_task(f"b{i}", due_ms=T0 + 1_000 + i, queue="bad", shard_count=SHARDS)
+        for i in range(20)
+    ]
+    await rig.store.create_many(good + bad)
+    rig.queue.refused = frozenset({"bad"})
+    d = rig.dispatcher()
+    sent: list[tuple[str, int]] = []
+    for now in range(T0, T0 + 15_000, 100):
+        await d.tick(now)
+        sent += await rig.published()
+    assert sorted(t for t, _ in sent) == sorted(t.task_id for t in good)
+    assert all(fired < T0 + 1_200 for _, fired in sent)  # on time despite the bad queue
+    rig.queue.refused = frozenset()
+    bad_consumer = LocalQueueConsumer(str(rig.tmp / "queue.db"), ["bad"], 60_000)
+    try:
+        for now in range(T0 + 15_000, T0 + 40_000, 100):
+            await d.tick(now)
+        later = await bad_consumer.fetch(100)
+        assert sorted(m.delivery.task_id for m in later) == sorted(t.task_id for t in bad)
+    finally:
+        await bad_consumer.close()
