@@ -32,6 +32,11 @@ async def open_store(settings: Settings) -> TaskStore:
 
         cstore = CassandraTaskStore(settings.store_url, settings.shard_count)
         await cstore.connect()
+        try:
+            await cstore.check_shard_count()
+        except BaseException:
+            await cstore.close()
+            raise
         return cstore
     raise InvalidArgument(
         "store_url", f"unsupported task store {scheme!r} (known: sqlite, cassandra)"
@@ -78,7 +83,7 @@ def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
     the shards' cursors at ``now_ms`` (blocking). SQLite files create their tables when
     opened. Returns the steps applied."""
     from history.cassandra import HISTORY_MIGRATIONS
-    from tikk.cassandra_schema import STORE_MIGRATIONS, init_cursors
+    from tikk.cassandra_schema import STORE_MIGRATIONS, init_cursors, record_shard_count
     from tikk.cassandra_schema import migrate as run_migrations
     from tikk.cassandra_session import CassandraConfig, CassandraSession
 
@@ -92,6 +97,7 @@ def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
         try:
             done = run_migrations(session, steps, replication)
             if steps is STORE_MIGRATIONS:
+                record_shard_count(session, settings.shard_count)
                 created = init_cursors(session, settings.shard_count, now_ms // 1000)
                 applied += [f"cursors of {created} new shard(s)"] if created else []
         finally:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tikk.cassandra_session import CassandraSession
+from tikk.store import check_shard_count
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,16 @@ STORE_MIGRATIONS = [
             namespace text, shard int, schedule_id text,
             PRIMARY KEY ((namespace, shard), schedule_id))""",
     ]),
+    Migration("store", 5, "hand-off marks, interrupted creates, store settings", [
+        # The due time of the delivery the queue accepted (tikk.store.DUE_READ_COLUMNS).
+        "ALTER TABLE due_index ADD IF NOT EXISTS handed_off_ms bigint",
+        # A create with a client id marks its first write pending and its second done; a
+        # task with only the first mark is invisible (tikk.cassandra_store.CREATE_TASK).
+        "ALTER TABLE tasks ADD IF NOT EXISTS create_pending boolean",
+        "ALTER TABLE tasks ADD IF NOT EXISTS create_done boolean",
+        # Settings fixed for the life of the data, such as the shard count.
+        """CREATE TABLE IF NOT EXISTS store_meta (key text, value text, PRIMARY KEY (key))""",
+    ]),
 ]  # fmt: skip
 
 
@@ -134,6 +145,14 @@ def _qualified(statement: str, keyspace: str) -> str:
 
 
 INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, 0) IF NOT EXISTS"
+
+
+def record_shard_count(session: CassandraSession, shard_count: int) -> None:
+    """Store the shard count with the data, or check it against the one stored (blocking)."""
+    statement = session.prepare("INSERT INTO store_meta (key, value) VALUES (?, ?) IF NOT EXISTS")
+    row = session.session.execute(statement, ("shard_count", str(shard_count))).one()
+    if not row[0]:
+        check_shard_count(int(row.value), shard_count)
 
 
 def init_cursors(session: CassandraSession, shard_count: int, now_s: int) -> int:

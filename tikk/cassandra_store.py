@@ -7,9 +7,10 @@ FILTERING, no secondary indexes.
 
 Consistency without Paxos on the hot path: a task with a client-chosen id is created with a
 lightweight transaction (``IF NOT EXISTS``, which gives idempotent create and ALREADY_EXISTS)
-and then its due row; server-assigned ids are unique and go in one logged batch. If a
-process dies between the two writes of a client-id create, the RPC never returned OK, and the
-client's retry (same id, same content) rewrites the due row. Cancel is refused within
+and then its due row; server-assigned ids are unique and go in one logged batch. A create is
+whole or invisible: if a process dies between the two writes of a client-id create, the RPC
+never returned OK, the half-written task is not found by any read or listing, and the
+client's retry (same id, same content) completes it. Cancel is refused within
 ``cancel_fence_ms`` of the due time: the dispatcher checks the task row when it fires, and a
 cancel acknowledged at least that long before is visible to that read, whereas a closer one
 might race it without a consensus round per fire.
@@ -32,6 +33,7 @@ from tikk.errors import (
     TikkError,
 )
 from tikk.model import (
+    Claimed,
     Cursor,
     DueEntry,
     Page,
@@ -42,17 +44,38 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
-from tikk.store import DUE_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS
+from tikk.store import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
 
 _TASK_COLS = ", ".join(TASK_COLUMNS)
-_DUE_COLS = ", ".join(DUE_COLUMNS)
+_DUE_COLS = ", ".join(DUE_READ_COLUMNS)
 _MARKS = ", ".join("?" * len(TASK_COLUMNS))
 INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) USING TTL ?"
-CREATE_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) IF NOT EXISTS USING TTL ?"
-SELECT_TASK = f"SELECT {_TASK_COLS} FROM tasks WHERE namespace = ? AND task_id = ?"
+# A create with a client id writes the task row first (IF NOT EXISTS) marked create_pending,
+# then its due row, listing and create_done in one logged batch. A task that has the first
+# mark and not the second is invisible. Two cells written once each, rather than one flipped,
+# because a conditional write and a plain one on the same cell are ordered by their
+# timestamps, which come from different clocks.
+CREATE_TASK = (
+    f"INSERT INTO tasks ({_TASK_COLS}, create_pending) VALUES ({_MARKS}, true)"
+    " IF NOT EXISTS USING TTL ?"
+)
+COMPLETE_CREATE = (
+    "UPDATE tasks USING TTL ? SET create_done = true WHERE namespace = ? AND task_id = ?"
+)
+SELECT_TASK = (
+    f"SELECT {_TASK_COLS}, create_pending, create_done FROM tasks"
+    " WHERE namespace = ? AND task_id = ?"
+)
+SELECT_META = "SELECT value FROM store_meta WHERE key = ?"
+INIT_META = "INSERT INTO store_meta (key, value) VALUES (?, ?) IF NOT EXISTS"
 INSERT_DUE = (
     f"INSERT INTO due_index ({', '.join(DUE_WRITE_COLUMNS)})"
     f" VALUES ({', '.join('?' * len(DUE_WRITE_COLUMNS))}) USING TTL ?"
+)
+# Only the mark: an UPDATE writes no other cell, so it never revives a row's other columns.
+HAND_OFF = (
+    "UPDATE due_index USING TTL ? SET handed_off_ms = ?"
+    " WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
 )
 DELETE_DUE = "DELETE FROM due_index WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
 SELECT_DUE = (
@@ -127,6 +150,7 @@ def _entry_from_row(row: Any) -> DueEntry:
         payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
         max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
         trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
+        handed_off=row.handed_off_ms == row.due_ms,
     )  # fmt: skip
 
 
@@ -162,25 +186,30 @@ class CassandraTaskStore:
         return [(INSERT_TASK, [*_task_values(t), ttl]), _listing_write(t, ttl)]
 
     async def create(self, task: Task) -> tuple[Task, bool]:
-        now = task.created_ms
-        ttl = _ttl_after(task.due_ms, now, TASK_RETENTION_S)
+        ttl = _ttl_after(task.due_ms, task.created_ms, TASK_RETENTION_S)
         rows = await self._db.execute(CREATE_TASK, [*_task_values(task), ttl])
-        if rows and not rows[0][0]:
-            existing = _task_from_row(rows[0])
-            if existing.fingerprint != task.fingerprint:
-                raise AlreadyExists(
-                    f"task {task.task_id!r} already exists in namespace {task.namespace!r} "
-                    "with different content"
-                )
-            if existing.state is TaskState.SCHEDULED:
-                # Heals a create that died between its two writes (see module docstring).
-                await self._db.execute(INSERT_DUE, _due_values(existing.entry(), now))
-            return existing, False
-        await self._db.execute_batch(
-            [(INSERT_DUE, _due_values(task.entry(), now)),
-             _listing_write(task, ttl)]
-        )  # fmt: skip
-        return task, True
+        if not rows or rows[0][0]:
+            await self._complete_create(task, ttl)
+            return task, True
+        existing = _task_from_row(rows[0])
+        if existing.fingerprint != task.fingerprint:
+            half = " by a create that was interrupted" if _half_written(rows[0]) else ""
+            raise AlreadyExists(
+                f"task {task.task_id!r} already exists in namespace {task.namespace!r} with "
+                f"different content{half}"
+            )
+        if _half_written(rows[0]):
+            # The same create, retried after it died between its two writes: finish it.
+            await self._complete_create(existing, ttl)
+        return existing, False
+
+    async def _complete_create(self, task: Task, ttl: int) -> None:
+        """The second write of a create: due row, listing and the mark that makes it whole."""
+        await self._db.execute_batch([
+            (INSERT_DUE, _due_values(task.entry(), task.created_ms)),
+            _listing_write(task, ttl),
+            (COMPLETE_CREATE, [ttl, task.namespace, task.task_id]),
+        ])  # fmt: skip
 
     async def create_many(
         self, tasks: Sequence[Task], *, new_ids: bool = False
@@ -205,9 +234,14 @@ class CassandraTaskStore:
 
     async def get(self, namespace: str, task_id: str) -> Task:
         rows = await self._db.execute(SELECT_TASK, [namespace, task_id])
-        if not rows:
+        if not rows or _half_written(rows[0]):
             raise NotFound(f"task {task_id!r} not found in namespace {namespace!r}")
         return _task_from_row(rows[0])
+
+    async def check_shard_count(self) -> None:
+        rows = await self._db.execute(INIT_META, ["shard_count", str(self._shard_count)])
+        if rows and not rows[0][0]:
+            check_shard_count(int(rows[0].value), self._shard_count)
 
     async def cancel(self, namespace: str, task_id: str, now_ms: int) -> Task:
         task = await self.get(namespace, task_id)
@@ -294,15 +328,16 @@ class CassandraTaskStore:
                 SELECT_DUE,
                 [shard, minute, after_second, after_key, until_second + 1, "", limit - len(out)],
             )
-            out += [_entry_from_row(r) for r in rows]
+            # A row whose mark outlived it (TTL, delete) has no due time: not a row to fire.
+            out += [_entry_from_row(r) for r in rows if r.due_ms is not None]
             if len(out) >= limit:
                 break
         return out
 
-    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> list[DueEntry]:
+    async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> Claimed:
         limit = asyncio.Semaphore(_WINDOW)
 
-        async def one(e: DueEntry) -> DueEntry | None:
+        async def one(e: DueEntry) -> TaskState | None:
             async with limit:
                 rows = await self._db.execute(SELECT_TASK, [e.namespace, e.task_id])
                 if not rows:
@@ -315,10 +350,24 @@ class CassandraTaskStore:
                     await self._db.execute(
                         SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
                     )
-                return e
+                return TaskState(t.state)
 
-        results = await asyncio.gather(*(one(e) for e in entries))
-        return [e for e in results if e is not None]
+        states = await asyncio.gather(*(one(e) for e in entries))
+        ready = [e for e, state in zip(entries, states, strict=True) if state is not None]
+        return Claimed(ready, sum(state is TaskState.DISPATCHED for state in states))
+
+    async def mark_handed_off(self, entries: Sequence[DueEntry], now_ms: int) -> None:
+        # One unlogged batch per due-index partition: a single round trip for its rows.
+        partitions: dict[tuple[int, int], list[tuple[str, list[Any]]]] = {}
+        for e in entries:
+            minute = minute_of_second(e.second)
+            ttl = _ttl_after(e.due_ms, now_ms, DUE_RETENTION_S)
+            partitions.setdefault((e.shard, minute), []).append(
+                (HAND_OFF, [ttl, e.due_ms, e.shard, minute, e.second, e.key])
+            )
+        await asyncio.gather(
+            *(self._db.execute_batch(items, logged=False) for items in partitions.values())
+        )
 
     async def finish_attempt(
         self, namespace: str, task_id: str, attempt: int, transition: Transition, now_ms: int
@@ -367,6 +416,30 @@ class CassandraTaskStore:
         await self._db.execute_batch(writes)
         return again
 
+    async def move_due(
+        self, namespace: str, task_id: str, *, attempt: int, due_ms: int, to_ms: int, now_ms: int
+    ) -> Task | None:
+        task = await self.get(namespace, task_id)
+        if (task.state, task.attempt, task.due_ms) != (TaskState.SCHEDULED, attempt, due_ms):
+            return None
+        moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
+        second = second_of(due_ms)
+        old_row = [task.shard, minute_of_second(second), second, task_key(namespace, task_id)]
+        ttl = _ttl_after(to_ms, now_ms, TASK_RETENTION_S)
+        writes = [
+            (INSERT_TASK, [*_task_values(moved), ttl]),
+            (INSERT_DUE, _due_values(moved.entry(), now_ms)),
+        ]
+        if second_of(to_ms) != second:
+            # In one batch a delete of the same row would win over the insert (equal times).
+            writes.append((DELETE_DUE, old_row))
+        await self._db.execute_batch(writes)
+        return moved
+
+    async def get_cursors(self) -> dict[int, Cursor]:
+        rows = await self._db.execute(SELECT_CURSORS, [])
+        return {r.shard: Cursor(r.second, r.epoch) for r in rows}
+
     async def get_cursor(self, shard: int) -> Cursor:
         rows = await self._db.execute(SELECT_CURSOR, [shard])
         return Cursor(0, 0) if not rows else Cursor(rows[0].second, rows[0].epoch)
@@ -385,6 +458,11 @@ class CassandraTaskStore:
 
     async def close(self) -> None:
         await asyncio.to_thread(self._db.close)
+
+
+def _half_written(row: Any) -> bool:
+    """A task row whose create never finished its second write (see ``CREATE_TASK``)."""
+    return bool(row.create_pending) and not row.create_done
 
 
 def _still_dead(task: Task, listed_ms: int, queue: str) -> bool:

@@ -1,0 +1,60 @@
+"""Creates on Cassandra are whole or invisible: a create with a client id takes two writes (the
+task row under a lightweight transaction, then its due row and listing), and a process killed
+between them must not leave a task that lists as SCHEDULED but never runs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests.contract import cassandra_keyspace
+from tests.factories import T0, make_task
+from tikk.buckets import second_of
+from tikk.cassandra_store import CREATE_TASK, CassandraTaskStore, _task_values
+from tikk.errors import AlreadyExists, NotFound
+from tikk.model import TaskState
+
+SHARDS = 16
+
+
+@pytest.fixture
+async def cstore(keyspace: cassandra_keyspace.TestKeyspace) -> AsyncIterator[CassandraTaskStore]:
+    store = CassandraTaskStore(keyspace.fresh(), SHARDS)
+    await store.connect()
+    yield store
+    await store.close()
+
+
+async def first_write_only(store: CassandraTaskStore, name: str) -> None:
+    """What a server killed right after the first write of a create leaves behind."""
+    task = make_task(name, shard_count=SHARDS)
+    await store.session.execute(CREATE_TASK, [*_task_values(task), 86_400])
+
+
+async def test_a_half_written_create_is_invisible(cstore: CassandraTaskStore) -> None:
+    await first_write_only(cstore, "half")
+    with pytest.raises(NotFound):
+        await cstore.get("default", "half")
+    page = await cstore.list_tasks("default", "q", None, 100, "")
+    assert [t.task_id for t in page.items] == []
+    with pytest.raises(NotFound):
+        await cstore.cancel("default", "half", T0)
+
+
+async def test_retrying_the_create_makes_it_whole_and_due(cstore: CassandraTaskStore) -> None:
+    await first_write_only(cstore, "half")
+    task = make_task("half", shard_count=SHARDS)
+    stored, _ = await cstore.create(task)
+    assert stored.state is TaskState.SCHEDULED
+    assert (await cstore.get("default", "half")).task_id == "half"
+    rows = await cstore.read_due(task.shard, (second_of(T0) - 60, ""), second_of(task.due_ms), 10)
+    assert [r.task_id for r in rows] == ["half"]
+    page = await cstore.list_tasks("default", "q", TaskState.SCHEDULED, 100, "")
+    assert [t.task_id for t in page.items] == ["half"]
+
+
+async def test_other_content_for_a_half_written_id_is_refused(cstore: CassandraTaskStore) -> None:
+    await first_write_only(cstore, "half")
+    with pytest.raises(AlreadyExists, match="interrupted"):
+        await cstore.create(make_task("half", payload=b"other", shard_count=SHARDS))
