@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from tikk.errors import InvalidArgument
+from tikk.errors import InvalidArgument, TikkError
 from tikk.settings import Settings, embedded_urls
 from tikk.telemetry import Providers, open_telemetry
 from tikk.timestamps import to_duration, to_timestamp
@@ -125,8 +125,17 @@ def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
             telemetry=telemetry,
         )  # fmt: skip
 
+    return _run_process(args.command, main, telemetry)
+
+
+def _run_process(name: str, main: Callable[[], Any], telemetry: Any) -> int:
+    """Run a long-lived process; a refusal at start-up (a store created with another shard
+    count, say) is one clear line and exit code 1, not a traceback."""
     try:
         asyncio.run(main())
+    except TikkError as exc:
+        print(f"tikk {name}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     finally:
         telemetry.shutdown()
     return EXIT_OK
@@ -151,11 +160,7 @@ def _run_dispatcher(args: argparse.Namespace) -> int:
         print("tikk dispatcher running", flush=True)
         await run_dispatcher(_settings(args), stop, telemetry=telemetry)
 
-    try:
-        asyncio.run(main())
-    finally:
-        telemetry.shutdown()
-    return EXIT_OK
+    return _run_process("dispatcher", main, telemetry)
 
 
 def _run_worker(args: argparse.Namespace) -> int:
@@ -166,6 +171,19 @@ def _run_worker(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_IMPORT
+
+    def seconds(ms: int | None) -> float | None:
+        return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
+
+    try:
+        worker.set_failover(
+            session_timeout_s=seconds(args.session_timeout),
+            heartbeat_interval_s=seconds(args.heartbeat_interval),
+            report_timeout_s=seconds(args.report_timeout),
+        )
+    except ValueError as exc:
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
     telemetry = open_telemetry(args.otel, "tikk-worker")
     _trace_worker(worker, telemetry.providers)
@@ -188,7 +206,11 @@ def _run_migrate(args: argparse.Namespace) -> int:
     from server.wiring import migrate
     from tikk.clock import SystemClock
 
-    applied = migrate(_settings(args), args.replication, SystemClock().now_ms())
+    try:
+        applied = migrate(_settings(args), args.replication, SystemClock().now_ms())
+    except TikkError as exc:
+        print(f"tikk migrate: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     for step in applied:
         print(f"applied {step}")
     print("schema is up to date" if not applied else f"{len(applied)} step(s) applied")
@@ -537,6 +559,20 @@ def _dead_redrive(args: argparse.Namespace, ch: grpc.Channel) -> None:
     _show(args, t, lambda: _task_line(t))
 
 
+def _queue_line(q: tasks_pb2.QueueInfo) -> str:
+    age = f"{q.oldest_waiting_age.ToMilliseconds() / 1000:.1f}s" if q.waiting else "-"
+    consumers = str(q.consumers) if q.HasField("consumers") else "?"
+    return f"{q.name:<32} {q.waiting:>9} {age:>10} {consumers:>9}"
+
+
+def _queues_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = tasks_pb2.ListQueuesRequest(page_size=args.limit, page_token=args.page_token)
+    resp = tasks_pb2_grpc.TaskServiceStub(ch).ListQueues(req, timeout=args.timeout)
+    header = f"{'queue':<32} {'waiting':>9} {'oldest':>10} {'consumers':>9}"
+    lines = [header, *(_queue_line(q) for q in resp.queues)] if resp.queues else []
+    _show(args, resp, lambda: _lines(lines, resp.next_page_token))
+
+
 def _client(action: Callable[[argparse.Namespace, grpc.Channel], None]) -> Callable[..., int]:
     def run(args: argparse.Namespace) -> int:
         with grpc.insecure_channel(args.server) as channel:
@@ -630,6 +666,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="MODULE:ATTR")
     p.add_argument("--server", default=DEFAULT_SERVER)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    p.add_argument(
+        "--session-timeout",
+        type=parse_duration_ms,
+        metavar="DURATION",
+        help="Kafka consumer-group session: a killed worker's partitions move after about "
+        "this long (default 6s, the brokers' minimum)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=parse_duration_ms,
+        metavar="DURATION",
+        help="Kafka consumer-group heartbeat, under a third of the session (default 1s)",
+    )
+    p.add_argument(
+        "--report-timeout",
+        type=parse_duration_ms,
+        metavar="DURATION",
+        help="results unacknowledged this long: stop consuming so others take over, "
+        "resume when the server acknowledges again (default 15s)",
+    )
     _otel_option(p)
     p.set_defaults(func=_run_worker)
 
@@ -670,6 +726,7 @@ def build_parser() -> argparse.ArgumentParser:
     _run_commands(sub.add_parser("runs", help="run history"))
     _schedule_commands(sub.add_parser("schedule", help="recurring schedules"))
     _dead_commands(sub.add_parser("dead-letters", help="dead-lettered tasks"))
+    _queue_commands(sub.add_parser("queues", help="ready queues and what waits in them"))
     return parser
 
 
@@ -809,6 +866,16 @@ def _dead_commands(parent: argparse.ArgumentParser) -> None:
     _client_options(p)
     p.add_argument("id")
     p.set_defaults(func=_client(_dead_redrive))
+
+
+def _queue_commands(parent: argparse.ArgumentParser) -> None:
+    sub = parent.add_subparsers(dest="action", required=True)
+    p = sub.add_parser(
+        "list", help="every queue the server knows of: tasks waiting, oldest age, consumers"
+    )
+    _client_options(p)
+    _paging(p)
+    p.set_defaults(func=_client(_queues_list))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
