@@ -156,14 +156,18 @@ def record_shard_count(session: CassandraSession, shard_count: int) -> None:
 
 
 def init_cursors(session: CassandraSession, shard_count: int, now_s: int) -> int:
-    """Start every shard's cursor just before ``now_s`` (blocking; existing cursors are kept).
+    """Start every shard's cursor a minute before ``now_s`` (blocking; existing cursors are
+    kept).
 
     Nothing can be due before the store accepted it, and a scan from second 0 would walk
-    every minute bucket since 1970. Returns how many cursors were created.
+    every minute bucket since 1970. A minute back rather than a second: a running
+    dispatcher's cursor trails its clock by the late-write grace, and a fresh one that did
+    not would look to the servers like a dispatcher clock running ahead of theirs
+    (``server.late_writes``). Returns how many cursors were created.
     """
     statement = session.prepare(INIT_CURSOR)
     created = 0
     for shard in range(shard_count):
-        row = session.session.execute(statement, (shard, now_s - 1)).one()
+        row = session.session.execute(statement, (shard, now_s - 60)).one()
         created += bool(row[0])
     return created

@@ -66,6 +66,15 @@ SELECT_TASK = (
     f"SELECT {_TASK_COLS}, create_pending, create_done FROM tasks"
     " WHERE namespace = ? AND task_id = ?"
 )
+# Moving a task on (a finished attempt, a moved due time) is conditional on the state it was
+# read in: two reports of one run, or a report racing a dispatcher, must not overwrite each
+# other's progress (a read-then-write would let a late duplicate set a dispatched attempt
+# back to scheduled). All of the row is rewritten so every cell gets the new TTL.
+_SETTABLE = [c for c in TASK_COLUMNS if c not in ("namespace", "task_id")]
+UPDATE_TASK_IF = (
+    f"UPDATE tasks USING TTL ? SET {', '.join(f'{c} = ?' for c in _SETTABLE)}"
+    " WHERE namespace = ? AND task_id = ? IF state = ? AND attempt = ? AND due_ms = ?"
+)
 SELECT_META = "SELECT value FROM store_meta WHERE key = ?"
 INIT_META = "INSERT INTO store_meta (key, value) VALUES (?, ?) IF NOT EXISTS"
 INSERT_DUE = (
@@ -374,33 +383,42 @@ class CassandraTaskStore:
     ) -> Task | None:
         task = await self.get(namespace, task_id)
         if task.state is not TaskState.DISPATCHED or task.attempt != attempt:
+            await self._heal_finished(task, attempt, now_ms)
             return None
         updated = apply_transition(task, transition, now_ms)
-        ttl = _ttl_after(updated.due_ms, now_ms, TASK_RETENTION_S)
-        task_write = (INSERT_TASK, [*_task_values(updated), ttl])
-        if updated.state is TaskState.SUCCEEDED:
-            # One partition: no batch needed.
-            await self._db.execute(*task_write)
-            return updated
-        writes = [task_write]
-        if updated.state is TaskState.SCHEDULED:
-            writes.append((INSERT_DUE, _due_values(updated.entry(), now_ms)))
-        elif updated.state is TaskState.DEAD_LETTERED:
-            writes.append(
-                (
-                    INSERT_DEAD,
-                    [
-                        namespace,
-                        now_ms // _DAY_MS,
-                        now_ms,
-                        task_id,
-                        updated.queue,
-                        TASK_RETENTION_S,
-                    ],
-                )
-            )
-        await self._db.execute_batch(writes)
+        if not await self._update_if(updated, task, now_ms):
+            return None  # another report or a dispatcher moved it first
+        await self._write_finished(updated, now_ms)
         return updated
+
+    async def _update_if(self, new: Task, read: Task, now_ms: int) -> bool:
+        """Write ``new`` over the task row if it is still in the state ``read`` saw."""
+        ttl = _ttl_after(new.due_ms, now_ms, TASK_RETENTION_S)
+        rows = await self._db.execute(UPDATE_TASK_IF, [
+            ttl, *_task_values(new)[2:], new.namespace, new.task_id,
+            int(read.state), read.attempt, read.due_ms,
+        ])  # fmt: skip
+        return bool(rows and rows[0][0])
+
+    async def _write_finished(self, t: Task, now_ms: int) -> None:
+        """The rows of other partitions that a finished attempt needs: the retry's due row,
+        or the dead-letter listing. Written after the task row, so a report repeated after a
+        crash in between writes them again (``_heal_finished``)."""
+        if t.state is TaskState.SCHEDULED:
+            await self._db.execute(INSERT_DUE, _due_values(t.entry(), now_ms))
+        elif t.state is TaskState.DEAD_LETTERED:
+            day = t.updated_ms // _DAY_MS
+            dead = [t.namespace, day, t.updated_ms, t.task_id, t.queue, TASK_RETENTION_S]
+            await self._db.execute(INSERT_DEAD, dead)
+
+    async def _heal_finished(self, task: Task, attempt: int, now_ms: int) -> None:
+        """A repeated report of ``attempt`` finds the task moved on already: if that was by
+        this attempt's report, write its other rows again (idempotent), in case the process
+        that moved it died before it wrote them."""
+        retried = task.state is TaskState.SCHEDULED and task.attempt == attempt + 1
+        dead = task.state is TaskState.DEAD_LETTERED and task.attempt == attempt
+        if retried or dead:
+            await self._write_finished(task, now_ms)
 
     async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
         task = await self.get(namespace, task_id)
@@ -423,17 +441,15 @@ class CassandraTaskStore:
         if (task.state, task.attempt, task.due_ms) != (TaskState.SCHEDULED, attempt, due_ms):
             return None
         moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
+        # The new row first: if the task row then refuses (a dispatcher took the task), the
+        # row is a stray that mark_dispatched skips (its due time is not the task's).
+        await self._db.execute(INSERT_DUE, _due_values(moved.entry(), now_ms))
+        if not await self._update_if(moved, task, now_ms):
+            return None
         second = second_of(due_ms)
-        old_row = [task.shard, minute_of_second(second), second, task_key(namespace, task_id)]
-        ttl = _ttl_after(to_ms, now_ms, TASK_RETENTION_S)
-        writes = [
-            (INSERT_TASK, [*_task_values(moved), ttl]),
-            (INSERT_DUE, _due_values(moved.entry(), now_ms)),
-        ]
         if second_of(to_ms) != second:
-            # In one batch a delete of the same row would win over the insert (equal times).
-            writes.append((DELETE_DUE, old_row))
-        await self._db.execute_batch(writes)
+            old_row = [task.shard, minute_of_second(second), second, task_key(namespace, task_id)]
+            await self._db.execute(DELETE_DUE, old_row)
         return moved
 
     async def get_cursors(self) -> dict[int, Cursor]:

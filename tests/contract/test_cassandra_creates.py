@@ -1,6 +1,9 @@
-"""Creates on Cassandra are whole or invisible: a create with a client id takes two writes (the
-task row under a lightweight transaction, then its due row and listing), and a process killed
-between them must not leave a task that lists as SCHEDULED but never runs."""
+"""Writes of more than one partition on Cassandra, interrupted half-way by a killed process.
+
+Creates are whole or invisible: a create with a client id takes two writes (the task row under
+a lightweight transaction, then its due row and listing), and a process killed between them
+must not leave a task that lists as SCHEDULED but never runs. Likewise a finished attempt's
+task row and its retry's due row: the repeated report completes what the dead process left."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.cassandra_store import CREATE_TASK, CassandraTaskStore, _task_values
 from tikk.errors import AlreadyExists, NotFound
-from tikk.model import TaskState
+from tikk.model import Retry, TaskState, apply_transition
 
 SHARDS = 16
 
@@ -58,3 +61,23 @@ async def test_other_content_for_a_half_written_id_is_refused(cstore: CassandraT
     await first_write_only(cstore, "half")
     with pytest.raises(AlreadyExists, match="interrupted"):
         await cstore.create(make_task("half", payload=b"other", shard_count=SHARDS))
+
+
+async def test_a_retry_whose_due_row_was_never_written_is_healed(
+    cstore: CassandraTaskStore,
+) -> None:
+    task = make_task("r", shard_count=SHARDS)
+    await cstore.create(task)
+    await cstore.mark_dispatched([task.entry()], task.due_ms)
+    dispatched = await cstore.get("default", "r")
+    retry = apply_transition(dispatched, Retry(task.due_ms + 5_000, "E", "m"), task.due_ms)
+    # The server moved the task row on, then died before writing the retry's due row.
+    assert await cstore._update_if(retry, dispatched, task.due_ms)
+    start = (second_of(T0) - 60, "")
+    before = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
+    assert [r.attempt for r in before] == [1]
+    # The worker never got an acknowledgement, so it reports again: stale, but it heals.
+    again = Retry(retry.due_ms, "E", "m")
+    assert await cstore.finish_attempt("default", "r", 1, again, task.due_ms + 1) is None
+    rows = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
+    assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, retry.due_ms)]

@@ -313,3 +313,22 @@ async def test_the_shard_count_is_kept_with_the_data(store: TaskStore, reopen: R
             await other.check_shard_count()
     finally:
         await other.close()
+
+
+async def test_two_reports_of_one_attempt_move_the_task_on_once(store: TaskStore) -> None:
+    # A run reported twice at once (a re-sent result, a duplicate delivery's run): one
+    # report decides, the other is stale, and neither undoes the other.
+    a = make_task("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], a.due_ms)
+    first, second = a.due_ms + 60_000, a.due_ms + 90_000
+    outcomes = await asyncio.gather(
+        store.finish_attempt("default", "a", 1, Retry(first, "E", "m"), a.due_ms + 1),
+        store.finish_attempt("default", "a", 1, Retry(second, "E", "m"), a.due_ms + 1),
+    )
+    winners = [t for t in outcomes if t is not None]
+    assert len(winners) == 1
+    stored = await store.get("default", "a")
+    assert (stored.state, stored.attempt, stored.due_ms) == (
+        TaskState.SCHEDULED, 2, winners[0].due_ms,
+    )  # fmt: skip
