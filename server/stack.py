@@ -3,6 +3,8 @@
 ``tikk stack up`` resolves the servers' jars through Maven (``infra/*/pom.xml``) into
 ``.stack/lib``, starts each service on loopback with small heaps and non-default ports, and
 waits until it really answers. Data and logs live under ``.stack/`` (or ``$TIKK_STACK_DIR``).
+A second stack can run beside the first with its own ``$TIKK_STACK_DIR`` and its ports moved by
+``$TIKK_STACK_PORT_OFFSET`` (or set one by one, e.g. ``$TIKK_STACK_CQL_PORT``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 INFRA = ROOT / "infra"
 JAVA_HOME_17 = Path("/usr/lib/jvm/java-17-openjdk-amd64")
-CQL_PORT, KAFKA_PORT, CONTROLLER_PORT, ZK_PORT = 19042, 19092, 19093, 12181
+
+
+def _port(name: str, default: int) -> int:
+    """A port of the local stack: ``$TIKK_STACK_<NAME>_PORT`` if set, else ``default`` moved
+    by ``$TIKK_STACK_PORT_OFFSET`` (0 unless set), so that a second stack (with its own
+    ``$TIKK_STACK_DIR``) can run beside the first one."""
+    explicit = os.environ.get(f"TIKK_STACK_{name}_PORT")
+    if explicit:
+        return int(explicit)
+    return default + int(os.environ.get("TIKK_STACK_PORT_OFFSET", "0"))
+
+
+CQL_PORT, KAFKA_PORT = _port("CQL", 19042), _port("KAFKA", 19092)
+CONTROLLER_PORT, ZK_PORT = _port("CONTROLLER", 19093), _port("ZK", 12181)
+# Cassandra's node-to-node ports: unused by a single node, but bound, so they move too.
+STORAGE_PORT, SSL_STORAGE_PORT = _port("STORAGE", 17000), _port("SSL_STORAGE", 17001)
 URLS = {
     "store_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
     "history_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
@@ -260,7 +277,13 @@ def start_cassandra() -> None:
     c = CASSANDRA
     conf = c.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
-    _render(INFRA / "cassandra" / "cassandra.yaml", conf / "cassandra.yaml", CQL_PORT=CQL_PORT)
+    _render(
+        INFRA / "cassandra" / "cassandra.yaml",
+        conf / "cassandra.yaml",
+        CQL_PORT=CQL_PORT,
+        STORAGE_PORT=STORAGE_PORT,
+        SSL_STORAGE_PORT=SSL_STORAGE_PORT,
+    )
     shutil.copy(INFRA / "cassandra" / "logback.xml", conf / "logback.xml")
     options = (INFRA / "cassandra" / "jvm17-server.options").read_text().split("\n")
     # One option per line; "--add-exports X" is one option written with a space.

@@ -1,0 +1,155 @@
+"""The nemesis: faults on a schedule, one at a time, each recorded as a window.
+
+* ``kill server|dispatcher|worker``: ``kill -9`` of the process group, restarted 1-4 s later;
+  the window ends when the new process is ready;
+* ``pause dispatcher``: SIGSTOP for longer than its ZooKeeper session, then SIGCONT;
+* ``stop kafka|cassandra``: SIGSTOP of the service's JVM, then SIGCONT; the window ends when
+  it answers again.
+
+Faults are planned up front (seeded, so a run can be repeated) and spread evenly over a span;
+one that overruns its slot delays the next. ``restore`` undoes whatever is left undone.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from dataclasses import dataclass
+
+from devtools.faults.cluster import Cluster
+from devtools.faults.records import FaultKind, FaultWindow
+from devtools.faults.services import ServiceStopper
+
+log = logging.getLogger("devtools.faults")
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """How many faults of each kind, how long each lasts, and the span they are spread
+    over (seconds from the start of the workload)."""
+
+    server_kills: int
+    dispatcher_kills: int
+    worker_kills: int
+    dispatcher_pauses: int
+    kafka_stops: int
+    cassandra_stops: int
+    first_at_s: float
+    last_at_s: float
+    kill_down_s: tuple[float, float] = (1.0, 4.0)
+    pause_s: float = 9.0
+    kafka_stop_s: float = 30.0
+    cassandra_stop_s: float = 30.0
+
+    @property
+    def service_faults(self) -> bool:
+        return self.kafka_stops + self.cassandra_stops > 0
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    kind: FaultKind
+    target: str
+    at_s: float
+    hold_s: float
+
+
+def _targets(kind: FaultKind, cluster_roles: dict[str, list[str]]) -> list[str]:
+    return {
+        FaultKind.KILL_SERVER: cluster_roles["server"],
+        FaultKind.KILL_DISPATCHER: cluster_roles["dispatcher"],
+        FaultKind.KILL_WORKER: cluster_roles["worker"],
+        FaultKind.PAUSE_DISPATCHER: cluster_roles["dispatcher"],
+        FaultKind.STOP_KAFKA: ["kafka"],
+        FaultKind.STOP_CASSANDRA: ["cassandra"],
+    }[kind]
+
+
+def plan_faults(
+    spec: FaultSpec, rng: random.Random, cluster_roles: dict[str, list[str]]
+) -> list[PlannedFault]:
+    """The faults of a run in random order, evenly spaced from ``first_at_s`` to
+    ``last_at_s``, each with a random target of its kind."""
+    kinds = (
+        [FaultKind.KILL_SERVER] * spec.server_kills
+        + [FaultKind.KILL_DISPATCHER] * spec.dispatcher_kills
+        + [FaultKind.KILL_WORKER] * spec.worker_kills
+        + [FaultKind.PAUSE_DISPATCHER] * spec.dispatcher_pauses
+        + [FaultKind.STOP_KAFKA] * spec.kafka_stops
+        + [FaultKind.STOP_CASSANDRA] * spec.cassandra_stops
+    )
+    rng.shuffle(kinds)
+    step = (spec.last_at_s - spec.first_at_s) / max(1, len(kinds))
+    planned = []
+    for i, kind in enumerate(kinds):
+        if kind.is_kill:
+            hold = rng.uniform(*spec.kill_down_s)
+        elif kind is FaultKind.PAUSE_DISPATCHER:
+            hold = spec.pause_s
+        elif kind is FaultKind.STOP_KAFKA:
+            hold = spec.kafka_stop_s
+        else:
+            hold = spec.cassandra_stop_s
+        target = rng.choice(_targets(kind, cluster_roles))
+        planned.append(PlannedFault(kind, target, spec.first_at_s + i * step, hold))
+    return planned
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Nemesis:
+    """Carries out planned faults against a cluster and the stack's services."""
+
+    def __init__(self, cluster: Cluster, services: ServiceStopper) -> None:
+        self.cluster = cluster
+        self.services = services
+        self.windows: list[FaultWindow] = []
+        self._paused: set[str] = set()
+        self._stop = threading.Event()
+
+    def run(self, plan: list[PlannedFault], origin: float) -> None:
+        """Each fault at ``origin`` (a ``time.monotonic`` instant) plus its offset, one after
+        another (a fault that overruns its slot delays the next)."""
+        for fault in plan:
+            delay = origin + fault.at_s - time.monotonic()
+            if delay > 0 and self._stop.wait(delay):
+                return
+            log.info("fault: %s %s for %.1f s", fault.kind, fault.target, fault.hold_s)
+            self.windows.append(self.inflict(fault))
+
+    def cancel(self) -> None:
+        self._stop.set()
+
+    def inflict(self, fault: PlannedFault) -> FaultWindow:
+        """Carry out one fault and wait until what it hit is back."""
+        began = _now_ms()
+        if fault.kind.is_kill:
+            pid = self.cluster.kill9(fault.target)
+            time.sleep(fault.hold_s)
+            self.cluster.restart(fault.target)
+        elif fault.kind is FaultKind.PAUSE_DISPATCHER:
+            pid = self.cluster.members[fault.target].pid
+            self._paused.add(fault.target)
+            self.cluster.pause(fault.target)
+            time.sleep(fault.hold_s)
+            self.cluster.resume(fault.target)
+            self._paused.discard(fault.target)
+        else:
+            pid = self.services.stop(fault.target, fault.hold_s)
+            time.sleep(fault.hold_s)
+            self.services.resume(fault.target)
+        return FaultWindow(fault.kind, fault.target, began, _now_ms(), pid)
+
+    def restore(self) -> list[str]:
+        """Continue paused processes and stopped services (waiting until the services
+        answer); returns what had to be restored."""
+        restored = []
+        for role in list(self._paused):
+            self.cluster.resume(role)
+            restored.append(role)
+        self._paused.clear()
+        return restored + self.services.restore()

@@ -1,0 +1,247 @@
+"""What a run of the fault suite records: the plan of each task, every client call, every
+handler start, every fault window and the final states read back from the server.
+
+All records are frozen; times are Unix milliseconds on the one machine the suite runs on, so
+the client's, the workers' and the nemesis' clocks are the same clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+OK = "OK"
+# The task that checks the cluster end to end before the run; not part of the history.
+WARM_UP_ID = "warm-up"
+# Codes after which a create or cancel may or may not have taken effect: retried as is.
+INDETERMINATE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
+
+class TaskKind(StrEnum):
+    """What a task of the workload is meant to do; the value is also its handler name."""
+
+    OK = "ok"
+    FAIL_ONCE = "fail_once"
+    ALWAYS_FAIL = "always_fail"
+    CANCEL = "cancel"
+
+    @property
+    def handler(self) -> str:
+        """The worker handler: a task to be cancelled runs the plain handler if it escapes."""
+        return "ok" if self is TaskKind.CANCEL else self.value
+
+
+class FaultKind(StrEnum):
+    KILL_SERVER = "kill server"
+    KILL_DISPATCHER = "kill dispatcher"
+    KILL_WORKER = "kill worker"
+    PAUSE_DISPATCHER = "pause dispatcher"
+    STOP_KAFKA = "stop kafka"
+    STOP_CASSANDRA = "stop cassandra"
+
+    @property
+    def is_kill(self) -> bool:
+        return self.value.startswith("kill ")
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """One task the workload will create: when to create it, when it is due (the ``run_at``
+    sent, fixed across retries of the create) and, for a cancelled one, when to cancel it."""
+
+    task_id: str
+    kind: TaskKind
+    create_at_ms: int
+    due_ms: int
+    due_now: bool
+    cancel_at_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Call:
+    """One RPC: when it was sent, when it returned, and its status code name."""
+
+    requested_ms: int
+    responded_ms: int
+    code: str
+
+
+@dataclass(frozen=True)
+class CreateRecord:
+    """Every call made to create one task (retries of an indeterminate outcome included)."""
+
+    task_id: str
+    kind: TaskKind
+    due_ms: int
+    due_now: bool
+    max_attempts: int
+    calls: tuple[Call, ...]
+
+    @property
+    def outcome(self) -> str:
+        """The code of the last call; ``NOT_SENT`` if the run ended before the first."""
+        return self.calls[-1].code if self.calls else "NOT_SENT"
+
+    @property
+    def accepted(self) -> bool:
+        """Only a create that finally returned OK counts as accepted."""
+        return self.outcome == OK
+
+    @property
+    def retried(self) -> bool:
+        return len(self.calls) > 1
+
+
+@dataclass(frozen=True)
+class CancelRecord:
+    """Every call made to cancel one task."""
+
+    task_id: str
+    calls: tuple[Call, ...]
+
+    @property
+    def outcome(self) -> str:
+        return self.calls[-1].code if self.calls else "NOT_SENT"
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome == OK
+
+    @property
+    def indeterminate(self) -> bool:
+        return self.outcome in INDETERMINATE
+
+
+@dataclass(frozen=True)
+class Start:
+    """One handler start, as the worker logged it."""
+
+    task_id: str
+    attempt: int
+    key: str
+    due_ms: int
+    fired_ms: int
+    started_ms: int
+    worker: str
+
+    @property
+    def run(self) -> tuple[str, int]:
+        """The (task, attempt) this start belongs to."""
+        return (self.task_id, self.attempt)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "task_id": self.task_id,
+                "attempt": self.attempt,
+                "key": self.key,
+                "due_ms": self.due_ms,
+                "fired_ms": self.fired_ms,
+                "started_ms": self.started_ms,
+                "worker": self.worker,
+            }
+        )
+
+
+def parse_start(line: str) -> Start | None:
+    """A logged start, or ``None`` for a line that is not one (a ``kill -9`` can cut the
+    last line of a worker short)."""
+    try:
+        d = json.loads(line)
+        return Start(
+            task_id=str(d["task_id"]),
+            attempt=int(d["attempt"]),
+            key=str(d["key"]),
+            due_ms=int(d["due_ms"]),
+            fired_ms=int(d["fired_ms"]),
+            started_ms=int(d["started_ms"]),
+            worker=str(d["worker"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class FaultWindow:
+    """A fault from its start until the faulty part was back (restarted process ready,
+    paused process continued, service answering again). ``pid`` is the process hit, 0 for
+    none known."""
+
+    kind: FaultKind
+    target: str
+    start_ms: int
+    end_ms: int
+    pid: int = 0
+
+    def covers(self, t_ms: int, after_ms: int = 0) -> bool:
+        """Whether ``t_ms`` falls in the window or less than ``after_ms`` after it."""
+        return self.start_ms <= t_ms <= self.end_ms + after_ms
+
+
+@dataclass(frozen=True)
+class FinalState:
+    """A task as ``GetTask`` returned it after the drain (``state`` is the enum name without
+    its prefix, or ``NOT_FOUND`` / ``UNREADABLE``)."""
+
+    task_id: str
+    state: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class History:
+    """Everything a run recorded; the checker's only input."""
+
+    creates: tuple[CreateRecord, ...]
+    cancels: tuple[CancelRecord, ...]
+    starts: tuple[Start, ...]
+    faults: tuple[FaultWindow, ...]
+    finals: tuple[FinalState, ...]
+    dead_letters: frozenset[str]
+
+
+def write_history(history: History, path: Path) -> None:
+    """Every record but the starts (already in the workers' log) as JSON lines."""
+    with open(path, "w", encoding="utf-8") as f:
+        for name in ("creates", "cancels", "faults", "finals"):
+            for item in getattr(history, name):
+                f.write(json.dumps({"record": name, **dataclasses.asdict(item)}) + "\n")
+        f.write(json.dumps({"record": "dead_letters", "ids": sorted(history.dead_letters)}))
+        f.write("\n")
+
+
+def _calls(items: list[dict[str, Any]]) -> tuple[Call, ...]:
+    return tuple(Call(**c) for c in items)
+
+
+def _record(d: dict[str, Any]) -> object:
+    match d.pop("record"):
+        case "creates":
+            d["kind"] = TaskKind(d["kind"])
+            return CreateRecord(**{**d, "calls": _calls(d["calls"])})
+        case "cancels":
+            return CancelRecord(d["task_id"], _calls(d["calls"]))
+        case "faults":
+            return FaultWindow(**{**d, "kind": FaultKind(d["kind"])})
+        case "finals":
+            return FinalState(**d)
+        case _:
+            return frozenset(d["ids"])
+
+
+def read_history(records: Path, starts: Path) -> History:
+    """A run's history from its two files (``write_history``'s and the workers' log)."""
+    items = [_record(json.loads(line)) for line in records.read_text().splitlines() if line]
+    parsed = (parse_start(line) for line in starts.read_text().splitlines())
+    return History(
+        creates=tuple(i for i in items if isinstance(i, CreateRecord)),
+        cancels=tuple(i for i in items if isinstance(i, CancelRecord)),
+        starts=tuple(s for s in parsed if s is not None and s.task_id != WARM_UP_ID),
+        faults=tuple(i for i in items if isinstance(i, FaultWindow)),
+        finals=tuple(i for i in items if isinstance(i, FinalState)),
+        dead_letters=next((i for i in items if isinstance(i, frozenset)), frozenset()),
+    )

@@ -1,0 +1,123 @@
+"""The readable report of a run: the same for every mode."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from devtools.faults.checker import CheckResult, KillRecovery, Percentiles
+
+# How many offending ids a section lists before it only counts.
+SHOWN = 15
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What the report says about the run itself."""
+
+    mode: str
+    seed: int
+    wall_s: float
+    workdir: str
+    planned_tasks: int
+    rate_per_s: float
+    notes: tuple[str, ...] = ()
+    # Why the run ended before its drain was done (the figures are then provisional).
+    incomplete: str | None = None
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value:,} ms"
+
+
+def _pct(p: Percentiles) -> str:
+    if p.count == 0:
+        return "no starts"
+    return f"p50 {_ms(p.p50)}, p99 {_ms(p.p99)}, max {_ms(p.max)} ({p.count:,} runs)"
+
+
+def _ids(ids: tuple[str, ...]) -> str:
+    shown = ", ".join(ids[:SHOWN])
+    return shown + (f" ... (+{len(ids) - SHOWN})" if len(ids) > SHOWN else "")
+
+
+def _tally(counts: tuple[tuple[str, int], ...]) -> str:
+    return ", ".join(f"{k} {n}" for k, n in counts) or "-"
+
+
+def _recovery_line(r: KillRecovery) -> str:
+    line = (
+        f"  {r.kind!s:<17} x{r.count:<3} first start after it within {_ms(r.max_resume_ms)};"
+        f" worst lateness of what came due {_ms(r.max_delay_ms)}"
+    )
+    if r.redelivered:
+        line += (
+            f"; {r.redelivered} in-flight runs run again,"
+            f" the last {_ms(r.max_redelivery_ms)} after the kill"
+        )
+    return line
+
+
+def _violations(r: CheckResult) -> list[str]:
+    lines = [f"  lost:                 {len(r.lost)}  {_ids(r.lost)}"]
+    if r.lost:
+        lines.append(f"    final states: {_tally(r.lost_states)}; due near: {_tally(r.lost_near)}")
+    lines.append(f"  early:                {len(r.early)}")
+    lines += [
+        f"    {e.start.task_id} attempt {e.start.attempt} started {e.by_ms} ms before due"
+        for e in r.early[:SHOWN]
+    ]
+    lines.append(f"  cancelled but ran:    {len(r.cancelled_but_ran)}  {_ids(r.cancelled_but_ran)}")
+    lines.append(f"  key inconsistent:     {len(r.key_inconsistent)}  {_ids(r.key_inconsistent)}")
+    lines.append(f"  retry/DLQ inexact:    {len(r.dead_letter_inexact)}")
+    lines += [
+        f"    {i.task_id} ({i.kind}): expected {i.expected}; found {i.found}"
+        for i in r.dead_letter_inexact[:SHOWN]
+    ]
+    return lines
+
+
+def _observations(r: CheckResult) -> list[str]:
+    d = r.duplicates
+    by_fault = _tally(d.by_fault)
+    unfinished = _ids(tuple(f"{f.task_id}={f.state}" for f in r.unfinished))
+    return [
+        f"  duplicates:           {d.total} extra starts over {d.runs_affected} runs"
+        f" (by fault: {by_fault})",
+        f"  unexpected dead letters: {len(r.unexpected_dead_letters)}"
+        f"  {_ids(r.unexpected_dead_letters)}",
+        f"  not finished as meant:   {len(r.unfinished)}  {unfinished}",
+        f"  lateness due → handler start, inside faults:  {_pct(r.lateness_inside)}",
+        f"  lateness due → handler start, outside faults: {_pct(r.lateness_outside)}",
+    ]
+
+
+def _at_rate(rate_per_s: float) -> str:
+    return f" at {rate_per_s:g}/s" if rate_per_s else ""
+
+
+def render(r: CheckResult, info: RunInfo) -> str:
+    """The report as text: the run, the workload, the faults, violations, observations."""
+    faults = ", ".join(f"{k} x{n}" for k, n in r.fault_counts) or "none"
+    verdict = "FAILED: " + "; ".join(r.failures) if r.failed else "PASSED: no violation found"
+    if info.incomplete is not None:
+        verdict = f"INCOMPLETE ({info.incomplete}); figures provisional. {verdict}"
+    lines = [
+        f"=== tikk fault suite, mode {info.mode}, seed {info.seed} ===",
+        f"wall time {info.wall_s:.0f} s; records and logs in {info.workdir}",
+        f"workload: {info.planned_tasks:,} tasks planned{_at_rate(info.rate_per_s)};"
+        f" {r.created:,} create requests sent, {r.accepted:,} accepted"
+        f" ({r.accepted_after_retry} after an indeterminate attempt), {r.refused} refused,"
+        f" {r.indeterminate} never settled",
+        f"cancels: {r.cancels_ok} ok, {r.cancels_refused} refused,"
+        f" {r.cancels_indeterminate} indeterminate; handler starts: {r.starts:,}",
+        f"faults: {faults}",
+        "violations:",
+        *_violations(r),
+        "observations:",
+        *_observations(r),
+        "recovery per fault kind:",
+        *[_recovery_line(k) for k in r.recovery],
+        *[f"note: {n}" for n in info.notes],
+        verdict,
+    ]
+    return "\n".join(line.rstrip() for line in lines)
