@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -50,15 +51,34 @@ R = TypeVar("R")
 Method = Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[R]]
 
 
+# How long before the caller's deadline a call that is still waiting for a backend gives up,
+# so the caller hears UNAVAILABLE (retriable, with the reason) instead of DEADLINE_EXCEEDED.
+_DEADLINE_MARGIN_S = 0.25
+
+
 def maps_errors(method: Method[R]) -> Method[R]:
-    """Decorator for unary servicer methods: a ``TikkError`` aborts with its status."""
+    """Decorator for unary servicer methods: a ``TikkError`` aborts with its status, and a
+    call whose backend does not answer before the caller's deadline is UNAVAILABLE."""
 
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
         try:
-            return await method(self, request, context)
+            async with asyncio.timeout(_budget_s(context)):
+                return await method(self, request, context)
+        except TimeoutError:
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE,
+                "a store or queue did not answer before the call's deadline; the request may "
+                "still take effect (repeat it: creates with an id are idempotent)",
+            )
+            raise AssertionError("unreachable: abort raises") from None
         except TikkError as exc:
             await context.abort(code_of(exc), str(exc))
             raise AssertionError("unreachable: abort raises") from exc
 
     return wrapper
+
+
+def _budget_s(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
+    remaining = context.time_remaining()
+    return None if remaining is None else max(0.05, remaining - _DEADLINE_MARGIN_S)
