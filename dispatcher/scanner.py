@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from dispatcher.ownership import Ownership
 from dispatcher.ready_queue import ReadyQueue
 from dispatcher.schedule_steps import ScheduleStepper
+from dispatcher.start_timeouts import StartExpiry
 from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.errors import BackendUnavailable
@@ -131,7 +132,13 @@ class DispatchStats:
     resent: int = 0
     # Rows found already handed off by an earlier owner, so not sent again.
     handed_off_skipped: int = 0
+    # Attempts dead-lettered because no worker started them within their start timeout.
+    expired: int = 0
     lateness_ms: list[int] = field(default_factory=list)
+
+
+def _past_start_deadline(e: DueEntry, now_ms: int) -> bool:
+    return e.start_timeout_ms > 0 and now_ms >= e.due_ms + e.start_timeout_ms
 
 
 def _row_key(e: DueEntry) -> tuple[str, int, int]:
@@ -153,6 +160,7 @@ class Dispatcher:
         keep_lateness_samples: int = 0,
         telemetry: Telemetry | None = None,
         schedules: ScheduleStepper | None = None,
+        expiry: StartExpiry | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
@@ -168,6 +176,7 @@ class Dispatcher:
         self._keep_samples = keep_lateness_samples
         self._telemetry = telemetry or Telemetry()
         self._schedules = schedules
+        self._expiry = expiry
         self.stats = DispatchStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -293,8 +302,27 @@ class Dispatcher:
             more = self._pop_due(now_ms)  # the occurrences just created, and ticks due again
             batch += [e for e in more if not e.is_tick]
             self._hold_again([*later, *(e for e in more if e.is_tick)], now_ms)
+        deadlines = [e for e in batch if e.is_start_deadline]
+        if deadlines:
+            batch = [e for e in batch if not e.is_start_deadline]
+            await self._expire(deadlines, [e.guarded_attempt() for e in deadlines], now_ms)
         if batch:
             await self._dispatch(batch, now_ms)
+
+    async def _expire(self, rows: list[DueEntry], attempts: list[DueEntry], now_ms: int) -> None:
+        """Expire the ``attempts`` whose start deadline ``rows`` came due (or that were
+        claimed after their deadline had passed): see ``dispatcher.start_timeouts``."""
+        if self._expiry is None:
+            log.warning("%d start deadline(s) due but no expiry configured", len(rows))
+        else:
+            try:
+                for attempt in attempts:
+                    if await self._expiry.expire(attempt, now_ms) is not None:
+                        self.stats.expired += 1
+            except BackendUnavailable:
+                self._hold_again(rows, now_ms)
+                raise
+        self._settle(rows)
 
     async def _dispatch(self, batch: list[DueEntry], now_ms: int) -> None:
         """Claim the rows in the store, then publish them queue by queue. Rows of a queue
@@ -315,9 +343,15 @@ class Dispatcher:
         self.stats.skipped += len(batch) - len(claimed.entries)
         self.stats.resent += claimed.resent
         self._telemetry.resent(claimed.resent)
+        # Claimed after their start timeout ran out (a catch-up after downtime): nothing may
+        # start them any more, so they are expired here rather than published.
+        overdue = [e for e in claimed.entries if self._expiry and _past_start_deadline(e, now_ms)]
+        if overdue:
+            await self._expire(overdue, overdue, now_ms)
         by_queue: dict[str, list[DueEntry]] = defaultdict(list)
         for entry in claimed.entries:
-            by_queue[entry.queue].append(entry)
+            if entry not in overdue:
+                by_queue[entry.queue].append(entry)
         outcomes = await asyncio.gather(
             *(self._publish(entries, now_ms) for entries in by_queue.values())
         )

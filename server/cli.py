@@ -476,6 +476,8 @@ def _task_create(args: argparse.Namespace, ch: grpc.Channel) -> None:
         req.delay.CopyFrom(to_duration(args.delay))
     if args.max_attempts is not None:
         req.retry_policy.max_attempts = args.max_attempts
+    if args.start_timeout is not None:
+        req.start_timeout.CopyFrom(to_duration(args.start_timeout))
     resp = tasks_pb2_grpc.TaskServiceStub(ch).CreateTask(req, timeout=args.timeout)
     _show(args, resp, lambda: ("created " if resp.created else "exists  ") + _task_line(resp.task))
 
@@ -744,6 +746,10 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
     when.add_argument("--at", type=parse_time_ms, help="ISO-8601 instant (UTC if no offset)")
     when.add_argument("--in", dest="delay", type=parse_duration_ms, help="delay, e.g. 30s")
     p.add_argument("--max-attempts", type=int)
+    p.add_argument(
+        "--start-timeout", type=parse_duration_ms,
+        help="dead-letter an attempt that no worker started this long after its due time",
+    )  # fmt: skip
     p.set_defaults(func=_client(_task_create))
     for name, fn in [("get", _task_get), ("cancel", _task_cancel)]:
         p = sub.add_parser(name)

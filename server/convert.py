@@ -19,7 +19,7 @@ def retry_to_proto(r: RetryPolicy) -> tasks_pb2.RetryPolicy:
 
 
 def task_to_proto(t: Task) -> tasks_pb2.Task:
-    return tasks_pb2.Task(
+    msg = tasks_pb2.Task(
         namespace=t.namespace,
         id=t.task_id,
         queue=t.queue,
@@ -39,6 +39,9 @@ def task_to_proto(t: Task) -> tasks_pb2.Task:
         shard=t.shard,
         schedule_id=t.schedule_id,
     )
+    if t.start_timeout_ms:
+        msg.start_timeout.FromMilliseconds(t.start_timeout_ms)
+    return msg
 
 
 def run_to_proto(r: RunRecord) -> history_pb2.Run:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from dispatcher.ready_queue import ReadyQueue
+from dispatcher.start_timeouts import StartExpiry
 from history.base import RunHistory
 from server.late_writes import LateWriteGuard
 from tikk.backoff import retry_delay_ms
@@ -66,6 +67,7 @@ class Lifecycle:
         self._rng = rng or random.Random()
         self._telemetry = telemetry or Telemetry()
         self._schedules = schedules
+        self.expiry = StartExpiry(store, history, queue, self._telemetry)
         # Every due row this server writes goes through the guard (see server.late_writes).
         self.guard = LateWriteGuard(
             store, clock, grace_ms=late_write_grace_ms, telemetry=self._telemetry
@@ -98,6 +100,16 @@ class Lifecycle:
             redriven = await self.store.redrive(namespace, task_id, due)
         [task] = await self.guard.confirm([redriven])
         return task
+
+    async def claim_start(self, report: RunReport) -> bool:
+        """May the worker run this attempt (which has a start timeout)? Past the deadline the
+        attempt is expired first, so a worker that got there late runs nothing; either way the
+        store's single claim per attempt answers (see ``dispatcher.start_timeouts``)."""
+        e = report.entry
+        now = self.clock.now_ms()
+        if e.start_timeout_ms and now >= e.due_ms + e.start_timeout_ms:
+            await self.expiry.expire(e, now)
+        return await self.store.claim_start(e, now)
 
     async def record_result(self, report: RunReport) -> RunRecord:
         """Append the run to the history, then move the task on (success, retry or dead

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from dispatcher.schedule_steps import ScheduleStepper
+from dispatcher.start_timeouts import StartExpiry
 from server.app import ApiServer
 from server.wiring import (
     open_backends,
@@ -60,7 +61,7 @@ async def run_dispatcher(
         dispatch = dispatch or DispatchSettings(late_write_grace_s=grace_s)
         dispatcher = Dispatcher(
             store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
-            schedules=stepper,
+            schedules=stepper, expiry=StartExpiry(store, history, queue, telemetry),
         )  # fmt: skip
         await dispatcher.run(stop)
     finally:

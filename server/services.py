@@ -351,7 +351,11 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         self, result: worker_pb2.RunResult, acks: asyncio.Queue[worker_pb2.ResultAck | None]
     ) -> None:
         try:
-            await self._lc.record_result(self._report(result))
+            report = self._report(result)
+            if report.kind is ResultKind.STARTED:
+                acks.put_nowait(await self._start(report))
+                return
+            await self._lc.record_result(report)
             acks.put_nowait(worker_pb2.ResultAck(run_id=result.run_id))
         except TikkError as exc:
             log.warning("result %s not recorded: %s", result.run_id, exc)
@@ -360,6 +364,16 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
                     run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
                 )
             )
+
+    async def _start(self, report: RunReport) -> worker_pb2.ResultAck:
+        """A worker's request to start an attempt that has a start timeout."""
+        if await self._lc.claim_start(report):
+            return worker_pb2.ResultAck(run_id=report.run_id)
+        return worker_pb2.ResultAck(
+            run_id=report.run_id,
+            code=numeric(grpc.StatusCode.FAILED_PRECONDITION),
+            message="the attempt's start timeout ran out: it was dead-lettered; do not run it",
+        )
 
     def _report(self, r: worker_pb2.RunResult) -> RunReport:
         if not r.run_id:

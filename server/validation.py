@@ -226,6 +226,9 @@ def create_task(
     requested = _requested_time(req, limits, now_ms)
     when = req.WhichOneof("when")
     when_spec = (when, requested if when == "run_at" else req.delay.ToMilliseconds())
+    start_timeout = _start_timeout(req, limits)
+    # Only when set, so the fingerprints of tasks without one stay what they were.
+    extra = (("start_timeout", start_timeout),) if start_timeout else ()
     return Task(
         namespace=ns,
         task_id=tid,
@@ -241,9 +244,22 @@ def create_task(
         created_ms=now_ms,
         updated_ms=now_ms,
         shard=shard_of(ns, tid, shard_count),
-        fingerprint=fingerprint(ns, tid, q, handler, req.payload, labels, policy, when_spec),
+        fingerprint=fingerprint(
+            ns, tid, q, handler, req.payload, labels, policy, when_spec, *extra
+        ),
         trace_context=trace_context or {},
+        start_timeout_ms=start_timeout,
     )
+
+
+def _start_timeout(req: tasks_pb2.CreateTaskRequest, limits: Limits) -> int:
+    """The schedule-to-start timeout in ms (0: none); at least a second, at most a year."""
+    if not req.HasField("start_timeout"):
+        return 0
+    ms = duration_ms(req.start_timeout, "start_timeout", limits.max_backoff_ms)
+    if ms < 1_000:
+        raise InvalidArgument("start_timeout", "must be at least 1 s")
+    return ms
 
 
 def schedule_id(value: str, limits: Limits) -> str:

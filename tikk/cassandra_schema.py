@@ -91,6 +91,15 @@ STORE_MIGRATIONS = [
         # Settings fixed for the life of the data, such as the shard count.
         """CREATE TABLE IF NOT EXISTS store_meta (key text, value text, PRIMARY KEY (key))""",
     ]),
+    Migration("store", 6, "schedule-to-start timeouts", [
+        "ALTER TABLE tasks ADD IF NOT EXISTS start_timeout_ms bigint",
+        "ALTER TABLE due_index ADD IF NOT EXISTS start_timeout_ms bigint",
+        # Who won an attempt's start: a worker ('started') or its deadline ('expired'),
+        # decided by one lightweight transaction per attempt.
+        """CREATE TABLE IF NOT EXISTS start_claims (
+            namespace text, task_id text, attempt int, due_ms bigint, claim text,
+            claimed_ms bigint, PRIMARY KEY ((namespace, task_id), attempt, due_ms))""",
+    ]),
 ]  # fmt: skip
 
 

@@ -33,8 +33,10 @@ from tikk.errors import (
     TikkError,
 )
 from tikk.model import (
+    START_TIMEOUT,
     Claimed,
     Cursor,
+    DeadLetter,
     DueEntry,
     Page,
     RetryPolicy,
@@ -74,6 +76,10 @@ _SETTABLE = [c for c in TASK_COLUMNS if c not in ("namespace", "task_id")]
 UPDATE_TASK_IF = (
     f"UPDATE tasks USING TTL ? SET {', '.join(f'{c} = ?' for c in _SETTABLE)}"
     " WHERE namespace = ? AND task_id = ? IF state = ? AND attempt = ? AND due_ms = ?"
+)
+CLAIM_START = (
+    "INSERT INTO start_claims (namespace, task_id, attempt, due_ms, claim, claimed_ms)"
+    " VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
 )
 SELECT_META = "SELECT value FROM store_meta WHERE key = ?"
 INIT_META = "INSERT INTO store_meta (key, value) VALUES (?, ?) IF NOT EXISTS"
@@ -135,6 +141,7 @@ def _task_values(t: Task) -> list[Any]:
         r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter, int(t.state), t.attempt,
         t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms, t.shard, t.fingerprint,
         t.last_error_type, t.last_error_message, dict(t.trace_context), t.schedule_id,
+        t.start_timeout_ms,
     ]  # fmt: skip
 
 
@@ -149,6 +156,7 @@ def _task_from_row(row: Any) -> Task:
         shard=row.shard, fingerprint=row.fingerprint, last_error_type=row.last_error_type or "",
         last_error_message=row.last_error_message or "",
         trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
+        start_timeout_ms=row.start_timeout_ms or 0,
     )  # fmt: skip
 
 
@@ -159,7 +167,7 @@ def _entry_from_row(row: Any) -> DueEntry:
         payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
         max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
         trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
-        handed_off=row.handed_off_ms == row.due_ms,
+        start_timeout_ms=row.start_timeout_ms or 0, handed_off=row.handed_off_ms == row.due_ms,
     )  # fmt: skip
 
 
@@ -167,7 +175,7 @@ def _due_values(e: DueEntry, now_ms: int) -> list[Any]:
     return [
         minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace, e.task_id,
         e.attempt, e.queue, e.handler, e.payload, dict(e.labels), e.max_attempts,
-        e.scheduled_ms, dict(e.trace_context), e.schedule_id,
+        e.scheduled_ms, dict(e.trace_context), e.schedule_id, e.start_timeout_ms,
         _ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
     ]  # fmt: skip
 
@@ -359,11 +367,40 @@ class CassandraTaskStore:
                     await self._db.execute(
                         SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
                     )
+                if e.start_timeout_ms:
+                    await self._db.execute(INSERT_DUE, _due_values(e.start_deadline(), now_ms))
                 return TaskState(t.state)
 
         states = await asyncio.gather(*(one(e) for e in entries))
         ready = [e for e, state in zip(entries, states, strict=True) if state is not None]
         return Claimed(ready, sum(state is TaskState.DISPATCHED for state in states))
+
+    async def claim_start(self, entry: DueEntry, now_ms: int) -> bool:
+        return await self._claim_start(entry, "started", now_ms)
+
+    async def expire_start(self, entry: DueEntry, reason: str, now_ms: int) -> Task | None:
+        if not await self._claim_start(entry, "expired", now_ms):
+            return None
+        ns, tid = entry.namespace, entry.task_id
+        try:
+            task = await self.get(ns, tid)
+            if (task.attempt, task.due_ms) != (entry.attempt, entry.due_ms):
+                return None
+            expiry = DeadLetter(START_TIMEOUT, reason)
+            task = await self.finish_attempt(ns, tid, entry.attempt, expiry, now_ms) or (
+                await self.get(ns, tid)
+            )
+        except NotFound:
+            return None
+        expired = task.state is TaskState.DEAD_LETTERED and task.last_error_type == START_TIMEOUT
+        return task if expired and task.attempt == entry.attempt else None
+
+    async def _claim_start(self, e: DueEntry, claim: str, now_ms: int) -> bool:
+        """One lightweight transaction decides an attempt's start; whether ``claim`` won.
+        (The due time is part of the key: a re-drive starts at attempt 1 again.)"""
+        params = [e.namespace, e.task_id, e.attempt, e.due_ms, claim, now_ms, TASK_RETENTION_S]
+        rows = await self._db.execute(CLAIM_START, params)
+        return bool(rows[0][0]) or rows[0].claim == claim
 
     async def mark_handed_off(self, entries: Sequence[DueEntry], now_ms: int) -> None:
         # One unlogged batch per due-index partition: a single round trip for its rows.

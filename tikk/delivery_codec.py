@@ -15,7 +15,7 @@ from tikk.v1 import worker_pb2
 
 def to_proto(delivery: Delivery) -> worker_pb2.Delivery:
     e = delivery.entry
-    return worker_pb2.Delivery(
+    msg = worker_pb2.Delivery(
         namespace=e.namespace,
         task_id=e.task_id,
         queue=e.queue,
@@ -30,6 +30,9 @@ def to_proto(delivery: Delivery) -> worker_pb2.Delivery:
         idempotency_key=e.idempotency_key,
         trace_context=dict(delivery.trace_context or e.trace_context),
     )
+    if e.start_timeout_ms:
+        msg.start_timeout.FromMilliseconds(e.start_timeout_ms)
+    return msg
 
 
 def encode(delivery: Delivery) -> bytes:
@@ -63,5 +66,6 @@ def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
         max_attempts=msg.max_attempts,
         scheduled_ms=from_timestamp(msg.scheduled_time),
         schedule_id=schedule_id,
+        start_timeout_ms=msg.start_timeout.ToMilliseconds() if msg.HasField("start_timeout") else 0,
     )
     return Delivery(entry, from_timestamp(msg.fired_time), dict(msg.trace_context))

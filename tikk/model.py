@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 DEFAULT_NAMESPACE = "default"
+# The error type of an attempt dead-lettered because no worker started it in time.
+START_TIMEOUT = "StartTimeout"
 
 
 class TaskState(enum.IntEnum):
@@ -43,6 +45,8 @@ class ResultKind(enum.IntEnum):
     FAILED = 2
     RETRY = 3
     FAILED_PERMANENTLY = 4
+    # Not an outcome: a worker asks to start an attempt that has a start timeout.
+    STARTED = 5
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,9 @@ class Task:
     trace_context: Mapping[str, str] = field(default_factory=dict)
     # The schedule this task is an occurrence of; empty for a one-off task.
     schedule_id: str = ""
+    # 0: none. Each attempt must be started within this long of its due time, or it is
+    # dead-lettered (see ``DueEntry.start_deadline``).
+    start_timeout_ms: int = 0
 
     @property
     def idempotency_key(self) -> str:
@@ -108,6 +115,7 @@ class Task:
             scheduled_ms=self.scheduled_ms,
             trace_context=self.trace_context,
             schedule_id=self.schedule_id,
+            start_timeout_ms=self.start_timeout_ms,
         )
 
     def evolve(self, **changes: object) -> Task:
@@ -144,11 +152,30 @@ class DueEntry:
     # The queue accepted this row's delivery (recorded after the fact, best effort): an owner
     # taking the shard over need not send it again.
     handed_off: bool = False
+    # The task's schedule-to-start timeout (0: none).
+    start_timeout_ms: int = 0
 
     @property
     def is_tick(self) -> bool:
         """A schedule's pending occurrence, not a task: the dispatcher steps the schedule."""
         return self.attempt == 0 and bool(self.schedule_id)
+
+    @property
+    def is_start_deadline(self) -> bool:
+        """Not a delivery: the instant attempt ``-attempt`` of the task must have been started
+        by (``start_deadline``). The dispatcher expires the attempt if no worker started it."""
+        return self.attempt < 0
+
+    def start_deadline(self) -> DueEntry:
+        """The row that comes due when this attempt's start timeout runs out. It shares the
+        task's clustering key, in a later second than the attempt's own row, and is written
+        before the attempt is published, so any later row of the task overwrites it (which
+        is right: a later row means this attempt is over)."""
+        return replace(self, attempt=-self.attempt, due_ms=self.due_ms + self.start_timeout_ms)
+
+    def guarded_attempt(self) -> DueEntry:
+        """For a ``start_deadline`` row: the attempt's own row, whose start it guards."""
+        return replace(self, attempt=-self.attempt, due_ms=self.due_ms - self.start_timeout_ms)
 
     @property
     def second(self) -> int:

@@ -10,8 +10,10 @@ from typing import Any
 from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second, second_of, task_key
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, TikkError
 from tikk.model import (
+    START_TIMEOUT,
     Claimed,
     Cursor,
+    DeadLetter,
     DueEntry,
     Page,
     RetryPolicy,
@@ -49,6 +51,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     last_error_message TEXT NOT NULL DEFAULT '',
     trace_context TEXT NOT NULL DEFAULT '{}',
     schedule_id TEXT NOT NULL DEFAULT '',
+    start_timeout_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, task_id)
 );
 CREATE INDEX IF NOT EXISTS tasks_by_queue ON tasks (namespace, queue, state, task_id);
@@ -70,6 +73,7 @@ CREATE TABLE IF NOT EXISTS due (
     scheduled_ms INTEGER NOT NULL,
     trace_context TEXT NOT NULL DEFAULT '{}',
     schedule_id TEXT NOT NULL DEFAULT '',
+    start_timeout_ms INTEGER NOT NULL DEFAULT 0,
     handed_off_ms INTEGER,
     PRIMARY KEY (shard, minute, second, task_key)
 ) WITHOUT ROWID;
@@ -79,6 +83,15 @@ CREATE TABLE IF NOT EXISTS cursors (
     epoch INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS start_claims (
+    namespace TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    due_ms INTEGER NOT NULL,
+    claim TEXT NOT NULL,
+    claimed_ms INTEGER NOT NULL,
+    PRIMARY KEY (namespace, task_id, attempt, due_ms)
+) WITHOUT ROWID;
 """
 
 # Columns added after the first release: files created before get them on open.
@@ -86,10 +99,12 @@ ADDED_COLUMNS = {
     "tasks": {
         "trace_context": "TEXT NOT NULL DEFAULT '{}'",
         "schedule_id": "TEXT NOT NULL DEFAULT ''",
+        "start_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
     },
     "due": {
         "trace_context": "TEXT NOT NULL DEFAULT '{}'",
         "schedule_id": "TEXT NOT NULL DEFAULT ''",
+        "start_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
         "handed_off_ms": "INTEGER",
     },
 }
@@ -106,14 +121,14 @@ def _task_row(t: Task) -> tuple[object, ...]:
         r.max_attempts, r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter,
         int(t.state), t.attempt, t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms,
         t.shard, t.fingerprint, t.last_error_type, t.last_error_message,
-        json.dumps(dict(t.trace_context)), t.schedule_id,
+        json.dumps(dict(t.trace_context)), t.schedule_id, t.start_timeout_ms,
     )  # fmt: skip
 
 
 def _task_from_row(row: Any) -> Task:
     (ns, tid, queue, handler, payload, labels, max_att, init_ms, mult, max_ms, jitter,
      state, attempt, due_ms, sched_ms, created_ms, updated_ms, shard, fp, etype, emsg,
-     trace, schedule_id) = row  # fmt: skip
+     trace, schedule_id, start_timeout_ms) = row  # fmt: skip
     return Task(
         namespace=str(ns), task_id=str(tid), queue=str(queue), handler=str(handler),
         payload=bytes(payload),
@@ -124,19 +139,20 @@ def _task_from_row(row: Any) -> Task:
         created_ms=int(created_ms), updated_ms=int(updated_ms), shard=int(shard),
         fingerprint=str(fp), last_error_type=str(etype), last_error_message=str(emsg),
         trace_context=json.loads(str(trace)), schedule_id=str(schedule_id),
+        start_timeout_ms=int(start_timeout_ms),
     )  # fmt: skip
 
 
 def _entry_from_row(row: Any) -> DueEntry:
     (shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched, trace,
-     schedule_id, handed_off_ms) = row  # fmt: skip
+     schedule_id, start_timeout_ms, handed_off_ms) = row  # fmt: skip
     return DueEntry(
         shard=int(shard), due_ms=int(due_ms), namespace=str(ns), task_id=str(tid),
         attempt=int(attempt), queue=str(queue), handler=str(handler),
         payload=bytes(payload), labels=json.loads(str(labels)),
         max_attempts=int(max_att), scheduled_ms=int(sched),
         trace_context=json.loads(str(trace)), schedule_id=str(schedule_id),
-        handed_off=handed_off_ms == due_ms,
+        start_timeout_ms=int(start_timeout_ms), handed_off=handed_off_ms == due_ms,
     )  # fmt: skip
 
 
@@ -148,6 +164,7 @@ def _insert_due(conn: sqlite3.Connection, e: DueEntry) -> None:
             minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace,
             e.task_id, e.attempt, e.queue, e.handler, e.payload, json.dumps(dict(e.labels)),
             e.max_attempts, e.scheduled_ms, json.dumps(dict(e.trace_context)), e.schedule_id,
+            e.start_timeout_ms,
         ),
     )  # fmt: skip
 
@@ -324,8 +341,38 @@ class SqliteTaskStore:
                         if _claim(conn, e, state, now_ms):
                             ok.append(e)
                             resent += state is TaskState.DISPATCHED
+                            if e.start_timeout_ms:
+                                _insert_due(conn, e.start_deadline())
                             break
             return Claimed(ok, resent)
+
+        return await self._db.run(work)
+
+    async def claim_start(self, entry: DueEntry, now_ms: int) -> bool:
+        def work(conn: sqlite3.Connection) -> bool:
+            with Transaction(conn):
+                return _claim_start(conn, entry, "started", now_ms)
+
+        return await self._db.run(work)
+
+    async def expire_start(self, entry: DueEntry, reason: str, now_ms: int) -> Task | None:
+        def work(conn: sqlite3.Connection) -> Task | None:
+            with Transaction(conn):
+                if not _claim_start(conn, entry, "expired", now_ms):
+                    return None
+                try:
+                    task = _fetch_task(conn, entry.namespace, entry.task_id)
+                except NotFound:
+                    return None
+                if (task.attempt, task.due_ms) != (entry.attempt, entry.due_ms):
+                    return None
+                if task.state is TaskState.DEAD_LETTERED:
+                    return task if task.last_error_type == START_TIMEOUT else None
+                if task.state is not TaskState.DISPATCHED:
+                    return None
+                dead = apply_transition(task, DeadLetter(START_TIMEOUT, reason), now_ms)
+                _save_task(conn, dead)
+                return dead
 
         return await self._db.run(work)
 
@@ -437,6 +484,20 @@ def _claim(conn: sqlite3.Connection, e: DueEntry, state: TaskState, now_ms: int)
          int(state)),
     )  # fmt: skip
     return cur.rowcount == 1
+
+
+def _claim_start(conn: sqlite3.Connection, e: DueEntry, claim: str, now_ms: int) -> bool:
+    """Claim the start of attempt ``e`` as ``claim`` unless claimed already; whether the
+    claim that stands is ``claim``. (The due time is part of the key: a re-drive starts at
+    attempt 1 again.)"""
+    key = (e.namespace, e.task_id, e.attempt, e.due_ms)
+    conn.execute("INSERT OR IGNORE INTO start_claims VALUES (?, ?, ?, ?, ?, ?)",
+                 (*key, claim, now_ms))  # fmt: skip
+    row = conn.execute(
+        "SELECT claim FROM start_claims WHERE namespace=? AND task_id=? AND attempt=? AND due_ms=?",
+        key,
+    ).fetchone()
+    return bool(row[0] == claim)
 
 
 def _move_cursor(conn: sqlite3.Connection, shard: int, move: Cursor) -> bool:

@@ -19,11 +19,11 @@ TASK_COLUMNS = (
     "namespace", "task_id", "queue", "handler", "payload", "labels", "max_attempts",
     "initial_backoff_ms", "multiplier", "max_backoff_ms", "jitter", "state", "attempt", "due_ms",
     "scheduled_ms", "created_ms", "updated_ms", "shard", "fingerprint", "last_error_type",
-    "last_error_message", "trace_context", "schedule_id",
+    "last_error_message", "trace_context", "schedule_id", "start_timeout_ms",
 )  # fmt: skip
 DUE_COLUMNS = (
     "shard", "due_ms", "namespace", "task_id", "attempt", "queue", "handler", "payload",
-    "labels", "max_attempts", "scheduled_ms", "trace_context", "schedule_id",
+    "labels", "max_attempts", "scheduled_ms", "trace_context", "schedule_id", "start_timeout_ms",
 )  # fmt: skip
 # Written to a due-index row: its key columns, then what a read returns.
 DUE_WRITE_COLUMNS = ("minute", "second", "task_key", *DUE_COLUMNS)
@@ -109,8 +109,25 @@ class TaskStore(Protocol):
         """Move each entry's task to DISPATCHED and return the entries that may be published:
         those whose task is still at that attempt and due time and is SCHEDULED or already
         DISPATCHED (re-publishing after a crash is allowed: at-least-once; those are counted
-        in ``resent``). Cancelled, finished or rescheduled tasks are left out.
+        in ``resent``). Cancelled, finished or rescheduled tasks are left out. For an entry
+        with a start timeout, its ``start_deadline`` row is written before this returns.
         """
+        ...
+
+    async def claim_start(self, entry: DueEntry, now_ms: int) -> bool:
+        """A worker is about to start the attempt ``entry`` (task, attempt and due time) of a
+        task that has a start timeout: record that it started, unless its deadline got there
+        first. True if it may run (also when an earlier delivery of the attempt started it:
+        a redelivery must run), False if the attempt expired. Linearizable with
+        ``expire_start``: of a start and an expiry of one attempt, exactly one wins."""
+        ...
+
+    async def expire_start(self, entry: DueEntry, reason: str, now_ms: int) -> Task | None:
+        """The start timeout of the attempt ``entry`` ran out: unless a worker started it,
+        dead-letter it (error type ``StartTimeout``, message ``reason``) and return the
+        dead-lettered task, also when this expiry was recorded before (repeating it is
+        harmless). None if a worker started the attempt or the task has moved on (finished,
+        retried, cancelled)."""
         ...
 
     async def mark_handed_off(self, entries: Sequence[DueEntry], now_ms: int) -> None:

@@ -53,6 +53,8 @@ Handler = (
 )
 H = TypeVar("H", bound=Callable[..., Any])
 _ERROR_MESSAGE_LIMIT = 4096
+# The server's answer to a start whose timeout ran out (google.rpc.Code FAILED_PRECONDITION).
+_REFUSED = grpc.StatusCode.FAILED_PRECONDITION.value[0]
 # The server's rule for queue names (``server.validation.new_queue``), which ``worker_sdk``
 # may not import: a queue named otherwise can never receive a task.
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
@@ -286,6 +288,9 @@ class Worker:
     async def _process(
         self, consumer: QueueConsumer, results: ResultStream, message: Message
     ) -> None:
+        if not await self._may_start(results, message):
+            await _commit(consumer, message)  # dead-lettered by its start timeout: not run
+            return
         result = await self._execute(message)
         while True:
             ack = await results.report(result)
@@ -295,6 +300,24 @@ class Worker:
             await asyncio.sleep(1.0)
         await _commit(consumer, message)
         self.completed += 1
+
+    async def _may_start(self, results: ResultStream, message: Message) -> bool:
+        """An attempt with a start timeout runs only once the server granted its start (the
+        timeout may have run out, and then it was dead-lettered instead); others always."""
+        d = message.delivery
+        if not d.HasField("start_timeout"):
+            return True
+        claim = worker_pb2.RunResult(
+            run_id=uuid.uuid4().hex, delivery=d, kind=worker_pb2.RESULT_KIND_STARTED,
+            worker_id=self.worker_id, start_time=_ts_ms(_now_ms()),
+        )  # fmt: skip
+        while True:
+            ack = await results.report(claim)
+            if ack.code in (grpc.StatusCode.OK.value[0], _REFUSED):
+                return bool(ack.code == grpc.StatusCode.OK.value[0])
+            log.warning("server could not decide the start of %s (%s), asking again",
+                        d.task_id, ack.message)  # fmt: skip
+            await asyncio.sleep(1.0)
 
     async def _execute(self, message: Message) -> worker_pb2.RunResult:
         d = message.delivery

@@ -10,7 +10,7 @@ from tests.contract.conftest import Reopen
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
-from tikk.model import Cursor, DeadLetter, Retry, Succeed, TaskState
+from tikk.model import START_TIMEOUT, Cursor, DeadLetter, Retry, Succeed, Task, TaskState
 from tikk.store import TaskStore, advance_cursor
 
 # Scans start after a cursor; a store's cursors never start before it existed (T0 here).
@@ -332,3 +332,69 @@ async def test_two_reports_of_one_attempt_move_the_task_on_once(store: TaskStore
     assert (stored.state, stored.attempt, stored.due_ms) == (
         TaskState.SCHEDULED, 2, winners[0].due_ms,
     )  # fmt: skip
+
+
+def timed(task_id: str, timeout_ms: int = 5_000) -> Task:
+    return make_task(task_id).evolve(start_timeout_ms=timeout_ms)
+
+
+async def test_claiming_an_attempt_writes_its_start_deadline_row(store: TaskStore) -> None:
+    a = timed("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], a.due_ms)
+    deadline = a.due_ms + 5_000
+    rows = await store.read_due(a.shard, START, second_of(deadline), 10)
+    marks = [(r.attempt, r.due_ms, r.is_start_deadline) for r in rows if r.task_id == "a"]
+    assert (-1, deadline, True) in marks
+    [row] = [r for r in rows if r.is_start_deadline]
+    assert row.guarded_attempt() == a.entry()
+
+
+async def test_a_started_attempt_does_not_expire(store: TaskStore) -> None:
+    a = timed("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], a.due_ms)
+    assert await store.claim_start(a.entry(), a.due_ms + 100)
+    assert await store.expire_start(a.entry(), "late", a.due_ms + 5_000) is None
+    assert (await store.get("default", "a")).state is TaskState.DISPATCHED
+    assert await store.claim_start(a.entry(), a.due_ms + 9_000)  # a redelivery still runs
+
+
+async def test_an_expired_attempt_is_dead_lettered_and_never_starts(store: TaskStore) -> None:
+    a = timed("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], a.due_ms)
+    dead = await store.expire_start(a.entry(), "nobody consumes q", a.due_ms + 5_000)
+    assert dead is not None
+    assert (dead.state, dead.last_error_type, dead.last_error_message) == (
+        TaskState.DEAD_LETTERED, START_TIMEOUT, "nobody consumes q",
+    )  # fmt: skip
+    assert not await store.claim_start(a.entry(), a.due_ms + 5_001)
+    again = await store.expire_start(a.entry(), "nobody consumes q", a.due_ms + 6_000)
+    assert again is not None and again.state is TaskState.DEAD_LETTERED  # harmless repeat
+    page = await store.list_dead_letters("default", "", 10, "", a.due_ms + 10_000)
+    assert [t.task_id for t in page.items] == ["a"]
+
+
+async def test_of_a_start_and_an_expiry_racing_exactly_one_wins(store: TaskStore) -> None:
+    tasks = [timed(f"t{i}") for i in range(20)]
+    await store.create_many(tasks)
+    await store.mark_dispatched([t.entry() for t in tasks], T0 + 10_000)
+    for t in tasks:
+        started, expired = await asyncio.gather(
+            store.claim_start(t.entry(), t.due_ms + 4_999),
+            store.expire_start(t.entry(), "late", t.due_ms + 5_000),
+        )
+        assert started != (expired is not None), t.task_id
+        state = (await store.get("default", t.task_id)).state
+        assert state is (TaskState.DISPATCHED if started else TaskState.DEAD_LETTERED)
+
+
+async def test_a_redriven_task_can_start_again(store: TaskStore) -> None:
+    a = timed("a")
+    await store.create(a)
+    await store.mark_dispatched([a.entry()], a.due_ms)
+    await store.expire_start(a.entry(), "late", a.due_ms + 5_000)
+    again = await store.redrive("default", "a", a.due_ms + 60_000)
+    await store.mark_dispatched([again.entry()], again.due_ms)
+    assert await store.claim_start(again.entry(), again.due_ms + 10)

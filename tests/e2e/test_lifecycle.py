@@ -296,3 +296,28 @@ def test_health_serving_and_reflection_lists_services(stack: Stack) -> None:
         )
         names = {s.name for a in answers for s in a.list_services_response.service}
     assert {"tikk.v1.TaskService", "tikk.v1.HistoryService", "tikk.v1.WorkerService"} <= names
+
+
+def test_start_timeouts_dead_letter_what_nobody_starts_and_spare_what_runs(
+    stack: Stack, ns: str
+) -> None:
+    create(stack, ns, "consumed", start_timeout=to_duration(3_000))
+    orphan = tasks_pb2.CreateTaskRequest(
+        namespace=ns, task_id="orphan", queue="nobody", handler="record",
+        start_timeout=to_duration(2_000),
+    )  # fmt: skip
+    created = stack.tasks.CreateTask(orphan, timeout=10).task
+    assert created.start_timeout.ToMilliseconds() == 2_000
+    eventually(lambda: state_of(stack, ns, "consumed") == tasks_pb2.TASK_STATE_SUCCEEDED)
+    eventually(lambda: state_of(stack, ns, "orphan") == tasks_pb2.TASK_STATE_DEAD_LETTERED)
+    dead = stack.task(ns, "orphan")
+    assert dead.last_error_type == "StartTimeout"
+    assert "'nobody'" in dead.last_error_message
+    assert [e["task_id"] for e in stack.executions() if e["namespace"] == ns] == ["consumed"]
+    bad = tasks_pb2.CreateTaskRequest(
+        namespace=ns, queue="e2e", handler="record", start_timeout=to_duration(500)
+    )
+    with pytest.raises(grpc.RpcError) as refused:
+        stack.tasks.CreateTask(bad, timeout=10)
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "start_timeout" in (refused.value.details() or "")

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tikk/v1/tasks.proto\x12\x07tikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x01\n\x0bRetryPolicy\x12\x19\n\x0cmax_attempts\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x32\n\x0finitial_backoff\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\nmultiplier\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12.\n\x0bmax_backoff\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x06jitter\x18\x05 \x01(\x01H\x02\x88\x01\x01\x42\x0f\n\r_max_attemptsB\r\n\x0b_multiplierB\t\n\x07_jitter\"\xc6\x04\n\x04Task\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07handler\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12)\n\x06labels\x18\x06 \x03(\x0b\x32\x19.tikk.v1.Task.LabelsEntry\x12*\n\x0cretry_policy\x18\x07 \x01(\x0b\x32\x14.tikk.v1.RetryPolicy\x12!\n\x05state\x18\x08 \x01(\x0e\x32\x12.tikk.v1.TaskState\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12,\n\x08\x64ue_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0escheduled_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x0e \x01(\t\x12\x17\n\x0flast_error_type\x18\x0f \x01(\t\x12\x1a\n\x12last_error_message\x18\x10 \x01(\t\x12\r\n\x05shard\x18\x11 \x01(\x05\x12\x13\n\x0bschedule_id\x18\x12 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xdd\x02\n\x11\x43reateTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07handler\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x36\n\x06labels\x18\x06 \x03(\x0b\x32&.tikk.v1.CreateTaskRequest.LabelsEntry\x12*\n\x0cretry_policy\x18\x07 \x01(\x0b\x32\x14.tikk.v1.RetryPolicy\x12,\n\x06run_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12*\n\x05\x64\x65lay\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04when\"B\n\x12\x43reateTaskResponse\x12\x1b\n\x04task\x18\x01 \x01(\x0b\x32\r.tikk.v1.Task\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"?\n\x12\x43reateTasksRequest\x12)\n\x05tasks\x18\x01 \x03(\x0b\x32\x1a.tikk.v1.CreateTaskRequest\"g\n\x15\x43reateTasksItemResult\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07task_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63reated\x18\x05 \x01(\x08\"j\n\x13\x43reateTasksResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.tikk.v1.CreateTasksItemResult\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x03\x12\x10\n\x08rejected\x18\x03 \x01(\x03\"4\n\x0eGetTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"7\n\x11\x43\x61ncelTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"~\n\x10ListTasksRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12!\n\x05state\x18\x03 \x01(\x0e\x32\x12.tikk.v1.TaskState\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"J\n\x11ListTasksResponse\x12\x1c\n\x05tasks\x18\x01 \x03(\x0b\x32\r.tikk.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\":\n\x11ListQueuesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\x87\x01\n\tQueueInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07waiting\x18\x02 \x01(\x03\x12\x35\n\x12oldest_waiting_age\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\tconsumers\x18\x04 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_consumers\"Q\n\x12ListQueuesResponse\x12\"\n\x06queues\x18\x01 \x03(\x0b\x32\x12.tikk.v1.QueueInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xae\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14TASK_STATE_SCHEDULED\x10\x01\x12\x19\n\x15TASK_STATE_DISPATCHED\x10\x02\x12\x18\n\x14TASK_STATE_SUCCEEDED\x10\x03\x12\x1c\n\x18TASK_STATE_DEAD_LETTERED\x10\x04\x12\x18\n\x14TASK_STATE_CANCELLED\x10\x05\x32\x97\x03\n\x0bTaskService\x12\x45\n\nCreateTask\x12\x1a.tikk.v1.CreateTaskRequest\x1a\x1b.tikk.v1.CreateTaskResponse\x12J\n\x0b\x43reateTasks\x12\x1b.tikk.v1.CreateTasksRequest\x1a\x1c.tikk.v1.CreateTasksResponse(\x01\x12\x31\n\x07GetTask\x12\x17.tikk.v1.GetTaskRequest\x1a\r.tikk.v1.Task\x12\x37\n\nCancelTask\x12\x1a.tikk.v1.CancelTaskRequest\x1a\r.tikk.v1.Task\x12\x42\n\tListTasks\x12\x19.tikk.v1.ListTasksRequest\x1a\x1a.tikk.v1.ListTasksResponse\x12\x45\n\nListQueues\x12\x1a.tikk.v1.ListQueuesRequest\x1a\x1b.tikk.v1.ListQueuesResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tikk/v1/tasks.proto\x12\x07tikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe5\x01\n\x0bRetryPolicy\x12\x19\n\x0cmax_attempts\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x32\n\x0finitial_backoff\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x17\n\nmultiplier\x18\x03 \x01(\x01H\x01\x88\x01\x01\x12.\n\x0bmax_backoff\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x06jitter\x18\x05 \x01(\x01H\x02\x88\x01\x01\x42\x0f\n\r_max_attemptsB\r\n\x0b_multiplierB\t\n\x07_jitter\"\xf8\x04\n\x04Task\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07handler\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12)\n\x06labels\x18\x06 \x03(\x0b\x32\x19.tikk.v1.Task.LabelsEntry\x12*\n\x0cretry_policy\x18\x07 \x01(\x0b\x32\x14.tikk.v1.RetryPolicy\x12!\n\x05state\x18\x08 \x01(\x0e\x32\x12.tikk.v1.TaskState\x12\x0f\n\x07\x61ttempt\x18\t \x01(\x05\x12,\n\x08\x64ue_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0escheduled_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63reate_time\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0bupdate_time\x18\r \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x0e \x01(\t\x12\x17\n\x0flast_error_type\x18\x0f \x01(\t\x12\x1a\n\x12last_error_message\x18\x10 \x01(\t\x12\r\n\x05shard\x18\x11 \x01(\x05\x12\x13\n\x0bschedule_id\x18\x12 \x01(\t\x12\x30\n\rstart_timeout\x18\x13 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8f\x03\n\x11\x43reateTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07handler\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12\x36\n\x06labels\x18\x06 \x03(\x0b\x32&.tikk.v1.CreateTaskRequest.LabelsEntry\x12*\n\x0cretry_policy\x18\x07 \x01(\x0b\x32\x14.tikk.v1.RetryPolicy\x12,\n\x06run_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.TimestampH\x00\x12*\n\x05\x64\x65lay\x18\t \x01(\x0b\x32\x19.google.protobuf.DurationH\x00\x12\x30\n\rstart_timeout\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04when\"B\n\x12\x43reateTaskResponse\x12\x1b\n\x04task\x18\x01 \x01(\x0b\x32\r.tikk.v1.Task\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\"?\n\x12\x43reateTasksRequest\x12)\n\x05tasks\x18\x01 \x03(\x0b\x32\x1a.tikk.v1.CreateTaskRequest\"g\n\x15\x43reateTasksItemResult\x12\r\n\x05index\x18\x01 \x01(\x03\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\x12\x0f\n\x07task_id\x18\x04 \x01(\t\x12\x0f\n\x07\x63reated\x18\x05 \x01(\x08\"j\n\x13\x43reateTasksResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.tikk.v1.CreateTasksItemResult\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x03\x12\x10\n\x08rejected\x18\x03 \x01(\x03\"4\n\x0eGetTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"7\n\x11\x43\x61ncelTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"~\n\x10ListTasksRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12!\n\x05state\x18\x03 \x01(\x0e\x32\x12.tikk.v1.TaskState\x12\x11\n\tpage_size\x18\x04 \x01(\x05\x12\x12\n\npage_token\x18\x05 \x01(\t\"J\n\x11ListTasksResponse\x12\x1c\n\x05tasks\x18\x01 \x03(\x0b\x32\r.tikk.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\":\n\x11ListQueuesRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"\x87\x01\n\tQueueInfo\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07waiting\x18\x02 \x01(\x03\x12\x35\n\x12oldest_waiting_age\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x16\n\tconsumers\x18\x04 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_consumers\"Q\n\x12ListQueuesResponse\x12\"\n\x06queues\x18\x01 \x03(\x0b\x32\x12.tikk.v1.QueueInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\xae\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14TASK_STATE_SCHEDULED\x10\x01\x12\x19\n\x15TASK_STATE_DISPATCHED\x10\x02\x12\x18\n\x14TASK_STATE_SUCCEEDED\x10\x03\x12\x1c\n\x18TASK_STATE_DEAD_LETTERED\x10\x04\x12\x18\n\x14TASK_STATE_CANCELLED\x10\x05\x32\x97\x03\n\x0bTaskService\x12\x45\n\nCreateTask\x12\x1a.tikk.v1.CreateTaskRequest\x1a\x1b.tikk.v1.CreateTaskResponse\x12J\n\x0b\x43reateTasks\x12\x1b.tikk.v1.CreateTasksRequest\x1a\x1c.tikk.v1.CreateTasksResponse(\x01\x12\x31\n\x07GetTask\x12\x17.tikk.v1.GetTaskRequest\x1a\r.tikk.v1.Task\x12\x37\n\nCancelTask\x12\x1a.tikk.v1.CancelTaskRequest\x1a\r.tikk.v1.Task\x12\x42\n\tListTasks\x12\x19.tikk.v1.ListTasksRequest\x1a\x1a.tikk.v1.ListTasksResponse\x12\x45\n\nListQueues\x12\x1a.tikk.v1.ListQueuesRequest\x1a\x1b.tikk.v1.ListQueuesResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,40 +38,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASK_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_CREATETASKREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_CREATETASKREQUEST_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_TASKSTATE']._serialized_start=2209
-  _globals['_TASKSTATE']._serialized_end=2383
+  _globals['_TASKSTATE']._serialized_start=2309
+  _globals['_TASKSTATE']._serialized_end=2483
   _globals['_RETRYPOLICY']._serialized_start=98
   _globals['_RETRYPOLICY']._serialized_end=327
   _globals['_TASK']._serialized_start=330
-  _globals['_TASK']._serialized_end=912
-  _globals['_TASK_LABELSENTRY']._serialized_start=867
-  _globals['_TASK_LABELSENTRY']._serialized_end=912
-  _globals['_CREATETASKREQUEST']._serialized_start=915
-  _globals['_CREATETASKREQUEST']._serialized_end=1264
-  _globals['_CREATETASKREQUEST_LABELSENTRY']._serialized_start=867
-  _globals['_CREATETASKREQUEST_LABELSENTRY']._serialized_end=912
-  _globals['_CREATETASKRESPONSE']._serialized_start=1266
-  _globals['_CREATETASKRESPONSE']._serialized_end=1332
-  _globals['_CREATETASKSREQUEST']._serialized_start=1334
-  _globals['_CREATETASKSREQUEST']._serialized_end=1397
-  _globals['_CREATETASKSITEMRESULT']._serialized_start=1399
-  _globals['_CREATETASKSITEMRESULT']._serialized_end=1502
-  _globals['_CREATETASKSRESPONSE']._serialized_start=1504
-  _globals['_CREATETASKSRESPONSE']._serialized_end=1610
-  _globals['_GETTASKREQUEST']._serialized_start=1612
-  _globals['_GETTASKREQUEST']._serialized_end=1664
-  _globals['_CANCELTASKREQUEST']._serialized_start=1666
-  _globals['_CANCELTASKREQUEST']._serialized_end=1721
-  _globals['_LISTTASKSREQUEST']._serialized_start=1723
-  _globals['_LISTTASKSREQUEST']._serialized_end=1849
-  _globals['_LISTTASKSRESPONSE']._serialized_start=1851
-  _globals['_LISTTASKSRESPONSE']._serialized_end=1925
-  _globals['_LISTQUEUESREQUEST']._serialized_start=1927
-  _globals['_LISTQUEUESREQUEST']._serialized_end=1985
-  _globals['_QUEUEINFO']._serialized_start=1988
-  _globals['_QUEUEINFO']._serialized_end=2123
-  _globals['_LISTQUEUESRESPONSE']._serialized_start=2125
-  _globals['_LISTQUEUESRESPONSE']._serialized_end=2206
-  _globals['_TASKSERVICE']._serialized_start=2386
-  _globals['_TASKSERVICE']._serialized_end=2793
+  _globals['_TASK']._serialized_end=962
+  _globals['_TASK_LABELSENTRY']._serialized_start=917
+  _globals['_TASK_LABELSENTRY']._serialized_end=962
+  _globals['_CREATETASKREQUEST']._serialized_start=965
+  _globals['_CREATETASKREQUEST']._serialized_end=1364
+  _globals['_CREATETASKREQUEST_LABELSENTRY']._serialized_start=917
+  _globals['_CREATETASKREQUEST_LABELSENTRY']._serialized_end=962
+  _globals['_CREATETASKRESPONSE']._serialized_start=1366
+  _globals['_CREATETASKRESPONSE']._serialized_end=1432
+  _globals['_CREATETASKSREQUEST']._serialized_start=1434
+  _globals['_CREATETASKSREQUEST']._serialized_end=1497
+  _globals['_CREATETASKSITEMRESULT']._serialized_start=1499
+  _globals['_CREATETASKSITEMRESULT']._serialized_end=1602
+  _globals['_CREATETASKSRESPONSE']._serialized_start=1604
+  _globals['_CREATETASKSRESPONSE']._serialized_end=1710
+  _globals['_GETTASKREQUEST']._serialized_start=1712
+  _globals['_GETTASKREQUEST']._serialized_end=1764
+  _globals['_CANCELTASKREQUEST']._serialized_start=1766
+  _globals['_CANCELTASKREQUEST']._serialized_end=1821
+  _globals['_LISTTASKSREQUEST']._serialized_start=1823
+  _globals['_LISTTASKSREQUEST']._serialized_end=1949
+  _globals['_LISTTASKSRESPONSE']._serialized_start=1951
+  _globals['_LISTTASKSRESPONSE']._serialized_end=2025
+  _globals['_LISTQUEUESREQUEST']._serialized_start=2027
+  _globals['_LISTQUEUESREQUEST']._serialized_end=2085
+  _globals['_QUEUEINFO']._serialized_start=2088
+  _globals['_QUEUEINFO']._serialized_end=2223
+  _globals['_LISTQUEUESRESPONSE']._serialized_start=2225
+  _globals['_LISTQUEUESRESPONSE']._serialized_end=2306
+  _globals['_TASKSERVICE']._serialized_start=2486
+  _globals['_TASKSERVICE']._serialized_end=2893
 # @@protoc_insertion_point(module_scope)

@@ -18,14 +18,16 @@ class ResultKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESULT_KIND_FAILED: _ClassVar[ResultKind]
     RESULT_KIND_RETRY: _ClassVar[ResultKind]
     RESULT_KIND_FAILED_PERMANENTLY: _ClassVar[ResultKind]
+    RESULT_KIND_STARTED: _ClassVar[ResultKind]
 RESULT_KIND_UNSPECIFIED: ResultKind
 RESULT_KIND_SUCCEEDED: ResultKind
 RESULT_KIND_FAILED: ResultKind
 RESULT_KIND_RETRY: ResultKind
 RESULT_KIND_FAILED_PERMANENTLY: ResultKind
+RESULT_KIND_STARTED: ResultKind
 
 class Delivery(_message.Message):
-    __slots__ = ("namespace", "task_id", "queue", "handler", "payload", "labels", "attempt", "max_attempts", "scheduled_time", "due_time", "fired_time", "idempotency_key", "trace_context")
+    __slots__ = ("namespace", "task_id", "queue", "handler", "payload", "labels", "attempt", "max_attempts", "scheduled_time", "due_time", "fired_time", "idempotency_key", "trace_context", "start_timeout")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +55,7 @@ class Delivery(_message.Message):
     FIRED_TIME_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    START_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     task_id: str
     queue: str
@@ -66,7 +69,8 @@ class Delivery(_message.Message):
     fired_time: _timestamp_pb2.Timestamp
     idempotency_key: str
     trace_context: _containers.ScalarMap[str, str]
-    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    start_timeout: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., start_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class DeadLetterRecord(_message.Message):
     __slots__ = ("delivery", "error_type", "error_message", "dead_lettered_time")

@@ -1,0 +1,135 @@
+"""Schedule-to-start timeouts, end to end through the dispatcher and the server's lifecycle on
+the real embedded store, queue and run history with a manual clock: an attempt nobody starts
+in time is dead-lettered with the reason; one a worker started is left alone."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dispatcher.local_queue import LocalReadyQueue
+from dispatcher.ownership import SingleOwner
+from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.start_timeouts import StartExpiry
+from history.sqlite import SqliteRunHistory
+from server.lifecycle import Lifecycle
+from tests.factories import T0, make_task
+from tikk import delivery_codec
+from tikk.clock import ManualClock
+from tikk.model import START_TIMEOUT, ResultKind, RunReport, RunStatus, Task, TaskState
+from tikk.settings import Limits
+from tikk.sqlite_store import SqliteTaskStore
+from worker_sdk.local_queue import LocalQueueConsumer
+
+SHARDS = 2
+
+
+@dataclass
+class Rig:
+    store: SqliteTaskStore
+    history: SqliteRunHistory
+    lifecycle: Lifecycle
+    clock: ManualClock
+    tmp: Path
+
+    def dispatcher(self, epoch: int = 1) -> Dispatcher:
+        queue = self.lifecycle.queue
+        expiry = StartExpiry(self.store, self.history, queue)
+        settings = DispatchSettings(cursor_flush_interval_ms=0)
+        owner = SingleOwner(SHARDS, epoch)
+        return Dispatcher(self.store, queue, owner, self.clock, settings=settings, expiry=expiry)
+
+    async def run(self, d: Dispatcher, until_ms: int) -> None:
+        while self.clock.now_ms() < until_ms:
+            self.clock.advance(100)
+            await d.tick(self.clock.now_ms())
+
+    def consumer(self, queue: str) -> LocalQueueConsumer:
+        return LocalQueueConsumer(str(self.tmp / "queue.db"), [queue], 60_000)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
+    history = SqliteRunHistory(str(tmp_path / "history.db"))
+    queue = LocalReadyQueue(str(tmp_path / "queue.db"))
+    clock = ManualClock(T0)
+    lifecycle = Lifecycle(store, history, queue, clock, limits=Limits(), rng=random.Random(1))
+    yield Rig(store, history, lifecycle, clock, tmp_path)
+    await queue.close()
+    await history.close()
+    await store.close()
+
+
+def timed(task_id: str, queue: str = "nobody", due_ms: int = T0 + 2_000) -> Task:
+    task = make_task(task_id, due_ms=due_ms, queue=queue, shard_count=SHARDS)
+    return task.evolve(start_timeout_ms=5_000)
+
+
+async def test_an_attempt_nobody_starts_is_dead_lettered_with_the_reason(rig: Rig) -> None:
+    await rig.store.create(timed("orphan"))
+    await rig.run(rig.dispatcher(), T0 + 6_900)
+    assert (await rig.store.get("default", "orphan")).state is TaskState.DISPATCHED
+    await rig.run(rig.dispatcher(), T0 + 8_000)  # a new owner finds the deadline row
+    task = await rig.store.get("default", "orphan")
+    assert (task.state, task.last_error_type) == (TaskState.DEAD_LETTERED, START_TIMEOUT)
+    assert "'nobody'" in task.last_error_message
+    [run] = (await rig.history.list_for_task("default", "orphan", 10, "")).items
+    assert (run.status, run.error_type) == (RunStatus.DEAD_LETTERED, START_TIMEOUT)
+    dead = rig.consumer("nobody.dlq")
+    try:
+        assert len(await dead.fetch(10)) == 1  # a copy on the dead-letter stream
+    finally:
+        await dead.close()
+
+
+async def test_an_attempt_a_worker_started_in_time_is_left_to_run(rig: Rig) -> None:
+    await rig.store.create(timed("busy", queue="q"))
+    d = rig.dispatcher()
+    await rig.run(d, T0 + 2_500)
+    consumer = rig.consumer("q")
+    try:
+        [message] = await consumer.fetch(10)
+        delivery = delivery_codec.from_proto(message.delivery, SHARDS)
+        assert delivery.entry.start_timeout_ms == 5_000
+        report = RunReport("r1", delivery.entry, delivery.fired_ms, ResultKind.STARTED, 0, 0, "w")
+        assert await rig.lifecycle.claim_start(report)
+        await rig.run(d, T0 + 10_000)
+        assert (await rig.store.get("default", "busy")).state is TaskState.DISPATCHED
+        assert d.stats.expired == 0
+    finally:
+        await consumer.close()
+
+
+async def test_a_worker_that_asks_too_late_runs_nothing(rig: Rig) -> None:
+    await rig.store.create(timed("late", queue="q"))
+    await rig.run(rig.dispatcher(), T0 + 2_500)
+    consumer = rig.consumer("q")
+    try:
+        [message] = await consumer.fetch(10)
+        delivery = delivery_codec.from_proto(message.delivery, SHARDS)
+        rig.clock.set(T0 + 7_500)  # the worker took 5.5 s to get to it; nothing ticked
+        report = RunReport("r1", delivery.entry, delivery.fired_ms, ResultKind.STARTED, 0, 0, "w")
+        assert not await rig.lifecycle.claim_start(report)
+        task = await rig.store.get("default", "late")
+        assert (task.state, task.last_error_type) == (TaskState.DEAD_LETTERED, START_TIMEOUT)
+    finally:
+        await consumer.close()
+
+
+async def test_an_attempt_claimed_after_its_deadline_is_expired_not_published(rig: Rig) -> None:
+    await rig.store.create(timed("stale", queue="q"))
+    rig.clock.set(T0 + 60_000)  # every dispatcher was down past the deadline
+    d = rig.dispatcher()
+    await d.tick(rig.clock.now_ms())
+    consumer = rig.consumer("q")
+    try:
+        assert await consumer.fetch(10) == []
+    finally:
+        await consumer.close()
+    assert (await rig.store.get("default", "stale")).state is TaskState.DEAD_LETTERED
+    assert d.stats.expired == 1
