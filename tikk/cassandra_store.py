@@ -51,7 +51,6 @@ from tikk.store import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_
 _TASK_COLS = ", ".join(TASK_COLUMNS)
 _DUE_COLS = ", ".join(DUE_READ_COLUMNS)
 _MARKS = ", ".join("?" * len(TASK_COLUMNS))
-INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) USING TTL ?"
 # A create with a client id writes the task row first (IF NOT EXISTS) marked create_pending,
 # then its due row, listing and create_done in one logged batch. A task that has the first
 # mark and not the second is invisible. Two cells written once each, rather than one flipped,
@@ -60,6 +59,10 @@ INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) USING TTL ?"
 CREATE_TASK = (
     f"INSERT INTO tasks ({_TASK_COLS}, create_pending) VALUES ({_MARKS}, true)"
     " IF NOT EXISTS USING TTL ?"
+)
+# The same first write for an id the server assigned (fresh, so no transaction is needed).
+CREATE_NEW_TASK = (
+    f"INSERT INTO tasks ({_TASK_COLS}, create_pending) VALUES ({_MARKS}, true) USING TTL ?"
 )
 COMPLETE_CREATE = (
     "UPDATE tasks USING TTL ? SET create_done = true WHERE namespace = ? AND task_id = ?"
@@ -105,6 +108,9 @@ SELECT_BY_QUEUE = (
     " AND task_id > ? LIMIT ?"
 )
 SET_STATE = "UPDATE tasks SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+SET_STATE_DUE = (
+    "UPDATE tasks SET state = ?, due_ms = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+)
 SELECT_CURSOR = "SELECT second, epoch FROM cursors WHERE ring = 0 AND shard = ?"
 SELECT_CURSORS = "SELECT shard, second, epoch FROM cursors WHERE ring = 0"
 INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, ?) IF NOT EXISTS"
@@ -198,10 +204,6 @@ class CassandraTaskStore:
     async def connect(self) -> None:
         await asyncio.to_thread(self._db.connect)
 
-    def _write_task(self, t: Task, now_ms: int) -> list[tuple[str, Sequence[Any]]]:
-        ttl = _ttl_after(t.due_ms, now_ms, TASK_RETENTION_S)
-        return [(INSERT_TASK, [*_task_values(t), ttl]), _listing_write(t, ttl)]
-
     async def create(self, task: Task) -> tuple[Task, bool]:
         ttl = _ttl_after(task.due_ms, task.created_ms, TASK_RETENTION_S)
         rows = await self._db.execute(CREATE_TASK, [*_task_values(task), ttl])
@@ -243,10 +245,13 @@ class CassandraTaskStore:
         return list(await asyncio.gather(*(one(t) for t in tasks)))
 
     async def _create_new(self, task: Task) -> tuple[Task, bool]:
-        """A task whose id is known to be fresh: its rows in one logged batch, no LWT."""
-        writes = self._write_task(task, task.created_ms)
-        writes.append((INSERT_DUE, _due_values(task.entry(), task.created_ms)))
-        await self._db.execute_batch(writes)
+        """A task whose id is known to be fresh: no transaction, but the same two writes. The
+        task row is durable before its due row exists: a dispatcher that read a due row whose
+        task it could not find yet would take it for a stale row and drop it (a logged batch
+        applies its partitions in no guaranteed order, so one batch is not enough)."""
+        ttl = _ttl_after(task.due_ms, task.created_ms, TASK_RETENTION_S)
+        await self._db.execute(CREATE_NEW_TASK, [*_task_values(task), ttl])
+        await self._complete_create(task, ttl)
         return task, True
 
     async def get(self, namespace: str, task_id: str) -> Task:
@@ -360,13 +365,20 @@ class CassandraTaskStore:
                 if not rows:
                     return None
                 t = rows[0]
-                fresh = t.attempt == e.attempt and t.due_ms == e.due_ms
-                if not fresh or t.state not in (TaskState.SCHEDULED, TaskState.DISPATCHED):
+                if t.attempt != e.attempt:
                     return None
-                if t.state == TaskState.SCHEDULED:
+                if t.due_ms == e.due_ms and t.state == TaskState.SCHEDULED:
                     await self._db.execute(
                         SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
                     )
+                elif t.due_ms < e.due_ms and t.state == TaskState.SCHEDULED:
+                    # A move half done (``move_due`` writes the new row before the task
+                    # row): finish it, or the task would be left with no row to fire it.
+                    await self._db.execute(SET_STATE_DUE, [
+                        int(TaskState.DISPATCHED), e.due_ms, now_ms, e.namespace, e.task_id,
+                    ])  # fmt: skip
+                elif t.due_ms != e.due_ms or t.state != TaskState.DISPATCHED:
+                    return None
                 if e.start_timeout_ms:
                     await self._db.execute(INSERT_DUE, _due_values(e.start_deadline(), now_ms))
                 return TaskState(t.state)
@@ -464,11 +476,16 @@ class CassandraTaskStore:
                 f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
             )
         again = task.evolve(state=TaskState.SCHEDULED, attempt=1, due_ms=now_ms, updated_ms=now_ms)
-        writes = self._write_task(again, now_ms)
-        writes.append((INSERT_DUE, _due_values(again.entry(), now_ms)))
-        writes.append((DELETE_DEAD, [namespace, task.updated_ms // _DAY_MS, task.updated_ms,
-                                     task_id]))  # fmt: skip
-        await self._db.execute_batch(writes)
+        # The task row first (and only from the state read: two re-drives move it once), then
+        # the rows that point at it, for the reason given in _create_new.
+        if not await self._update_if(again, task, now_ms):
+            raise FailedPrecondition(f"task {task_id!r} changed while it was re-driven; retry")
+        ttl = _ttl_after(again.due_ms, now_ms, TASK_RETENTION_S)
+        await self._db.execute_batch([
+            (INSERT_DUE, _due_values(again.entry(), now_ms)),
+            _listing_write(again, ttl),
+            (DELETE_DEAD, [namespace, task.updated_ms // _DAY_MS, task.updated_ms, task_id]),
+        ])  # fmt: skip
         return again
 
     async def move_due(
@@ -478,8 +495,10 @@ class CassandraTaskStore:
         if (task.state, task.attempt, task.due_ms) != (TaskState.SCHEDULED, attempt, due_ms):
             return None
         moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
-        # The new row first: if the task row then refuses (a dispatcher took the task), the
-        # row is a stray that mark_dispatched skips (its due time is not the task's).
+        # The new row first, so that a crash at any point leaves a row that fires the task: a
+        # dispatcher that reads it before the task row has moved finishes the move itself
+        # (``mark_dispatched``); if the task row then refuses (a dispatcher took the task
+        # at its old time), the new row is a stray that no longer matches the task.
         await self._db.execute(INSERT_DUE, _due_values(moved.entry(), now_ms))
         if not await self._update_if(moved, task, now_ms):
             return None

@@ -14,9 +14,15 @@ import pytest
 from tests.contract import cassandra_keyspace
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
-from tikk.cassandra_store import CREATE_TASK, CassandraTaskStore, _task_values
+from tikk.cassandra_store import (
+    CREATE_TASK,
+    INSERT_DUE,
+    CassandraTaskStore,
+    _due_values,
+    _task_values,
+)
 from tikk.errors import AlreadyExists, NotFound
-from tikk.model import Retry, TaskState, apply_transition
+from tikk.model import Retry, Succeed, TaskState, apply_transition
 
 SHARDS = 16
 
@@ -81,3 +87,34 @@ async def test_a_retry_whose_due_row_was_never_written_is_healed(
     assert await cstore.finish_attempt("default", "r", 1, again, task.due_ms + 1) is None
     rows = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
     assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, retry.due_ms)]
+
+
+async def test_a_half_done_move_is_finished_by_the_dispatcher(cstore: CassandraTaskStore) -> None:
+    task = make_task("m", shard_count=SHARDS)
+    await cstore.create(task)
+    moved = task.evolve(due_ms=task.due_ms + 3_000)
+    # The server wrote the moved row, then died before moving the task row.
+    await cstore.session.execute(INSERT_DUE, _due_values(moved.entry(), T0))
+    claimed = await cstore.mark_dispatched([moved.entry()], moved.due_ms)
+    assert claimed.entries == [moved.entry()]
+    stored = await cstore.get("default", "m")
+    assert (stored.state, stored.due_ms) == (TaskState.DISPATCHED, moved.due_ms)
+    # The old row no longer matches, and the attempt finishes under the moved time.
+    assert (await cstore.mark_dispatched([task.entry()], moved.due_ms)).entries == []
+    done = await cstore.finish_attempt("default", "m", 1, Succeed(), moved.due_ms + 10)
+    assert done is not None and done.state is TaskState.SUCCEEDED
+
+
+async def test_a_move_refused_by_the_task_row_leaves_a_row_that_fires_nothing(
+    cstore: CassandraTaskStore,
+) -> None:
+    task = make_task("d", shard_count=SHARDS)
+    await cstore.create(task)
+    await cstore.mark_dispatched([task.entry()], task.due_ms)
+    to_ms = task.due_ms + 3_000
+    assert await cstore.move_due(
+        "default", "d", attempt=1, due_ms=task.due_ms, to_ms=to_ms, now_ms=task.due_ms
+    ) is None  # fmt: skip
+    stray = task.evolve(due_ms=to_ms).entry()
+    assert (await cstore.mark_dispatched([stray], to_ms)).entries == []
+    assert (await cstore.get("default", "d")).due_ms == task.due_ms
