@@ -185,6 +185,19 @@ class PartitionLedger:
         self._done: set[int] = set()
         self._next: int | None = None  # one past the newest message finished in order
 
+    @property
+    def floor(self) -> int | None:
+        """The group's commit point as known here: every message below it is done for good
+        and must never be handed out again (None: not known)."""
+        return self._committed[0]
+
+    def learn(self, committed: int | None, metadata: str) -> None:
+        """The group's commit, read after the ledger was made (before anything was handed
+        out from it)."""
+        self._committed = (committed, metadata)
+        starts = 0 if committed is None else recorded_starts(metadata, committed)
+        self._restarts = (committed, starts)
+
     def hand_out(self, offset: int) -> int:
         """Note the message at ``offset`` as handed out; returns its delivery count."""
         at, starts = self._restarts
@@ -252,6 +265,7 @@ class _QueueLane:
         self._admin = admin
         self._epoch = 0
         self._commit_lock = asyncio.Lock()
+        self._rereading: asyncio.Task[None] | None = None
 
     async def take(self, max_messages: int, wait_ms: int) -> list[Message]:
         """Up to ``max_messages`` messages, waiting about ``wait_ms`` at most."""
@@ -277,7 +291,27 @@ class _QueueLane:
             with contextlib.suppress(IllegalStateError):
                 self._consumer.seek(tp, records[0].offset)
             return []
+        floor = ledger.floor
+        if floor is not None and records[0].offset < floor:
+            return self._skip_rewound(tp, records, floor, ledger)
         return [self._message(tp, ledger, record) for record in records]
+
+    def _skip_rewound(
+        self, tp: Any, records: list[Any], floor: int, ledger: PartitionLedger
+    ) -> list[Message]:
+        """The consumer's position went below the group's commit: the client resets to the
+        earliest offset when it believes nothing was committed (a broker that froze and came
+        back can make it think so), which would run a whole partition again. Messages below
+        the commit are done: skip them, and jump to the commit if that was all."""
+        log.warning(
+            "queue %s: partition %s:%d rewound to offset %d below its commit %d; skipping to it",
+            self.queue, tp.topic, tp.partition, records[0].offset, floor,
+        )  # fmt: skip
+        fresh = [record for record in records if record.offset >= floor]
+        if not fresh:
+            with contextlib.suppress(IllegalStateError):
+                self._consumer.seek(tp, floor)
+        return [self._message(tp, ledger, record) for record in fresh]
 
     def _message(self, tp: Any, ledger: PartitionLedger, record: Any) -> Message:
         count = ledger.hand_out(record.offset)
@@ -332,31 +366,61 @@ class _QueueLane:
             self.ledgers.pop(tp, None)
 
     async def assigned(self, partitions: Iterable[Any]) -> None:
-        """Start a ledger for each of ``partitions`` from what the group committed."""
+        """Start a ledger for each of ``partitions`` from what the group committed. Until
+        that is known the partitions stay paused (read again in the background): without it
+        a client that rewound to the earliest offset could not be caught."""
         tps = list(partitions)
         self._consumer.pause(*tps)  # nothing may be handed out before its ledger exists
-        committed: dict[Partition, tuple[int | None, str]] = {}
+        committed: dict[Partition, tuple[int | None, str]] | None = None
         try:
             committed = await self._read_committed(tps)
         finally:  # even if cancelled: a partition without a ledger would stall
             self._epoch += 1
             for tp in tps:
-                offset, metadata = committed.get((tp.topic, tp.partition), (None, ""))
+                offset, metadata = (committed or {}).get((tp.topic, tp.partition), (None, ""))
                 self.ledgers[(tp.topic, tp.partition)] = PartitionLedger(
                     self._epoch, offset, metadata
                 )
-            with contextlib.suppress(IllegalStateError):
-                self._consumer.resume(*tps)
+            if committed is not None:
+                self._resume(tps)
+            else:
+                self._rereading = asyncio.create_task(self._read_until_known(tps, self._epoch))
 
-    async def _read_committed(self, tps: list[Any]) -> dict[Partition, tuple[int | None, str]]:
+    def _resume(self, tps: list[Any]) -> None:
+        with contextlib.suppress(IllegalStateError):
+            self._consumer.resume(*tps)
+
+    async def _read_until_known(self, tps: list[Any], epoch: int) -> None:
+        """Read the commits of ``tps`` again until they are known, then resume them (unless
+        they were reassigned meanwhile)."""
+        delay = 0.5
+        while True:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+            committed = await self._read_committed(tps)
+            if committed is None:
+                continue
+            for tp in tps:
+                ledger = self.ledgers.get((tp.topic, tp.partition))
+                if ledger is None or ledger.epoch != epoch:
+                    return
+                ledger.learn(*committed.get((tp.topic, tp.partition), (None, "")))
+            log.info("queue %s: commits read; resuming %d partition(s)", self.queue, len(tps))
+            self._resume(tps)
+            return
+
+    async def _read_committed(
+        self, tps: list[Any]
+    ) -> dict[Partition, tuple[int | None, str]] | None:
+        """What the group committed for ``tps``; None if it could not be read."""
         if not tps:
             return {}  # an empty list would ask for every partition of the group
         try:
             async with asyncio.timeout(_REQUEST_TIMEOUT_S):
                 found = await self._admin.list_consumer_group_offsets(self._group, partitions=tps)
-        except Exception as exc:  # any failure only costs the count, never the partition
-            log.warning("queue %s: reading commits failed (%r); counts start at 1", self.queue, exc)
-            return {}
+        except Exception as exc:  # a failure keeps the partitions paused and is retried
+            log.warning("queue %s: reading commits failed (%r); retrying", self.queue, exc)
+            return None
         return {
             (tp.topic, tp.partition): (None if om.offset < 0 else om.offset, om.metadata or "")
             for tp, om in found.items()
@@ -369,6 +433,8 @@ class _QueueLane:
         except BackendUnavailable as exc:
             log.warning("queue %s: commit on close failed (%s)", self.queue, exc)
         self.ledgers.clear()
+        if self._rereading is not None:
+            self._rereading.cancel()
         await self._consumer.stop()
 
 
