@@ -40,6 +40,9 @@ from devtools.faults.records import (
 ATTRIBUTION_MS = 30_000
 # How far back a killed worker's starts count as in flight when it died.
 IN_FLIGHT_MS = 60_000
+# A fault that follows another by less than this is not isolated: what came due during it
+# may still be late because of the first (a 30 s store outage leaves a backlog).
+QUIET_MS = 30_000
 UNATTRIBUTED = "none"
 # Create outcomes that leave it unknown whether the task exists.
 _UNSETTLED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_SENT"})
@@ -108,6 +111,10 @@ class KillRecovery:
     max_delay_ms: int | None
     redelivered: int
     max_redelivery_ms: int | None
+    # The same worst lateness over the faults no other fault came near (``isolated``), so
+    # that one fault's backlog is not charged to the next.
+    isolated: int = 0
+    max_isolated_delay_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -384,6 +391,8 @@ def recovery(
         windows = by_kind[kind]
         resumes = [r for w in windows if (r := _resume_ms(times, w)) is not None]
         delays = [d for w in windows if (d := _worst_delay(firsts, w, after_ms)) is not None]
+        alone = [w for w in windows if _isolated(w, faults, after_ms)]
+        alone_delays = [d for w in alone if (d := _worst_delay(firsts, w, after_ms)) is not None]
         again = [d for w in windows for d in _redeliveries(starts, w)]
         out.append(
             KillRecovery(
@@ -393,6 +402,8 @@ def recovery(
                 max_delay_ms=max(delays, default=None),
                 redelivered=len(again),
                 max_redelivery_ms=max(again, default=None),
+                isolated=len(alone),
+                max_isolated_delay_ms=max(alone_delays, default=None),
             )
         )
     return tuple(out)
@@ -402,6 +413,15 @@ def _resume_ms(sorted_times: Sequence[int], w: FaultWindow) -> int | None:
     """From the fault's start to the next handler start of any task."""
     i = bisect.bisect_left(sorted_times, w.start_ms)
     return sorted_times[i] - w.start_ms if i < len(sorted_times) else None
+
+
+def _isolated(w: FaultWindow, faults: Sequence[FaultWindow], after_ms: int) -> bool:
+    """Whether no other fault began during ``w`` or just after it, or ended less than
+    ``QUIET_MS`` before it began (the time a stack is given to catch up)."""
+    return not any(
+        v is not w and v.start_ms <= w.end_ms + after_ms and v.end_ms + QUIET_MS >= w.start_ms
+        for v in faults
+    )
 
 
 def _worst_delay(firsts: Sequence[Start], w: FaultWindow, after_ms: int) -> int | None:

@@ -44,11 +44,15 @@ def _tally(counts: tuple[tuple[str, int], ...]) -> str:
     return ", ".join(f"{k} {n}" for k, n in counts) or "-"
 
 
-def _recovery_line(r: KillRecovery) -> str:
+def recovery_line(r: KillRecovery) -> str:
     line = (
         f"  {r.kind!s:<17} x{r.count:<3} first start after it within {_ms(r.max_resume_ms)};"
         f" worst lateness of what came due {_ms(r.max_delay_ms)}"
     )
+    if r.isolated == 0:
+        line += " (none isolated)"
+    elif r.isolated < r.count:
+        line += f" ({_ms(r.max_isolated_delay_ms)} over the {r.isolated} isolated)"
     if r.redelivered:
         line += (
             f"; {r.redelivered} in-flight runs run again,"
@@ -116,7 +120,7 @@ def render(r: CheckResult, info: RunInfo) -> str:
         "observations:",
         *_observations(r),
         "recovery per fault kind:",
-        *[_recovery_line(k) for k in r.recovery],
+        *[recovery_line(k) for k in r.recovery],
         *[f"note: {n}" for n in info.notes],
         verdict,
     ]

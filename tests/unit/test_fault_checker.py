@@ -24,7 +24,7 @@ from devtools.faults.records import (
     read_history,
     write_history,
 )
-from devtools.faults.report import RunInfo, render
+from devtools.faults.report import RunInfo, recovery_line, render
 from devtools.faults.workload import WorkloadSpec, plan_tasks
 
 T0 = 1_800_000_000_000
@@ -309,6 +309,21 @@ def test_recovery_after_a_worker_kill_counts_redelivered_in_flight_runs() -> Non
     [r] = checker.recovery(starts, (victim,), 5_000)
     assert (r.kind, r.count, r.max_resume_ms) == (FaultKind.KILL_WORKER, 1, 200)
     assert (r.redelivered, r.max_redelivery_ms, r.max_delay_ms) == (1, 12_000, 3_000)
+
+
+def test_a_fault_soon_after_another_is_not_charged_with_its_backlog_when_isolated() -> None:
+    outage = kill(FaultKind.STOP_CASSANDRA, DUE, DUE + 30_000)
+    crowded = kill(FaultKind.KILL_SERVER, DUE + 31_000, DUE + 34_000)
+    alone = kill(FaultKind.KILL_SERVER, DUE + 200_000, DUE + 203_000)
+    starts = (
+        start("backlog", DUE + 60_000, due=DUE + 32_000),  # still the outage's backlog
+        start("quick", DUE + 202_500, due=DUE + 201_000),
+    )
+    by_kind = {r.kind: r for r in checker.recovery(starts, (outage, crowded, alone), 5_000)}
+    r = by_kind[FaultKind.KILL_SERVER]
+    assert (r.count, r.max_delay_ms) == (2, 28_000)
+    assert (r.isolated, r.max_isolated_delay_ms) == (1, 1_500)
+    assert "1,500 ms over the 1 isolated" in recovery_line(r)
 
 
 # --- records, report, plans -------------------------------------------------------------
