@@ -115,6 +115,9 @@ class KillRecovery:
     # that one fault's backlog is not charged to the next.
     isolated: int = 0
     max_isolated_delay_ms: int | None = None
+    # From the end of a window to the first start of the last of what came due during it:
+    # how long the stack took to catch up once the fault was over.
+    max_catch_up_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -394,6 +397,7 @@ def recovery(
         alone = [w for w in windows if _isolated(w, faults, after_ms)]
         alone_delays = [d for w in alone if (d := _worst_delay(firsts, w, after_ms)) is not None]
         again = [d for w in windows for d in _redeliveries(starts, w)]
+        catch_ups = [c for w in windows if (c := _catch_up(firsts, w, after_ms)) is not None]
         out.append(
             KillRecovery(
                 kind=kind,
@@ -404,6 +408,7 @@ def recovery(
                 max_redelivery_ms=max(again, default=None),
                 isolated=len(alone),
                 max_isolated_delay_ms=max(alone_delays, default=None),
+                max_catch_up_ms=max(catch_ups, default=None),
             )
         )
     return tuple(out)
@@ -428,6 +433,12 @@ def _worst_delay(firsts: Sequence[Start], w: FaultWindow, after_ms: int) -> int 
     """The worst due → start of what came due during the window or just after it."""
     late = [s.started_ms - s.due_ms for s in firsts if w.covers(s.due_ms, after_ms)]
     return max(late, default=None)
+
+
+def _catch_up(firsts: Sequence[Start], w: FaultWindow, after_ms: int) -> int | None:
+    """From the end of the window to the last first start of what came due during it."""
+    last = max((s.started_ms for s in firsts if w.covers(s.due_ms, after_ms)), default=None)
+    return None if last is None else max(0, last - w.end_ms)
 
 
 def _redeliveries(starts: Sequence[Start], w: FaultWindow) -> list[int]:

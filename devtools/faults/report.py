@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from devtools.faults.checker import CheckResult, KillRecovery, Percentiles
+from devtools.faults.records import FaultKind
 
 # How many offending ids a section lists before it only counts.
 SHOWN = 15
@@ -53,6 +54,8 @@ def recovery_line(r: KillRecovery) -> str:
         line += " (none isolated)"
     elif r.isolated < r.count:
         line += f" ({_ms(r.max_isolated_delay_ms)} over the {r.isolated} isolated)"
+    if r.kind in (FaultKind.STOP_CASSANDRA, FaultKind.STOP_KAFKA):
+        line += f"; caught up {_ms(r.max_catch_up_ms)} after it ended"
     if r.redelivered:
         line += (
             f"; {r.redelivered} in-flight runs run again,"

@@ -324,6 +324,9 @@ def test_a_fault_soon_after_another_is_not_charged_with_its_backlog_when_isolate
     assert (r.count, r.max_delay_ms) == (2, 28_000)
     assert (r.isolated, r.max_isolated_delay_ms) == (1, 1_500)
     assert "1,500 ms over the 1 isolated" in recovery_line(r)
+    stop = by_kind[FaultKind.STOP_CASSANDRA]
+    assert stop.max_catch_up_ms == 30_000  # the backlog's last start, after the store's return
+    assert "caught up 30,000 ms after it ended" in recovery_line(stop)
 
 
 # --- records, report, plans -------------------------------------------------------------
