@@ -45,7 +45,7 @@ from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.errors import BackendUnavailable
 from tikk.model import Cursor, DueEntry
-from tikk.store import TaskStore
+from tikk.store.tasks import TaskStore
 from tikk.telemetry import ShardGauge, Telemetry
 
 log = logging.getLogger("tikk.dispatcher")

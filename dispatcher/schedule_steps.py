@@ -1,6 +1,6 @@
 """Stepping a schedule whose tick came due: the dispatcher's side of recurring schedules.
 
-For a tick it reads the schedule by key (never a scan), lets ``tikk.occurrences`` decide, and
+For a tick it reads the schedule by key (never a scan), lets ``tikk.schedules.planner`` decide, and
 writes the occurrences' tasks, the next tick and the schedule in one store step, conditional on
 the version it read. A step that lost a race with an update re-reads and decides again; a tick
 that no longer matches its schedule (updated, deleted) is dropped. Records of the decisions go
@@ -13,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from history.base import RunHistory
+from history.run_history import RunHistory
 from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound
 from tikk.model import Abandon, DueEntry, Task, TaskState
-from tikk.occurrences import Step as PlannedStep
-from tikk.occurrences import is_current, plan_step
-from tikk.schedule import OccurrenceRecord, Overlap, Schedule
-from tikk.schedule_store import ScheduleStore, Step
-from tikk.store import TaskStore
+from tikk.schedules.model import OccurrenceRecord, Overlap, Schedule
+from tikk.schedules.planner import Step as PlannedStep
+from tikk.schedules.planner import is_current, plan_step
+from tikk.store.schedules import ScheduleStore, Step
+from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry
 
 log = logging.getLogger("tikk.dispatcher")

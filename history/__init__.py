@@ -1,5 +1,5 @@
 """Run history: append-only records of every run, and the queries over them."""
 
-from history.base import RunHistory, RunQuery
+from history.run_history import RunHistory, RunQuery
 
 __all__ = ["RunHistory", "RunQuery"]

@@ -14,13 +14,13 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from history.base import OccurrenceQuery, RunQuery
-from tikk.cassandra_schema import Migration
-from tikk.cassandra_session import CassandraConfig, CassandraSession
+from history.run_history import OccurrenceQuery, RunQuery
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
 from tikk.errors import NotFound
 from tikk.model import Page, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
-from tikk.schedule import OccurrenceRecord, Outcome
+from tikk.schedules.model import OccurrenceRecord, Outcome
+from tikk.store.cassandra.schema import Migration
 
 HISTORY_RETENTION_S = 30 * 86_400
 _HOUR_MS = 3_600_000

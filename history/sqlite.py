@@ -6,12 +6,12 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from history.base import OccurrenceQuery, RunQuery
+from history.run_history import OccurrenceQuery, RunQuery
+from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.errors import NotFound
 from tikk.model import Page, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
-from tikk.schedule import OccurrenceRecord, Outcome
-from tikk.sqlite_runner import SqliteRunner, Transaction
+from tikk.schedules.model import OccurrenceRecord, Outcome
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -84,7 +84,7 @@ def _occurrence_from_row(row: Any) -> OccurrenceRecord:
 
 
 class SqliteRunHistory:
-    """``RunHistory`` on one SQLite file; see ``history.base`` for semantics."""
+    """``RunHistory`` on one SQLite file; see ``history.run_history`` for semantics."""
 
     def __init__(self, path: str) -> None:
         self._db = SqliteRunner(path, SCHEMA)

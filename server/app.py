@@ -18,8 +18,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.backlog_report import report_backlog
-from server.lifecycle import Lifecycle
-from server.schedules import Schedules, ScheduleService
+from server.results import Lifecycle
+from server.schedule_ops import Schedules, ScheduleService
 from server.services import HistoryService, TaskService, WorkerService
 from server.wiring import Backends
 from tikk.clock import Clock

@@ -218,7 +218,7 @@ def _run_migrate(args: argparse.Namespace) -> int:
 
 
 def _run_bench(args: argparse.Namespace) -> int:
-    from server.bench import BenchConfig, print_results, run_one
+    from devtools.bench import BenchConfig, print_results, run_one
 
     results = []
     for backend in args.backends.split(","):
@@ -236,14 +236,14 @@ def _run_bench(args: argparse.Namespace) -> int:
 
 
 def _run_bench_schedules(args: argparse.Namespace) -> int:
-    from server.schedule_bench import print_result, run
+    from devtools.bench_schedules import print_result, run
 
     print_result(asyncio.run(run(_settings(args), args.schedules, args.lead)))
     return EXIT_OK
 
 
 def _run_stack(args: argparse.Namespace) -> int:
-    from server import stack
+    from devtools import stack
 
     try:
         if args.action == "up":

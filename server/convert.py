@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tikk.model import RetryPolicy, RunRecord, Task
-from tikk.schedule import OccurrenceRecord
+from tikk.schedules.model import OccurrenceRecord
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, tasks_pb2
 

@@ -35,7 +35,7 @@ from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.errors import BackendUnavailable, NotFound
 from tikk.model import Cursor, Task, TaskState
-from tikk.store import TaskStore
+from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry
 
 log = logging.getLogger("tikk.server")

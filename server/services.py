@@ -11,9 +11,9 @@ from typing import Any
 import grpc
 
 from dispatcher.ready_queue import QueueBacklog
-from history.base import OccurrenceQuery, RunQuery
+from history.run_history import OccurrenceQuery, RunQuery
 from server import convert, validation
-from server.lifecycle import Lifecycle
+from server.results import Lifecycle
 from server.status import code_of, maps_errors, numeric
 from tikk import delivery_codec
 from tikk.errors import InvalidArgument, TikkError

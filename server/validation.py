@@ -24,7 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tikk.buckets import shard_of
 from tikk.errors import InvalidArgument
 from tikk.model import DEFAULT_NAMESPACE, RetryPolicy, Task, TaskState, fingerprint
-from tikk.schedule import (
+from tikk.schedules.model import (
     CatchUp,
     Outcome,
     Overlap,

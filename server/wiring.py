@@ -11,24 +11,24 @@ from dataclasses import dataclass
 
 from dispatcher.ownership import Ownership, SingleOwner
 from dispatcher.ready_queue import ReadyQueue
-from history.base import RunHistory
+from history.run_history import RunHistory
 from tikk.errors import InvalidArgument
-from tikk.schedule_store import ScheduleStore
 from tikk.settings import Settings
-from tikk.store import TaskStore
+from tikk.store.schedules import ScheduleStore
+from tikk.store.tasks import TaskStore
 from tikk.urls import split_url
 
 
 async def open_store(settings: Settings) -> TaskStore:
     scheme, rest = split_url("store_url", settings.store_url)
     if scheme == "sqlite":
-        from tikk.sqlite_store import SqliteTaskStore
+        from tikk.store.sqlite.tasks import SqliteTaskStore
 
         store = SqliteTaskStore(rest, settings.shard_count)
         await store.check_shard_count()
         return store
     if scheme == "cassandra":
-        from tikk.cassandra_store import CassandraTaskStore
+        from tikk.store.cassandra.tasks import CassandraTaskStore
 
         cstore = CassandraTaskStore(settings.store_url, settings.shard_count)
         await cstore.connect()
@@ -47,11 +47,11 @@ async def open_schedules(settings: Settings) -> ScheduleStore:
     """The schedule store lives in the task store's database (same URL)."""
     scheme, rest = split_url("store_url", settings.store_url)
     if scheme == "sqlite":
-        from tikk.sqlite_schedules import SqliteScheduleStore
+        from tikk.store.sqlite.schedules import SqliteScheduleStore
 
         return SqliteScheduleStore(rest)
     if scheme == "cassandra":
-        from tikk.cassandra_schedules import CassandraScheduleStore
+        from tikk.store.cassandra.schedules import CassandraScheduleStore
 
         schedules = CassandraScheduleStore(settings.store_url)
         await schedules.connect()
@@ -83,9 +83,9 @@ def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
     the shards' cursors at ``now_ms`` (blocking). SQLite files create their tables when
     opened. Returns the steps applied."""
     from history.cassandra import HISTORY_MIGRATIONS
-    from tikk.cassandra_schema import STORE_MIGRATIONS, init_cursors, record_shard_count
-    from tikk.cassandra_schema import migrate as run_migrations
-    from tikk.cassandra_session import CassandraConfig, CassandraSession
+    from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+    from tikk.store.cassandra.schema import STORE_MIGRATIONS, init_cursors, record_shard_count
+    from tikk.store.cassandra.schema import migrate as run_migrations
 
     applied: list[str] = []
     for url, steps in ((settings.store_url, STORE_MIGRATIONS),
@@ -109,11 +109,11 @@ def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
 def open_queue(settings: Settings) -> ReadyQueue:
     scheme, rest = split_url("queue_url", settings.queue_url)
     if scheme == "local":
-        from dispatcher.local_queue import LocalReadyQueue
+        from dispatcher.ready_queue.local import LocalReadyQueue
 
         return LocalReadyQueue(rest)
     if scheme == "kafka":
-        from dispatcher.kafka_queue import KafkaReadyQueue
+        from dispatcher.ready_queue.kafka import KafkaReadyQueue
 
         return KafkaReadyQueue.from_url(settings.queue_url)
     raise InvalidArgument("queue_url", f"unsupported ready queue {scheme!r} (known: local, kafka)")
@@ -125,7 +125,7 @@ def open_ownership(settings: Settings, epoch: int) -> Ownership:
         return SingleOwner(settings.shard_count, epoch)
     scheme, _ = split_url("ownership_url", settings.ownership_url)
     if scheme == "zk":
-        from dispatcher.zk_ownership import ZkOwnership
+        from dispatcher.ownership.zookeeper import ZkOwnership
 
         return ZkOwnership.from_url(
             settings.ownership_url,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tikk.buckets import shard_of
 from tikk.model import RetryPolicy, RunRecord, RunStatus, Task, TaskState, fingerprint
-from tikk.schedule import Schedule, ScheduleAction, SchedulePolicy
-from tikk.schedule_spec import ScheduleSpec
+from tikk.schedules.model import Schedule, ScheduleAction, SchedulePolicy
+from tikk.schedules.spec import ScheduleSpec
 
 T0 = 1_700_000_000_000  # a fixed instant (2023-11-14T22:13:20Z), on a minute boundary + 20 s
 

@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from server import stack
+from devtools import stack
 
 CASSANDRA = os.environ.get("TIKK_TEST_CASSANDRA", f"127.0.0.1:{stack.CQL_PORT}")
 KAFKA = os.environ.get("TIKK_TEST_KAFKA", f"127.0.0.1:{stack.KAFKA_PORT}")

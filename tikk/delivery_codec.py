@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tikk.buckets import shard_of
 from tikk.model import Delivery, DueEntry
-from tikk.schedule import schedule_of
+from tikk.schedules.model import schedule_of
 from tikk.timestamps import from_timestamp, to_timestamp
 from tikk.v1 import worker_pb2
 

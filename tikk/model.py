@@ -147,7 +147,7 @@ class DueEntry:
     max_attempts: int = 1
     scheduled_ms: int = 0
     trace_context: Mapping[str, str] = field(default_factory=dict)
-    # Set on a schedule's occurrence tasks and on its tick (see ``tikk.schedule``).
+    # Set on a schedule's occurrence tasks and on its tick (see ``tikk.schedules.model``).
     schedule_id: str = ""
     # The queue accepted this row's delivery (recorded after the fact, best effort): an owner
     # taking the shard over need not send it again.

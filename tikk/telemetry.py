@@ -38,7 +38,7 @@ from typing import IO, Any
 
 from tikk.errors import InvalidArgument
 from tikk.model import Delivery, DueEntry
-from tikk.schedule import OccurrenceRecord
+from tikk.schedules.model import OccurrenceRecord
 
 # The W3C trace-context keys tikk stores and forwards.
 TRACE_KEYS = ("traceparent", "tracestate")
@@ -212,7 +212,8 @@ class OtelTelemetry(Telemetry):
         )
         self._dead = meter.create_counter("tikk.dead_letters", description="Tasks given up")
         self._occurrences = meter.create_counter(
-            "tikk.schedule.occurrences", description="Schedule occurrences decided, by outcome"
+            "tikk.schedules.model.occurrences",
+            description="Schedule occurrences decided, by outcome",
         )
         self._shards: Mapping[int, ShardGauge] = {}
         meter.create_observable_gauge(

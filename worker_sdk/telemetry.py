@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tikk.v1 import worker_pb2
-from worker_sdk.consumer import Message
+from worker_sdk.queues.consumer import Message
 
 # The W3C trace-context keys a message may carry.
 _TRACE_KEYS = ("traceparent", "tracestate")

@@ -1,7 +1,7 @@
 """The stack's services as the suite sees them: do they answer, stopping and continuing
 Kafka and Cassandra, and dropping what a run left in them.
 
-A service is "stopped" with SIGSTOP of its JVM (``server.stack`` knows the pid): clients see
+A service is "stopped" with SIGSTOP of its JVM (``devtools.stack`` knows the pid): clients see
 a peer that accepts connections and never answers, the nastier half of a crash. Before each
 stop a detached guard process is started that sends SIGCONT once the stop has lasted its
 planned time plus a margin, so the shared service comes back even if the suite itself is
@@ -20,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from server import stack
+from devtools import stack
 
 log = logging.getLogger("devtools.faults")
 GUARD_MARGIN_S = 20.0

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
+from devtools import stack
 from devtools.faults import services as svc
 from devtools.faults.checker import CheckResult, check
 from devtools.faults.cluster import (
@@ -50,7 +51,6 @@ from devtools.faults.records import (
 from devtools.faults.report import RunInfo, render
 from devtools.faults.services import ServiceStopper
 from devtools.faults.workload import Workload, create_now, create_request, plan_tasks
-from server import stack
 
 log = logging.getLogger("devtools.faults")
 NAMESPACE = "faults"
@@ -77,7 +77,7 @@ class SuiteResult:
 
 
 def stack_addresses() -> dict[str, str]:
-    """Where ``server.stack`` runs the services (ports follow its environment settings)."""
+    """Where ``devtools.stack`` runs the services (ports follow its environment settings)."""
     return {
         "cassandra": f"127.0.0.1:{stack.CQL_PORT}",
         "kafka": f"127.0.0.1:{stack.KAFKA_PORT}",
@@ -165,12 +165,12 @@ class Run:
 
     def preflight(self) -> None:
         """Every service answers (waiting a while: an earlier run may just have resumed
-        one); service faults only against the services ``server.stack`` runs."""
+        one); service faults only against the services ``devtools.stack`` runs."""
         for name, address in self.addresses.items():
             svc.wait_answering(name, address, timeout_s=120)
         if self.mode.faults.service_faults and self.addresses != stack_addresses():
             raise ValueError(
-                "service faults stop the JVMs of server.stack, but the run uses other "
+                "service faults stop the JVMs of devtools.stack, but the run uses other "
                 f"addresses ({self.addresses} != {stack_addresses()}); disable them"
             )
 

@@ -7,8 +7,8 @@ import os
 
 from history.cassandra import HISTORY_MIGRATIONS
 from tests.services import CASSANDRA, require
-from tikk.cassandra_schema import STORE_MIGRATIONS, migrate
-from tikk.cassandra_session import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+from tikk.store.cassandra.schema import STORE_MIGRATIONS, migrate
 
 REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 _TABLES = [

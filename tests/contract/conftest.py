@@ -12,24 +12,24 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ready_queue import ReadyQueue
-from history.base import RunHistory
+from dispatcher.ready_queue.local import LocalReadyQueue
 from history.cassandra import CassandraRunHistory
+from history.run_history import RunHistory
 from history.sqlite import SqliteRunHistory
 from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, require
-from tikk.cassandra_schedules import CassandraScheduleStore
-from tikk.cassandra_store import CassandraTaskStore
-from tikk.schedule_store import ScheduleStore
-from tikk.sqlite_schedules import SqliteScheduleStore
-from tikk.sqlite_store import SqliteTaskStore
-from tikk.store import TaskStore
-from worker_sdk.consumer import QueueConsumer
-from worker_sdk.local_queue import LocalQueueConsumer
+from tikk.store.cassandra.schedules import CassandraScheduleStore
+from tikk.store.cassandra.tasks import CassandraTaskStore
+from tikk.store.schedules import ScheduleStore
+from tikk.store.sqlite.schedules import SqliteScheduleStore
+from tikk.store.sqlite.tasks import SqliteTaskStore
+from tikk.store.tasks import TaskStore
+from worker_sdk.queues.consumer import QueueConsumer
+from worker_sdk.queues.local import LocalQueueConsumer
 
 if TYPE_CHECKING:
-    from worker_sdk.kafka_queue import KafkaQueueConsumer
+    from worker_sdk.queues.kafka import KafkaQueueConsumer
 
 SHARDS = 16
 
@@ -149,8 +149,8 @@ class QueuePair:
     def kafka(cls, address: str, partitions: int = 4) -> QueuePair:
         """Topics under a fresh prefix (no test sees another's messages), deleted at close;
         short group timing so that joins and rebalances take well under a second."""
-        from dispatcher.kafka_queue import KafkaReadyQueue
-        from worker_sdk.kafka_queue import GroupTiming, KafkaQueueConsumer
+        from dispatcher.ready_queue.kafka import KafkaReadyQueue
+        from worker_sdk.queues.kafka import GroupTiming, KafkaQueueConsumer
 
         prefix = f"test.{uuid.uuid4().hex[:12]}."
         url = f"kafka://{address}?prefix={prefix}&partitions={partitions}"

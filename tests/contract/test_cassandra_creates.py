@@ -14,15 +14,15 @@ import pytest
 from tests.contract import cassandra_keyspace
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
-from tikk.cassandra_store import (
+from tikk.errors import AlreadyExists, NotFound
+from tikk.model import Retry, Succeed, TaskState, apply_transition
+from tikk.store.cassandra.tasks import (
     CREATE_TASK,
     INSERT_DUE,
     CassandraTaskStore,
     _due_values,
     _task_values,
 )
-from tikk.errors import AlreadyExists, NotFound
-from tikk.model import Retry, Succeed, TaskState, apply_transition
 
 SHARDS = 16
 

@@ -13,17 +13,17 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from dispatcher import kafka_queue as producer_side
-from dispatcher.kafka_queue import KafkaReadyQueue
+from dispatcher.ready_queue import kafka as producer_side
+from dispatcher.ready_queue.kafka import KafkaReadyQueue
 from tests.contract.conftest import QueuePair
 from tests.contract.test_ready_queue import delivery, fetch_until, fired
 from tests.factories import T0, make_task
 from tests.services import KAFKA, require
 from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
-from worker_sdk import kafka_queue as consumer_side
-from worker_sdk.consumer import Message, open_consumer
-from worker_sdk.kafka_queue import KafkaQueueConsumer, PartitionLedger
+from worker_sdk.queues import kafka as consumer_side
+from worker_sdk.queues.consumer import Message, open_consumer
+from worker_sdk.queues.kafka import KafkaQueueConsumer, PartitionLedger
 
 
 @pytest.fixture

@@ -25,12 +25,12 @@ import pytest
 from kazoo.client import KazooClient
 
 from dispatcher.ownership import Ownership, SingleOwner
-from dispatcher.shard_assignment import assign
-from dispatcher.zk_ownership import ZkOwnership, ZkState, parse_zk_url
+from dispatcher.ownership.assignment import assign
+from dispatcher.ownership.zookeeper import ZkOwnership, ZkState, parse_zk_url
 from tests.services import ZOOKEEPER, require
 from tikk.errors import BackendUnavailable, InvalidArgument, StaleOwner
-from tikk.sqlite_store import SqliteTaskStore
-from tikk.store import advance_cursor
+from tikk.store.sqlite.tasks import SqliteTaskStore
+from tikk.store.tasks import advance_cursor
 
 SHARDS = 12
 # Short sessions keep failover tests fast; the server's minimum is 1 s.
@@ -216,7 +216,7 @@ async def test_a_stopped_member_hands_its_shards_over_without_waiting_for_expiry
 # its owned mapping (JSON) whenever it changes.
 CHILD = """
 import asyncio, json, sys
-from dispatcher.zk_ownership import ZkOwnership
+from dispatcher.ownership.zookeeper import ZkOwnership
 
 async def main() -> None:
     url, member, session_s, shards = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]

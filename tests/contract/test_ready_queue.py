@@ -19,7 +19,7 @@ from tests.factories import T0, make_task
 from tikk.model import Delivery
 from tikk.settings import Settings
 from tikk.v1 import worker_pb2
-from worker_sdk.consumer import Message, QueueConsumer
+from worker_sdk.queues.consumer import Message, QueueConsumer
 
 local_only = pytest.mark.parametrize("queue_pair", ["local"], indirect=True)
 

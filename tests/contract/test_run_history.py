@@ -1,14 +1,14 @@
-"""The RunHistory contract (history.base), run against every backend."""
+"""The RunHistory contract (history.run_history), run against every backend."""
 
 from __future__ import annotations
 
 import pytest
 
-from history.base import OccurrenceQuery, RunHistory, RunQuery
+from history.run_history import OccurrenceQuery, RunHistory, RunQuery
 from tests.factories import T0, make_run
 from tikk.errors import InvalidArgument, NotFound
 from tikk.model import RunStatus
-from tikk.schedule import OccurrenceRecord, Outcome
+from tikk.schedules.model import OccurrenceRecord, Outcome
 
 
 async def test_append_then_get(history: RunHistory) -> None:

@@ -1,4 +1,4 @@
-"""The ScheduleStore contract (tikk.schedule_store), run against every backend."""
+"""The ScheduleStore contract (tikk.store.schedules), run against every backend."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from tests.factories import T0, make_schedule
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, Conflict, NotFound
 from tikk.model import DueEntry, TaskState
-from tikk.schedule import CatchUp, Overlap, SchedulePolicy
-from tikk.schedule_store import Step
+from tikk.schedules.model import CatchUp, Overlap, SchedulePolicy
+from tikk.store.schedules import Step
 
 START = (second_of(T0) - 120, "")
 

@@ -1,4 +1,4 @@
-"""The TaskStore contract (tikk.store), run against every backend."""
+"""The TaskStore contract (tikk.store.tasks), run against every backend."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
 from tikk.model import START_TIMEOUT, Cursor, DeadLetter, Retry, Succeed, Task, TaskState
-from tikk.store import TaskStore, advance_cursor
+from tikk.store.tasks import TaskStore, advance_cursor
 
 # Scans start after a cursor; a store's cursors never start before it existed (T0 here).
 START = (second_of(T0) - 120, "")

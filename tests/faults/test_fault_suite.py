@@ -2,7 +2,7 @@
 dispatchers and two workers under ``kill -9``, a dispatcher paused past its ZooKeeper session,
 and Kafka and Cassandra stopped for a while (left alone with
 ``TIKK_FAULTS_SERVICE_FAULTS=0``, or when the tests' service addresses are not those of
-``server.stack``, whose JVMs the suite would stop). Fails on any lost, early or
+``devtools.stack``, whose JVMs the suite would stop). Fails on any lost, early or
 cancelled-but-run task, on inconsistent idempotency keys and on inexact retries or dead
 letters, and prints the report either way."""
 

@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
-from dispatcher.local_queue import LocalReadyQueue
+from dispatcher.ready_queue.local import LocalReadyQueue
 from server.backlog_report import report_backlog
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock

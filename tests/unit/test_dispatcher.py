@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ownership import SingleOwner
+from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock
 from tikk.errors import BackendUnavailable
 from tikk.model import Delivery, DueEntry, TaskState
-from tikk.sqlite_store import SqliteTaskStore
-from worker_sdk.local_queue import LocalQueueConsumer
+from tikk.store.sqlite.tasks import SqliteTaskStore
+from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 4
 SETTINGS = DispatchSettings(

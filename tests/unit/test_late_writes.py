@@ -18,13 +18,13 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ownership import SingleOwner
+from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
-from tikk.sqlite_store import SqliteTaskStore
-from worker_sdk.local_queue import LocalQueueConsumer
+from tikk.store.sqlite.tasks import SqliteTaskStore
+from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 2
 GRACE_S = 5

@@ -1,13 +1,20 @@
-"""The schedule step planner (tikk.occurrences): catch-up, overlap, pause and run cap."""
+"""The schedule step planner (tikk.schedules.planner): catch-up, overlap, pause and run cap."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from tests.factories import T0, make_schedule
-from tikk.occurrences import BUFFER_RECHECK_MS, MAX_PER_STEP, is_current, plan_step
-from tikk.schedule import CatchUp, OccurrenceRecord, Outcome, Overlap, Schedule, SchedulePolicy
-from tikk.schedule_spec import fire_instant
+from tikk.schedules.model import (
+    CatchUp,
+    OccurrenceRecord,
+    Outcome,
+    Overlap,
+    Schedule,
+    SchedulePolicy,
+)
+from tikk.schedules.planner import BUFFER_RECHECK_MS, MAX_PER_STEP, is_current, plan_step
+from tikk.schedules.spec import fire_instant
 
 FIRST = T0 + 40_000  # a minute boundary: the pending occurrence of make_schedule
 MIN = 60_000

@@ -13,20 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ownership import SingleOwner
+from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from dispatcher.schedule_steps import ScheduleStepper
-from history.base import OccurrenceQuery
+from history.run_history import OccurrenceQuery
 from history.sqlite import SqliteRunHistory
 from tests.factories import T0, make_schedule
 from tikk.clock import ManualClock
 from tikk.model import Succeed
-from tikk.schedule import CatchUp, Outcome, Overlap, Schedule, SchedulePolicy
-from tikk.schedule_spec import next_occurrence, preview
-from tikk.sqlite_schedules import SqliteScheduleStore
-from tikk.sqlite_store import SqliteTaskStore
-from worker_sdk.local_queue import LocalQueueConsumer
+from tikk.schedules.model import CatchUp, Outcome, Overlap, Schedule, SchedulePolicy
+from tikk.schedules.spec import next_occurrence, preview
+from tikk.store.sqlite.schedules import SqliteScheduleStore
+from tikk.store.sqlite.tasks import SqliteTaskStore
+from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 4
 SETTINGS = DispatchSettings(cursor_flush_interval_ms=0)

@@ -1,6 +1,6 @@
 """Schedule specs: checked against a brute-force oracle, worked DST examples and properties.
 
-The oracle shares no code with ``tikk.schedule_spec`` and does not use croniter: it parses the
+The oracle shares no code with ``tikk.schedules.spec`` and does not use croniter: it parses the
 fields itself and walks the UTC timeline second by second (skipping whole local hours and
 minutes that cannot match), reading the zone's offset from zoneinfo.
 """
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tikk.cron_syntax import MACROS, parse_cron
 from tikk.errors import InvalidArgument
-from tikk.schedule_spec import (
+from tikk.schedules.cron import MACROS, parse_cron
+from tikk.schedules.spec import (
     Occurrence,
     ScheduleSpec,
     fire_instant,

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dispatcher.shard_assignment import assign
+from dispatcher.ownership.assignment import assign
 
 member_ids = st.text(st.characters(codec="ascii", exclude_characters="/"), min_size=1, max_size=12)
 groups = st.lists(member_ids, min_size=1, max_size=12, unique=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
-from tikk.sqlite_store import SCHEMA, SqliteTaskStore
+from tikk.store.sqlite.tasks import SCHEMA, SqliteTaskStore
 
 
 def _schema_without_trace_context() -> str:

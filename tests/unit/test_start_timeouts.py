@@ -11,19 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ownership import SingleOwner
+from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from dispatcher.start_timeouts import StartExpiry
 from history.sqlite import SqliteRunHistory
-from server.lifecycle import Lifecycle
+from server.results import Lifecycle
 from tests.factories import T0, make_task
 from tikk import delivery_codec
 from tikk.clock import ManualClock
 from tikk.model import START_TIMEOUT, ResultKind, RunReport, RunStatus, Task, TaskState
 from tikk.settings import Limits
-from tikk.sqlite_store import SqliteTaskStore
-from worker_sdk.local_queue import LocalQueueConsumer
+from tikk.store.sqlite.tasks import SqliteTaskStore
+from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 2
 

@@ -23,19 +23,19 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ownership import SingleOwner
+from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
 from tikk.errors import InvalidArgument
-from tikk.schedule import OccurrenceRecord, Outcome
-from tikk.sqlite_store import SqliteTaskStore
-from tikk.store import advance_cursor
+from tikk.schedules.model import OccurrenceRecord, Outcome
+from tikk.store.sqlite.tasks import SqliteTaskStore
+from tikk.store.tasks import advance_cursor
 from tikk.telemetry import OtelTelemetry, Providers, Telemetry, build_providers, open_telemetry
 from tikk.timestamps import to_timestamp
 from tikk.v1 import worker_pb2
-from worker_sdk.consumer import Message
+from worker_sdk.queues.consumer import Message
 from worker_sdk.telemetry import RunTelemetry
 
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -313,6 +313,7 @@ def test_schedule_occurrences_are_counted_by_outcome(recorded: Recorded) -> None
     ]
     telemetry.occurrences(records)
     counts = {
-        p.attributes["outcome"]: p.value for p in recorded.points("tikk.schedule.occurrences")
+        p.attributes["outcome"]: p.value
+        for p in recorded.points("tikk.schedules.model.occurrences")
     }
     assert counts == {"missed": 2, "fired": 1}

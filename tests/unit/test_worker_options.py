@@ -6,7 +6,7 @@ import pytest
 
 from server.cli import main
 from worker_sdk import Worker
-from worker_sdk.consumer import GroupTiming
+from worker_sdk.queues.consumer import GroupTiming
 
 
 def test_defaults_move_a_dead_workers_partitions_within_the_brokers_minimum_session() -> None:

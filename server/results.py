@@ -15,7 +15,7 @@ from typing import Protocol
 
 from dispatcher.ready_queue import ReadyQueue
 from dispatcher.start_timeouts import StartExpiry
-from history.base import RunHistory
+from history.run_history import RunHistory
 from server.late_writes import LateWriteGuard
 from tikk.backoff import retry_delay_ms
 from tikk.buckets import shard_of
@@ -35,7 +35,7 @@ from tikk.model import (
     Transition,
 )
 from tikk.settings import Limits
-from tikk.store import TaskStore
+from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry
 
 

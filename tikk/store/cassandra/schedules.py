@@ -1,7 +1,7 @@
-"""Schedule store on Cassandra; semantics in ``tikk.schedule_store``.
+"""Schedule store on Cassandra; semantics in ``tikk.store.schedules``.
 
-Tables (``tikk.cassandra_schema`` v4): ``schedules`` by (namespace, id) holding the version,
-the fingerprint and the JSON document of ``tikk.schedule_codec``; ``schedules_by_namespace``
+Tables (``tikk.store.cassandra.schema`` v4): ``schedules`` by (namespace, id) holding the version,
+the fingerprint and the JSON document of ``tikk.schedules.codec``; ``schedules_by_namespace``
 for listings, a namespace's ids spread over ``LISTING_SHARDS`` partitions (so no partition
 grows with the namespace) and clustered by id. A page merges the shards in id order.
 
@@ -26,14 +26,14 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from tikk import schedule_codec
 from tikk.buckets import shard_of
-from tikk.cassandra_store import INSERT_DUE, CassandraTaskStore, _due_values
 from tikk.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
-from tikk.schedule import Schedule
-from tikk.schedule_store import Step
+from tikk.schedules import codec as schedule_codec
+from tikk.schedules.model import Schedule
+from tikk.store.cassandra.tasks import INSERT_DUE, CassandraTaskStore, _due_values
+from tikk.store.schedules import Step
 
 # Partitions of a namespace's listing. Part of the stored layout: changing it strands
 # existing listing rows.

@@ -1,6 +1,6 @@
-"""Task store on Cassandra (``cassandra://host:port/keyspace``); semantics in ``tikk.store``.
+"""Task store on Cassandra (``cassandra://host:port/keyspace``); semantics in ``tikk.store.tasks``.
 
-Tables (``tikk.cassandra_schema``): ``tasks`` by id, ``due_index`` partitioned by (shard,
+Tables (``tikk.store.cassandra.schema``): ``tasks`` by id, ``due_index`` partitioned by (shard,
 minute) and clustered by (second, task key), ``cursors`` with the owner's fencing epoch,
 ``tasks_by_queue`` and ``dead_letters`` for listings. Prepared statements only, no ALLOW
 FILTERING, no secondary indexes.
@@ -23,8 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
-from tikk.cassandra_schema import DUE_RETENTION_S, TASK_RETENTION_S
-from tikk.cassandra_session import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
 from tikk.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -46,7 +45,8 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
-from tikk.store import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
+from tikk.store.cassandra.schema import DUE_RETENTION_S, TASK_RETENTION_S
+from tikk.store.tasks import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
 
 _TASK_COLS = ", ".join(TASK_COLUMNS)
 _DUE_COLS = ", ".join(DUE_READ_COLUMNS)

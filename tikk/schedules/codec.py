@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 from tikk.model import RetryPolicy
-from tikk.schedule import CatchUp, Overlap, Schedule, ScheduleAction, SchedulePolicy
-from tikk.schedule_spec import ScheduleSpec
+from tikk.schedules.model import CatchUp, Overlap, Schedule, ScheduleAction, SchedulePolicy
+from tikk.schedules.spec import ScheduleSpec
 
 
 def encode(s: Schedule) -> str:

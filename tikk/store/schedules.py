@@ -2,8 +2,8 @@
 
 A schedule and its tick (``Schedule.tick``) live beside the tasks in the task store's
 database, so that one step can create an occurrence's task, write the next tick and advance
-the schedule. Backends: ``tikk.sqlite_schedules`` (embedded, one transaction) and
-``tikk.cassandra_schedules`` (tasks and tick first, then the schedule row under a lightweight
+the schedule. Backends: ``tikk.store.sqlite.schedules`` (embedded, one transaction) and
+``tikk.store.cassandra.schedules`` (tasks and tick first, then the schedule row under a lightweight
 transaction). Every method may raise ``BackendUnavailable``.
 
 A tick stands for the schedule's pending occurrence only while it matches the stored schedule
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.model import Page, Task
-from tikk.schedule import Schedule
+from tikk.schedules.model import Schedule
 
 
 @dataclass(frozen=True)

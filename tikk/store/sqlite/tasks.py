@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second, second_of, task_key
+from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, TikkError
 from tikk.model import (
     START_TIMEOUT,
@@ -23,8 +24,7 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
-from tikk.sqlite_runner import SqliteRunner, Transaction
-from tikk.store import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
+from tikk.store.tasks import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
@@ -209,7 +209,7 @@ def _create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
 
 
 class SqliteTaskStore:
-    """``TaskStore`` on one SQLite file (``sqlite:///path``); see ``tikk.store`` for semantics."""
+    """``TaskStore`` on one SQLite file (``sqlite:///path``); semantics in ``tikk.store.tasks``."""
 
     def __init__(self, path: str, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
         self._db = SqliteRunner(path, SCHEMA, ADDED_COLUMNS)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import grpc
 
 from dispatcher.ready_queue import ReadyQueue
-from history.base import RunHistory
+from history.run_history import RunHistory
 from server import validation
 from server.convert import retry_to_proto, task_to_proto
 from server.status import maps_errors
@@ -26,8 +26,8 @@ from tikk.clock import Clock
 from tikk.errors import Conflict, InvalidArgument, NotFound
 from tikk.model import Task, TaskState, fingerprint
 from tikk.paging import page_size
-from tikk.schedule import OccurrenceRecord, Outcome, Schedule
-from tikk.schedule_spec import (
+from tikk.schedules.model import OccurrenceRecord, Outcome, Schedule
+from tikk.schedules.spec import (
     Occurrence,
     ScheduleSpec,
     format_local,
@@ -35,9 +35,9 @@ from tikk.schedule_spec import (
     preview,
     validate,
 )
-from tikk.schedule_store import ScheduleStore
 from tikk.settings import TEN_YEARS_MS, Limits
-from tikk.store import TaskStore
+from tikk.store.schedules import ScheduleStore
+from tikk.store.tasks import TaskStore
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import schedules_pb2, schedules_pb2_grpc
 

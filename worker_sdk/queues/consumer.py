@@ -1,7 +1,7 @@
 """The consumer side of the ready queue, as the worker sees it.
 
-Backends: ``worker_sdk.local_queue`` (``local://`` URLs, the embedded queue) and
-``worker_sdk.kafka_queue`` (``kafka://`` URLs). A Worker that cannot report results closes its
+Backends: ``worker_sdk.queues.local`` (``local://`` URLs, the embedded queue) and
+``worker_sdk.queues.kafka`` (``kafka://`` URLs). A Worker that cannot report results closes its
 consumer and later opens a new one, so every backend must take a ``commit`` for a message of a
 closed consumer as a harmless no-op.
 """
@@ -101,12 +101,12 @@ def open_consumer(
     """The consumer for a queue URL handed out by the server's ``GetWorkerConfig``. ``timing``
     applies to queues with consumer groups (Kafka); the default is ``GroupTiming()``."""
     if url.startswith("local:"):
-        from worker_sdk.local_queue import LocalQueueConsumer
+        from worker_sdk.queues.local import LocalQueueConsumer
 
         return LocalQueueConsumer(url.removeprefix("local://"), queues, visibility_ms)
     if url.startswith("kafka:"):
         # Kafka has no per-message lease, so the visibility timeout does not apply there.
-        from worker_sdk.kafka_queue import KafkaQueueConsumer
+        from worker_sdk.queues.kafka import KafkaQueueConsumer
 
         return KafkaQueueConsumer.from_url(url, queues, timing)
     raise ValueError(f"unsupported queue URL {url!r}: this worker supports local:// and kafka://")

@@ -3,7 +3,7 @@
 A schedule's pending occurrence is one *tick* row in the ordinary due index, in the schedule's
 shard, due at the occurrence's fire instant. No table of schedules is ever scanned: the
 dispatcher that owns the shard reads the tick with everything else that is due, decides what
-the occurrence does (``tikk.occurrences``) and writes the next tick in the same step.
+the occurrence does (``tikk.schedules.planner``) and writes the next tick in the same step.
 
 Names: occurrence ``(schedule_id, nominal_ms)`` runs as the task ``<schedule_id>@<nominal_ms>``
 and the schedule's tick is keyed ``<schedule_id>@schedule``. Task ids of that shape are reserved
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from tikk.model import DueEntry, RetryPolicy, Task, TaskState, fingerprint
-from tikk.schedule_spec import Occurrence, ScheduleSpec
+from tikk.schedules.spec import Occurrence, ScheduleSpec
 
 TICK_SUFFIX = "@schedule"
 _RESERVED = re.compile(r"(.*)@(\d+|schedule)")

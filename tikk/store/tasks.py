@@ -1,7 +1,7 @@
 """The task store interface: tasks by id, the due index, and per-shard dispatch cursors.
 
 The due index is partitioned by (shard, minute of due time) and clustered by (second, task
-key); an entry carries everything needed to publish it. Backends: ``tikk.sqlite_store``
+key); an entry carries everything needed to publish it. Backends: ``tikk.store.sqlite.tasks``
 (embedded). Every method may raise ``BackendUnavailable`` when the backend cannot be reached.
 """
 

@@ -1,6 +1,6 @@
 """The embedded ready queue: a SQLite file that local worker processes consume from.
 
-Table ``messages`` is the contract with ``worker_sdk.local_queue``: a message is visible from
+Table ``messages`` is the contract with ``worker_sdk.queues.local``: a message is visible from
 ``visible_ms``; a consumer leases it by setting ``visible_ms`` into the future and a fresh
 ``lease`` token, and deletes it (its commit) once the server has acknowledged the result. A
 worker that dies lets its lease run out, and the message is delivered again (at-least-once).
@@ -18,8 +18,8 @@ from dispatcher.ready_queue import (
     with_idle,
 )
 from tikk import delivery_codec
+from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.model import Delivery
-from tikk.sqlite_runner import SqliteRunner, Transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (

@@ -28,7 +28,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from tikk.schedule import (
+from tikk.schedules.model import (
     CatchUp,
     OccurrenceRecord,
     Outcome,
@@ -36,7 +36,7 @@ from tikk.schedule import (
     Schedule,
     occurrence_task_id,
 )
-from tikk.schedule_spec import Occurrence, fire_instant, next_occurrence, occurrences
+from tikk.schedules.spec import Occurrence, fire_instant, next_occurrence, occurrences
 
 MAX_PER_STEP = 10_000
 BUFFER_RECHECK_MS = 1_000

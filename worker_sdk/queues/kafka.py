@@ -1,4 +1,4 @@
-"""Consumer of the Kafka ready queue (``dispatcher.kafka_queue`` is the producer side).
+"""Consumer of the Kafka ready queue (``dispatcher.ready_queue.kafka`` is the producer side).
 
 **Topics and groups.** The URL is the producer's (``kafka://host:port[,host:port]`` with
 optional ``prefix``, ``partitions``, ``replication``). Queue ``q`` is topic ``<prefix>q``, and
@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tikk.errors import BackendUnavailable, InvalidArgument
-from worker_sdk.consumer import GroupTiming as GroupTiming  # noqa: PLC0414  (re-exported)
-from worker_sdk.consumer import Message, decode_delivery
+from worker_sdk.queues.consumer import GroupTiming as GroupTiming  # noqa: PLC0414  (re-exported)
+from worker_sdk.queues.consumer import Message, decode_delivery
 
 try:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -80,7 +80,7 @@ _REQUEST_TIMEOUT_S = 10.0  # a commit or offset read that takes longer fails
 @dataclass(frozen=True)
 class KafkaQueueConfig:
     """Where the queues live (parsed from the queue URL exactly as
-    ``dispatcher.kafka_queue.KafkaQueueConfig`` does; ``worker_sdk`` may not import it)."""
+    ``dispatcher.ready_queue.kafka.KafkaQueueConfig`` does; ``worker_sdk`` may not import it)."""
 
     bootstrap_servers: tuple[str, ...]
     prefix: str = "tikk."
@@ -454,7 +454,7 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka h
 class KafkaQueueConsumer:
     """``QueueConsumer`` on Kafka. Constructing it does no I/O: the first ``fetch`` (or
     ``start``) connects, creates missing topics and joins the groups with ``timing``
-    (``worker_sdk.consumer.GroupTiming``, also importable from here). After ``close``, a
+    (``worker_sdk.queues.consumer.GroupTiming``, also importable from here). After ``close``, a
     ``commit`` finds no lane and does nothing: the partitions are someone else's by then."""
 
     def __init__(

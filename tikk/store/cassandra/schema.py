@@ -10,8 +10,8 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tikk.cassandra_session import CassandraSession
-from tikk.store import check_shard_count
+from tikk.drivers.cassandra import CassandraSession
+from tikk.store.tasks import check_shard_count
 
 
 @dataclass(frozen=True)
@@ -76,16 +76,16 @@ STORE_MIGRATIONS = [
             namespace text, schedule_id text, version int, fingerprint text, body text,
             PRIMARY KEY ((namespace, schedule_id)))""",
         # Listing: a namespace's ids spread over a fixed number of partitions (see
-        # tikk.cassandra_schedules.LISTING_SHARDS), so none grows with the namespace.
+        # tikk.store.cassandra.schedules.LISTING_SHARDS), so none grows with the namespace.
         """CREATE TABLE IF NOT EXISTS schedules_by_namespace (
             namespace text, shard int, schedule_id text,
             PRIMARY KEY ((namespace, shard), schedule_id))""",
     ]),
     Migration("store", 5, "hand-off marks, interrupted creates, store settings", [
-        # The due time of the delivery the queue accepted (tikk.store.DUE_READ_COLUMNS).
+        # The due time of the delivery the queue accepted (tikk.store.tasks.DUE_READ_COLUMNS).
         "ALTER TABLE due_index ADD IF NOT EXISTS handed_off_ms bigint",
         # A create with a client id marks its first write pending and its second done; a
-        # task with only the first mark is invisible (tikk.cassandra_store.CREATE_TASK).
+        # task with only the first mark is invisible (tikk.store.cassandra.tasks.CREATE_TASK).
         "ALTER TABLE tasks ADD IF NOT EXISTS create_pending boolean",
         "ALTER TABLE tasks ADD IF NOT EXISTS create_done boolean",
         # Settings fixed for the life of the data, such as the shard count.

@@ -14,18 +14,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dispatcher.local_queue import LocalReadyQueue
 from dispatcher.ownership import SingleOwner
+from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
 from dispatcher.schedule_steps import ScheduleStepper
 from server.wiring import open_history, open_schedules, open_store
 from tikk.buckets import shard_of
 from tikk.clock import SystemClock
 from tikk.model import fingerprint
-from tikk.schedule import Schedule, ScheduleAction, SchedulePolicy
-from tikk.schedule_spec import ScheduleSpec
+from tikk.schedules.model import Schedule, ScheduleAction, SchedulePolicy
+from tikk.schedules.spec import ScheduleSpec
 from tikk.settings import Settings
-from worker_sdk.local_queue import LocalQueueConsumer
+from worker_sdk.queues.local import LocalQueueConsumer
 
 _HOUR_MS = 3_600_000
 _WINDOW = 256

@@ -1,4 +1,4 @@
-"""Consumer of the embedded ready queue (``dispatcher.local_queue`` defines the table)."""
+"""Consumer of the embedded ready queue (``dispatcher.ready_queue.local`` defines the table)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tikk.errors import BackendUnavailable
-from worker_sdk.consumer import Message, decode_delivery
+from worker_sdk.queues.consumer import Message, decode_delivery
 
 
 def _now_ms() -> int:

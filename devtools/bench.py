@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 
-from server import stack
+from devtools import stack
 from tikk.timestamps import to_timestamp
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 

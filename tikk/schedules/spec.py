@@ -1,6 +1,6 @@
 """When a recurring schedule fires: cron or fixed-interval specs, evaluated from a given instant.
 
-Expressions are read by ``tikk.cron_syntax`` (which wraps croniter, for expanding fields only).
+Expressions are read by ``tikk.schedules.cron`` (which wraps croniter, for expanding fields only).
 The search for the next instant and the mapping from wall-clock time to UTC are done here: that
 is where cron libraries have had their daylight-saving bugs (croniter 7.0.0 fires a repeated
 fall-back time twice), and the rule below must hold exactly. No function reads the clock;
@@ -53,8 +53,8 @@ from dataclasses import dataclass, replace
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from tikk.cron_syntax import CronFields, cron_error, parse_cron
 from tikk.errors import InvalidArgument
+from tikk.schedules.cron import CronFields, cron_error, parse_cron
 
 # Any satisfiable expression fires within 8 years: the longest gap is 29 February around 2100
 # (2096-02-29 to 2104-02-29, 2921 days).

@@ -2,8 +2,8 @@
 
 Messages are serialised ``tikk.v1.Delivery`` (see ``tikk.delivery_codec``), one stream per
 task queue, keyed by task key. The consumer side lives in ``worker_sdk``.
-Backends: ``dispatcher.local_queue`` (embedded, a SQLite file shared with local workers) and
-``dispatcher.kafka_queue``.
+Backends: ``dispatcher.ready_queue.local`` (embedded, a SQLite file shared with local workers) and
+``dispatcher.ready_queue.kafka``.
 """
 
 from __future__ import annotations

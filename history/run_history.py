@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.model import Page, RunRecord, RunStatus
-from tikk.schedule import OccurrenceRecord, Outcome
+from tikk.schedules.model import OccurrenceRecord, Outcome
 
 
 @dataclass(frozen=True)

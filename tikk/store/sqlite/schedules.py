@@ -1,4 +1,4 @@
-"""Embedded schedule store on the task store's SQLite file; semantics in ``tikk.schedule_store``.
+"""Embedded schedule store on the task store's SQLite file; semantics in ``tikk.store.schedules``.
 
 It opens its own connection to the same file, so a step (occurrence tasks, next tick, schedule
 row) is one SQLite transaction across the task and schedule tables.
@@ -9,14 +9,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from tikk import schedule_codec
+from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.errors import AlreadyExists, Conflict, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
-from tikk.schedule import Schedule
-from tikk.schedule_store import Step
-from tikk.sqlite_runner import SqliteRunner, Transaction
-from tikk.sqlite_store import ADDED_COLUMNS, SCHEMA, _create_one, _insert_due
+from tikk.schedules import codec as schedule_codec
+from tikk.schedules.model import Schedule
+from tikk.store.schedules import Step
+from tikk.store.sqlite.tasks import ADDED_COLUMNS, SCHEMA, _create_one, _insert_due
 
 SCHEDULES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS schedules (

@@ -6,7 +6,7 @@ Nodes under the chroot (default ``/tikk``)::
     <chroot>/shards/<n>/owner       ephemeral; created by the member that owns shard n
 
 Every member lists the members and computes the same assignment
-(``dispatcher.shard_assignment.assign``, a pure function). It creates the owner node of each
+(``dispatcher.ownership.assignment.assign``, a pure function). It creates the owner node of each
 shard assigned to it that is free and watches the others; when such a node goes (its owner
 released it in a rebalance, or its session expired after a crash) the watch wakes the member
 and it takes the shard. A member deletes the owner nodes of shards no longer assigned to it,
@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from dispatcher.shard_assignment import assign
+from dispatcher.ownership.assignment import assign
 from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.urls import split_url
 

@@ -1,4 +1,4 @@
-"""The Kafka ready queue, producer side (``worker_sdk.kafka_queue`` is the consumer side).
+"""The Kafka ready queue, producer side (``worker_sdk.queues.kafka`` is the consumer side).
 
 URL: ``kafka://host:port[,host:port...][?prefix=tikk.&partitions=8&replication=1]``.
 
@@ -80,7 +80,7 @@ _LINGER_MS = 0
 class KafkaQueueConfig:
     """Where the queues live and how their topics are made (parsed from the queue URL).
 
-    ``worker_sdk.kafka_queue.KafkaQueueConfig`` parses the same URL the same way; the layering
+    ``worker_sdk.queues.kafka.KafkaQueueConfig`` parses the same URL the same way; the layering
     (``worker_sdk`` imports no ``dispatcher``) is why there are two.
     """
 
@@ -111,7 +111,7 @@ class KafkaQueueConfig:
         return self.prefix + queue
 
     def group(self, queue: str) -> str:
-        """The consumer group of the queue's workers (as ``worker_sdk.kafka_queue`` names it)."""
+        """The consumer group of the queue's workers (as ``worker_sdk.queues.kafka`` names it)."""
         return f"{self.prefix}workers.{queue}"
 
 
