@@ -18,7 +18,7 @@ from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
 from dispatcher.schedule_steps import ScheduleStepper
-from server.wiring import open_history, open_schedules, open_store
+from server.wiring import Drivers, open_history, open_schedules, open_store
 from tikk.buckets import shard_of
 from tikk.clock import SystemClock
 from tikk.model import fingerprint
@@ -58,9 +58,10 @@ async def run(settings: Settings, count: int, lead_s: float) -> ScheduleBenchRes
     """Create ``count`` schedules firing ``lead_s`` from now, then dispatch them."""
     clock = SystemClock()
     fire_ms = (clock.now_ms() // 1000 + int(lead_s)) * 1000
-    store = await open_store(settings)
-    schedules = await open_schedules(settings)
-    history = await open_history(settings)
+    drivers = Drivers()
+    store = await open_store(settings, drivers)
+    schedules = await open_schedules(settings, drivers)
+    history = await open_history(settings, drivers)
     with tempfile.TemporaryDirectory() as tmp:
         queue_path = str(Path(tmp) / "queue.db")
         queue, consumer = (

@@ -15,12 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from history.run_history import OccurrenceQuery, RunQuery
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra import CassandraSession, Migration
 from tikk.errors import NotFound
 from tikk.model import Page, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
 from tikk.schedules.model import OccurrenceRecord, Outcome
-from tikk.store.cassandra.schema import Migration
 
 HISTORY_RETENTION_S = 30 * 86_400
 _HOUR_MS = 3_600_000
@@ -110,11 +109,13 @@ def _occurrence(row: Any) -> OccurrenceRecord:
 
 
 class CassandraRunHistory:
-    def __init__(self, url: str) -> None:
-        self._db = CassandraSession(CassandraConfig.from_url(url, "history_url"))
+    """``RunHistory`` on a keyspace; ``session`` may be shared with the stores of the keyspace."""
 
-    async def connect(self) -> None:
-        await asyncio.to_thread(self._db.connect)
+    def __init__(self, session: CassandraSession) -> None:
+        self._db = session
+
+    async def start(self) -> None:
+        await self._db.start()
 
     async def append(self, record: RunRecord) -> None:
         values = _values(record)
@@ -206,4 +207,4 @@ class CassandraRunHistory:
         return Page(found)
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._db.close)
+        await self._db.close()

@@ -175,5 +175,8 @@ class SqliteRunHistory:
         last = records[-1]
         return Page(records, encode_token(last.nominal_ms, int(last.outcome)))
 
+    async def start(self) -> None:
+        await self._db.start()
+
     async def close(self) -> None:
         await self._db.close()

@@ -14,18 +14,12 @@ import random
 import signal
 from collections.abc import Callable, Sequence
 
+from dispatcher.ownership import Ownership
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from dispatcher.schedule_steps import ScheduleStepper
 from dispatcher.start_timeouts import StartExpiry
 from server.app import ApiServer
-from server.wiring import (
-    open_backends,
-    open_history,
-    open_ownership,
-    open_queue,
-    open_schedules,
-    open_store,
-)
+from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
@@ -44,32 +38,47 @@ def install_stop_signals(stop: asyncio.Event) -> None:
 async def run_dispatcher(
     settings: Settings,
     stop: asyncio.Event,
+    *,
     clock: Clock | None = None,
     dispatch: DispatchSettings | None = None,
     telemetry: Telemetry | None = None,
+    drivers: Drivers | None = None,
 ) -> None:
+    """Dispatch until ``stop``. Backends of its own (SQLite connections of its own), on the
+    driver sessions of a server in the same process if given (``drivers``)."""
     clock = clock or SystemClock()
-    store = await open_store(settings)
-    schedules = await open_schedules(settings)
-    history = await open_history(settings)
-    queue = open_queue(settings)
-    ownership = open_ownership(settings, epoch=clock.now_ms())
-    await ownership.start()
+    backends = await open_backends(settings, drivers)
     try:
-        stepper = ScheduleStepper(schedules, store, history, telemetry)
-        grace_s = settings.late_write_grace_ms // 1000
-        dispatch = dispatch or DispatchSettings(late_write_grace_s=grace_s)
-        dispatcher = Dispatcher(
-            store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
-            schedules=stepper, expiry=StartExpiry(store, history, queue, telemetry),
-        )  # fmt: skip
-        await dispatcher.run(stop)
+        ownership = await open_ownership(settings, epoch=clock.now_ms())
+        try:
+            dispatch = dispatch or DispatchSettings(
+                late_write_grace_s=settings.late_write_grace_ms // 1000
+            )
+            await _dispatch(
+                backends, ownership, stop, clock, dispatch=dispatch, telemetry=telemetry
+            )
+        finally:
+            await ownership.close()
     finally:
-        await ownership.stop()
-        await queue.close()
-        await schedules.close()
-        await history.close()
-        await store.close()
+        await backends.close()
+
+
+async def _dispatch(
+    backends: Backends,
+    ownership: Ownership,
+    stop: asyncio.Event,
+    clock: Clock,
+    *,
+    dispatch: DispatchSettings,
+    telemetry: Telemetry | None,
+) -> None:
+    store, queue, history = backends.store, backends.queue, backends.history
+    stepper = ScheduleStepper(backends.schedules, store, history, telemetry)
+    dispatcher = Dispatcher(
+        store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
+        schedules=stepper, expiry=StartExpiry(store, history, queue, telemetry),
+    )  # fmt: skip
+    await dispatcher.run(stop)
 
 
 async def serve(
@@ -84,13 +93,16 @@ async def serve(
 ) -> None:
     """Serve the API (and optionally dispatch and run workers in-process) until ``stop``."""
     clock = clock or SystemClock()
-    backends = await open_backends(settings)
+    drivers = Drivers()
+    backends = await open_backends(settings, drivers)
     api = ApiServer(settings, backends, clock, random.Random(), telemetry)
     port = await api.start()
     background: list[asyncio.Task[object]] = []
     worker_stop = asyncio.Event()
     if dispatcher:
-        dispatching = run_dispatcher(settings, stop, clock, telemetry=telemetry)
+        dispatching = run_dispatcher(
+            settings, stop, clock=clock, telemetry=telemetry, drivers=drivers
+        )
         background.append(asyncio.create_task(dispatching))
     address = f"127.0.0.1:{port}"
     background += [asyncio.create_task(w.run(address, stop=worker_stop)) for w in workers]

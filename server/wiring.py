@@ -1,13 +1,20 @@
 """Backend selection by URL: the only place that knows which implementations exist.
 
-``sqlite://PATH`` (task store, run history) and ``local://PATH`` (ready queue) form the
-embedded default; ``cassandra://``, ``kafka://`` and ``zk://`` the production stack.
-Optional backends are imported lazily, so their drivers are only needed when configured.
+``sqlite://PATH`` (task store, schedule store, run history) and ``local://PATH`` (ready queue)
+form the embedded default; ``cassandra://``, ``kafka://`` and ``zk://`` the production stack.
+Each interface has one ``{scheme: factory}`` table; factories construct without I/O and import
+their driver lazily, so a driver is only needed when configured. Every backend then opens
+with ``await start()`` and releases with ``close()``.
+
+One process holds one ``Drivers``: backends of the same Cassandra keyspace share its session.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from dispatcher.ownership import Ownership, SingleOwner
 from dispatcher.ready_queue import ReadyQueue
@@ -18,63 +25,174 @@ from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
 from tikk.urls import split_url
 
+if TYPE_CHECKING:
+    from tikk.drivers.cassandra import CassandraSession
 
-async def open_store(settings: Settings) -> TaskStore:
-    scheme, rest = split_url("store_url", settings.store_url)
-    if scheme == "sqlite":
-        from tikk.store.sqlite.tasks import SqliteTaskStore
 
-        store = SqliteTaskStore(rest, settings.shard_count)
+class Startable(Protocol):
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+B = TypeVar("B", bound=Startable)
+T = TypeVar("T")
+
+
+@dataclass
+class Drivers:
+    """The driver sessions of one process, shared by the backends that use the same one."""
+
+    _cassandra: dict[object, CassandraSession] = field(default_factory=dict)
+
+    def cassandra(self, url: str, setting: str) -> CassandraSession:
+        """The session of ``url``'s cluster and keyspace (one per process)."""
+        from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+
+        config = CassandraConfig.from_url(url, setting)
+        if config not in self._cassandra:
+            self._cassandra[config] = CassandraSession(config)
+        return self._cassandra[config]
+
+
+# --- factories: (url, shard count, drivers) -> an unstarted backend -------------------------
+
+
+def _sqlite_tasks(url: str, shards: int, drivers: Drivers) -> TaskStore:
+    from tikk.store.sqlite.tasks import SqliteTaskStore
+
+    return SqliteTaskStore(split_url("store_url", url)[1], shards)
+
+
+def _cassandra_tasks(url: str, shards: int, drivers: Drivers) -> TaskStore:
+    from tikk.store.cassandra.tasks import CassandraTaskStore
+
+    return CassandraTaskStore(drivers.cassandra(url, "store_url"), shards)
+
+
+def _sqlite_schedules(url: str, shards: int, drivers: Drivers) -> ScheduleStore:
+    from tikk.store.sqlite.schedules import SqliteScheduleStore
+
+    return SqliteScheduleStore(split_url("store_url", url)[1])
+
+
+def _cassandra_schedules(url: str, shards: int, drivers: Drivers) -> ScheduleStore:
+    from tikk.store.cassandra.schedules import CassandraScheduleStore
+
+    return CassandraScheduleStore(drivers.cassandra(url, "store_url"))
+
+
+def _sqlite_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
+    from history.sqlite import SqliteRunHistory
+
+    return SqliteRunHistory(split_url("history_url", url)[1])
+
+
+def _cassandra_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
+    from history.cassandra import CassandraRunHistory
+
+    return CassandraRunHistory(drivers.cassandra(url, "history_url"))
+
+
+def _local_queue(url: str, shards: int, drivers: Drivers) -> ReadyQueue:
+    from dispatcher.ready_queue.local import LocalReadyQueue
+
+    return LocalReadyQueue(split_url("queue_url", url)[1])
+
+
+def _kafka_queue(url: str, shards: int, drivers: Drivers) -> ReadyQueue:
+    from dispatcher.ready_queue.kafka import KafkaReadyQueue
+
+    return KafkaReadyQueue.from_url(url)
+
+
+# The schedule store lives in the task store's database (same URL).
+TASK_STORES: Mapping[str, Callable[[str, int, Drivers], TaskStore]] = {
+    "sqlite": _sqlite_tasks,
+    "cassandra": _cassandra_tasks,
+}
+SCHEDULE_STORES: Mapping[str, Callable[[str, int, Drivers], ScheduleStore]] = {
+    "sqlite": _sqlite_schedules,
+    "cassandra": _cassandra_schedules,
+}
+RUN_HISTORIES: Mapping[str, Callable[[str, int, Drivers], RunHistory]] = {
+    "sqlite": _sqlite_history,
+    "cassandra": _cassandra_history,
+}
+READY_QUEUES: Mapping[str, Callable[[str, int, Drivers], ReadyQueue]] = {
+    "local": _local_queue,
+    "kafka": _kafka_queue,
+}
+
+
+def build(
+    table: Mapping[str, Callable[[str, int, Drivers], T]],
+    setting: str,
+    url: str,
+    shard_count: int,
+    drivers: Drivers,
+) -> T:
+    """The backend ``table`` has for ``url``'s scheme, not started yet."""
+    scheme, _ = split_url(setting, url)
+    factory = table.get(scheme)
+    if factory is None:
+        known = ", ".join(table)
+        raise InvalidArgument(setting, f"unsupported scheme {scheme!r} (known: {known})")
+    return factory(url, shard_count, drivers)
+
+
+async def started(backend: B) -> B:
+    """``backend`` after ``start()``; closed again if starting failed half-way."""
+    try:
+        await backend.start()
+    except BaseException:
+        await backend.close()
+        raise
+    return backend
+
+
+async def open_store(settings: Settings, drivers: Drivers) -> TaskStore:
+    """The task store, started and checked against the shard count stored with the data."""
+    url, shards = settings.store_url, settings.shard_count
+    store = await started(build(TASK_STORES, "store_url", url, shards, drivers))
+    try:
         await store.check_shard_count()
-        return store
-    if scheme == "cassandra":
-        from tikk.store.cassandra.tasks import CassandraTaskStore
-
-        cstore = CassandraTaskStore(settings.store_url, settings.shard_count)
-        await cstore.connect()
-        try:
-            await cstore.check_shard_count()
-        except BaseException:
-            await cstore.close()
-            raise
-        return cstore
-    raise InvalidArgument(
-        "store_url", f"unsupported task store {scheme!r} (known: sqlite, cassandra)"
-    )
+    except BaseException:
+        await store.close()
+        raise
+    return store
 
 
-async def open_schedules(settings: Settings) -> ScheduleStore:
-    """The schedule store lives in the task store's database (same URL)."""
-    scheme, rest = split_url("store_url", settings.store_url)
-    if scheme == "sqlite":
-        from tikk.store.sqlite.schedules import SqliteScheduleStore
-
-        return SqliteScheduleStore(rest)
-    if scheme == "cassandra":
-        from tikk.store.cassandra.schedules import CassandraScheduleStore
-
-        schedules = CassandraScheduleStore(settings.store_url)
-        await schedules.connect()
-        return schedules
-    raise InvalidArgument(
-        "store_url", f"unsupported task store {scheme!r} (known: sqlite, cassandra)"
-    )
+async def open_schedules(settings: Settings, drivers: Drivers) -> ScheduleStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(SCHEDULE_STORES, "store_url", url, shards, drivers))
 
 
-async def open_history(settings: Settings) -> RunHistory:
-    scheme, rest = split_url("history_url", settings.history_url)
-    if scheme == "sqlite":
-        from history.sqlite import SqliteRunHistory
+async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
+    url, shards = settings.history_url, settings.shard_count
+    return await started(build(RUN_HISTORIES, "history_url", url, shards, drivers))
 
-        return SqliteRunHistory(rest)
-    if scheme == "cassandra":
-        from history.cassandra import CassandraRunHistory
 
-        history = CassandraRunHistory(settings.history_url)
-        await history.connect()
-        return history
-    raise InvalidArgument(
-        "history_url", f"unsupported run history {scheme!r} (known: sqlite, cassandra)"
+async def open_queue(settings: Settings, drivers: Drivers) -> ReadyQueue:
+    url, shards = settings.queue_url, settings.shard_count
+    return build(READY_QUEUES, "queue_url", url, shards, drivers)
+
+
+async def open_ownership(settings: Settings, epoch: int) -> Ownership:
+    """Empty URL: this process owns every shard (with ``epoch``). ``zk://``: ZooKeeper."""
+    if not settings.ownership_url:
+        return SingleOwner(settings.shard_count, epoch)
+    scheme, _ = split_url("ownership_url", settings.ownership_url)
+    if scheme != "zk":
+        raise InvalidArgument("ownership_url", f"unsupported scheme {scheme!r} (known: zk)")
+    from dispatcher.ownership.zookeeper import ZkOwnership
+
+    return await started(
+        ZkOwnership.from_url(
+            settings.ownership_url,
+            settings.shard_count,
+            session_timeout_s=settings.ownership_session_timeout_ms / 1000,
+        )
     )
 
 
@@ -84,8 +202,8 @@ def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
     opened. Returns the steps applied."""
     from history.cassandra import HISTORY_MIGRATIONS
     from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+    from tikk.drivers.cassandra import migrate as run_migrations
     from tikk.store.cassandra.schema import STORE_MIGRATIONS, init_cursors, record_shard_count
-    from tikk.store.cassandra.schema import migrate as run_migrations
 
     applied: list[str] = []
     for url, steps in ((settings.store_url, STORE_MIGRATIONS),
@@ -101,42 +219,15 @@ def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
                 created = init_cursors(session, settings.shard_count, now_ms // 1000)
                 applied += [f"cursors of {created} new shard(s)"] if created else []
         finally:
-            session.close()
+            session.shutdown()
         applied += [f"{m.component} v{m.version}: {m.description}" for m in done]
     return applied
 
 
-def open_queue(settings: Settings) -> ReadyQueue:
-    scheme, rest = split_url("queue_url", settings.queue_url)
-    if scheme == "local":
-        from dispatcher.ready_queue.local import LocalReadyQueue
-
-        return LocalReadyQueue(rest)
-    if scheme == "kafka":
-        from dispatcher.ready_queue.kafka import KafkaReadyQueue
-
-        return KafkaReadyQueue.from_url(settings.queue_url)
-    raise InvalidArgument("queue_url", f"unsupported ready queue {scheme!r} (known: local, kafka)")
-
-
-def open_ownership(settings: Settings, epoch: int) -> Ownership:
-    """Empty URL: this process owns every shard (with ``epoch``). ``zk://``: ZooKeeper."""
-    if not settings.ownership_url:
-        return SingleOwner(settings.shard_count, epoch)
-    scheme, _ = split_url("ownership_url", settings.ownership_url)
-    if scheme == "zk":
-        from dispatcher.ownership.zookeeper import ZkOwnership
-
-        return ZkOwnership.from_url(
-            settings.ownership_url,
-            settings.shard_count,
-            session_timeout_s=settings.ownership_session_timeout_ms / 1000,
-        )
-    raise InvalidArgument("ownership_url", f"unsupported ownership {scheme!r} (known: zk)")
-
-
 @dataclass
 class Backends:
+    """Everything a server (and a dispatcher in the same process) stores and publishes with."""
+
     store: TaskStore
     history: RunHistory
     # The server's producer, for dead-letter streams.
@@ -150,7 +241,16 @@ class Backends:
         await self.history.close()
 
 
-async def open_backends(settings: Settings) -> Backends:
-    store = await open_store(settings)
-    history = await open_history(settings)
-    return Backends(store, history, open_queue(settings), await open_schedules(settings))
+async def open_backends(settings: Settings, drivers: Drivers | None = None) -> Backends:
+    """Every backend of ``settings``, started; on a failure the ones already started close."""
+    drivers = drivers or Drivers()
+    async with contextlib.AsyncExitStack() as opened:
+        store = await open_store(settings, drivers)
+        opened.push_async_callback(store.close)
+        history = await open_history(settings, drivers)
+        opened.push_async_callback(history.close)
+        queue = await open_queue(settings, drivers)
+        opened.push_async_callback(queue.close)
+        schedules = await open_schedules(settings, drivers)
+        opened.pop_all()
+    return Backends(store, history, queue, schedules)

@@ -27,7 +27,7 @@ class Ownership(Protocol):
         """Join the group of dispatchers and begin acquiring shards."""
         ...
 
-    async def stop(self) -> None:
+    async def close(self) -> None:
         """Release every shard and leave; idempotent."""
         ...
 
@@ -45,5 +45,5 @@ class SingleOwner:
     async def start(self) -> None:
         return None
 
-    async def stop(self) -> None:
+    async def close(self) -> None:
         self._owned = {}

@@ -221,7 +221,7 @@ class ZkOwnership:
         self._wake.set()
         self._worker.start()
 
-    async def stop(self) -> None:
+    async def close(self) -> None:
         """Stop reporting shards, delete our owner and member nodes, close the session."""
         client, worker = self._client, self._worker
         if client is None:

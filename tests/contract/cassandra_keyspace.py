@@ -7,8 +7,8 @@ import os
 
 from history.cassandra import HISTORY_MIGRATIONS
 from tests.services import CASSANDRA, require
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession
-from tikk.store.cassandra.schema import STORE_MIGRATIONS, migrate
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
+from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
 REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 _TABLES = [
@@ -40,4 +40,4 @@ class TestKeyspace:
     def drop(self) -> None:
         if self._session is not None:
             self._session.session.execute(f"DROP KEYSPACE IF EXISTS {self.name}")
-            self._session.close()
+            self._session.shutdown()

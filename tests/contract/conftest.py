@@ -5,24 +5,28 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
 from dispatcher.ready_queue import ReadyQueue
 from dispatcher.ready_queue.local import LocalReadyQueue
-from history.cassandra import CassandraRunHistory
 from history.run_history import RunHistory
-from history.sqlite import SqliteRunHistory
+from server.wiring import (
+    RUN_HISTORIES,
+    SCHEDULE_STORES,
+    TASK_STORES,
+    Drivers,
+    Startable,
+    build,
+    started,
+)
 from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, require
-from tikk.store.cassandra.schedules import CassandraScheduleStore
-from tikk.store.cassandra.tasks import CassandraTaskStore
 from tikk.store.schedules import ScheduleStore
-from tikk.store.sqlite.schedules import SqliteScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import TaskStore
 from worker_sdk.queues.consumer import QueueConsumer
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
     from worker_sdk.queues.kafka import KafkaQueueConsumer
 
 SHARDS = 16
+B = TypeVar("B", bound=Startable)
 
 
 @pytest.fixture(scope="session")
@@ -41,17 +46,23 @@ def keyspace() -> Iterator[TestKeyspace]:
     ks.drop()
 
 
+def backend_url(kind: str, tmp_path: Path, keyspace: TestKeyspace, file: str = "tikk.db") -> str:
+    """The URL of a fresh database of ``kind``: an SQLite file, or the emptied test keyspace."""
+    return f"sqlite://{tmp_path / file}" if kind == "sqlite" else keyspace.fresh()
+
+
+async def open_backend(table: Mapping[str, Callable[[str, int, Drivers], B]], url: str,
+                       drivers: Drivers, shards: int = SHARDS) -> B:  # fmt: skip
+    """A backend as the processes open it: from wiring's table for ``url``'s scheme."""
+    return await started(build(table, "url", url, shards, drivers))
+
+
 @pytest.fixture(params=["sqlite", "cassandra"])
 async def store(
     request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
 ) -> AsyncIterator[TaskStore]:
-    backend: TaskStore
-    if request.param == "sqlite":
-        backend = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
-    else:
-        cstore = CassandraTaskStore(keyspace.fresh(), SHARDS)
-        await cstore.connect()
-        backend = cstore
+    backend = await open_backend(TASK_STORES, backend_url(request.param, tmp_path, keyspace),
+                                 Drivers())  # fmt: skip
     yield backend
     await backend.close()
 
@@ -64,11 +75,9 @@ def reopen(store: TaskStore, tmp_path: Path, keyspace: TestKeyspace) -> Reopen:
     """Open the ``store`` fixture's data again, as a second process would, with a shard count."""
 
     async def again(shard_count: int) -> TaskStore:
-        if isinstance(store, SqliteTaskStore):
-            return SqliteTaskStore(str(tmp_path / "tikk.db"), shard_count)
-        other = CassandraTaskStore(keyspace.url(), shard_count)
-        await other.connect()
-        return other
+        kind = "sqlite" if isinstance(store, SqliteTaskStore) else "cassandra"
+        url = f"sqlite://{tmp_path / 'tikk.db'}" if kind == "sqlite" else keyspace.url()
+        return await open_backend(TASK_STORES, url, Drivers(), shard_count)
 
     return again
 
@@ -85,16 +94,11 @@ class ScheduleBackend:
 async def schedule_backend(
     request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
 ) -> AsyncIterator[ScheduleBackend]:
-    backend: ScheduleBackend
-    if request.param == "sqlite":
-        path = str(tmp_path / "tikk.db")
-        backend = ScheduleBackend(SqliteScheduleStore(path), SqliteTaskStore(path, SHARDS))
-    else:
-        url = keyspace.fresh()
-        cschedules, cstore = CassandraScheduleStore(url), CassandraTaskStore(url, SHARDS)
-        await cschedules.connect()
-        await cstore.connect()
-        backend = ScheduleBackend(cschedules, cstore)
+    url, drivers = backend_url(request.param, tmp_path, keyspace), Drivers()
+    backend = ScheduleBackend(
+        await open_backend(SCHEDULE_STORES, url, drivers),
+        await open_backend(TASK_STORES, url, drivers),
+    )
     yield backend
     await backend.schedules.close()
     await backend.tasks.close()
@@ -104,13 +108,8 @@ async def schedule_backend(
 async def history(
     request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
 ) -> AsyncIterator[RunHistory]:
-    backend: RunHistory
-    if request.param == "sqlite":
-        backend = SqliteRunHistory(str(tmp_path / "history.db"))
-    else:
-        chistory = CassandraRunHistory(keyspace.fresh())
-        await chistory.connect()
-        backend = chistory
+    url = backend_url(request.param, tmp_path, keyspace, "history.db")
+    backend = await open_backend(RUN_HISTORIES, url, Drivers())
     yield backend
     await backend.close()
 

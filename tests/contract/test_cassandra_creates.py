@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from server.wiring import TASK_STORES, Drivers
 from tests.contract import cassandra_keyspace
+from tests.contract.conftest import open_backend
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, NotFound
@@ -20,8 +22,8 @@ from tikk.store.cassandra.tasks import (
     CREATE_TASK,
     INSERT_DUE,
     CassandraTaskStore,
-    _due_values,
-    _task_values,
+    due_values,
+    task_values,
 )
 
 SHARDS = 16
@@ -29,8 +31,8 @@ SHARDS = 16
 
 @pytest.fixture
 async def cstore(keyspace: cassandra_keyspace.TestKeyspace) -> AsyncIterator[CassandraTaskStore]:
-    store = CassandraTaskStore(keyspace.fresh(), SHARDS)
-    await store.connect()
+    store = await open_backend(TASK_STORES, keyspace.fresh(), Drivers())
+    assert isinstance(store, CassandraTaskStore)
     yield store
     await store.close()
 
@@ -38,7 +40,7 @@ async def cstore(keyspace: cassandra_keyspace.TestKeyspace) -> AsyncIterator[Cas
 async def first_write_only(store: CassandraTaskStore, name: str) -> None:
     """What a server killed right after the first write of a create leaves behind."""
     task = make_task(name, shard_count=SHARDS)
-    await store.session.execute(CREATE_TASK, [*_task_values(task), 86_400])
+    await store.session.execute(CREATE_TASK, [*task_values(task), 86_400])
 
 
 async def test_a_half_written_create_is_invisible(cstore: CassandraTaskStore) -> None:
@@ -94,7 +96,7 @@ async def test_a_half_done_move_is_finished_by_the_dispatcher(cstore: CassandraT
     await cstore.create(task)
     moved = task.evolve(due_ms=task.due_ms + 3_000)
     # The server wrote the moved row, then died before moving the task row.
-    await cstore.session.execute(INSERT_DUE, _due_values(moved.entry(), T0))
+    await cstore.session.execute(INSERT_DUE, due_values(moved.entry(), T0))
     claimed = await cstore.mark_dispatched([moved.entry()], moved.due_ms)
     assert claimed.entries == [moved.entry()]
     stored = await cstore.get("default", "m")

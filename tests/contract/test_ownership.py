@@ -101,7 +101,7 @@ async def zk() -> AsyncIterator[ZkGroup]:
     group = ZkGroup(require("zookeeper", ZOOKEEPER), f"/tikk-test/{uuid.uuid4().hex}")
     yield group
     for owner in group.members:
-        await owner.stop()
+        await owner.close()
     await asyncio.to_thread(_delete_tree, group.address, group.chroot)
 
 
@@ -139,9 +139,9 @@ async def test_epochs_are_positive_integers(make_owner: Callable[[], Ownership])
 
 async def test_stop_empties_owned_and_is_idempotent(make_owner: Callable[[], Ownership]) -> None:
     owner = await started_alone(make_owner)
-    await owner.stop()
+    await owner.close()
     assert owner.owned() == {}
-    await owner.stop()
+    await owner.close()
     assert owner.owned() == {}
 
 
@@ -149,10 +149,11 @@ async def test_a_successor_fences_its_predecessor_in_the_store(
     make_owner: Callable[[], Ownership], tmp_path: Path
 ) -> None:
     store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
+    await store.start()
     first = await started_alone(make_owner)
     old = dict(first.owned())
     await advance_cursor(store, 3, 50, old[3])
-    await first.stop()
+    await first.close()
     second = await started_alone(make_owner)
     new = dict(second.owned())
     assert all(new[s] > old[s] for s in range(SHARDS))
@@ -205,7 +206,7 @@ async def test_a_stopped_member_hands_its_shards_over_without_waiting_for_expiry
 ) -> None:
     a, b = await zk.join("a", session_s=10.0), await zk.join("b", session_s=10.0)
     await eventually(lambda: shards_of([a, b]) == assign(SHARDS, ["a", "b"]), SOON_S, "two split")
-    await b.stop()
+    await b.close()
     took = await eventually(lambda: len(a.owned()) == SHARDS, SOON_S, "a takes over")
     assert took < 10.0 / 2  # far below the session timeout: b released, nothing expired
 
@@ -381,6 +382,7 @@ async def test_a_stale_owner_is_fenced_after_failover_and_rejoins_with_a_new_ses
     zk: ZkGroup, proxy: LinkProxy, tmp_path: Path
 ) -> None:
     store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
+    await store.start()
     a, b = await zk.join("a", via=proxy.address), await zk.join("b")
     expected = assign(SHARDS, ["a", "b"])
     await eventually(lambda: shards_of([a, b]) == expected, SOON_S, "two split")
@@ -439,4 +441,4 @@ async def test_no_server_is_backend_unavailable() -> None:
     with pytest.raises(BackendUnavailable, match="did not answer"):
         await owner.start()
     assert owner.owned() == {}
-    await owner.stop()
+    await owner.close()

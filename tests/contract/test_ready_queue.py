@@ -13,11 +13,10 @@ import time
 import pytest
 
 from dispatcher.ready_queue import QueueBacklog, ReadyQueue
-from server.wiring import open_queue
+from server.wiring import READY_QUEUES, Drivers, build
 from tests.contract.conftest import QueuePair
 from tests.factories import T0, make_task
 from tikk.model import Delivery
-from tikk.settings import Settings
 from tikk.v1 import worker_pb2
 from worker_sdk.queues.consumer import Message, QueueConsumer
 
@@ -158,7 +157,7 @@ def wall_ms() -> int:
 
 def another_producer(pair: QueuePair) -> ReadyQueue:
     """A second producer on the pair's backend, as another process would open it."""
-    return open_queue(Settings(store_url="", history_url="", queue_url=pair.url))
+    return build(READY_QUEUES, "queue_url", pair.url, 1, Drivers())
 
 
 def waiting(backlog: list[QueueBacklog]) -> dict[str, tuple[int, bool]]:

@@ -72,6 +72,7 @@ class Rig:
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     store = CountingStore(str(tmp_path / "tikk.db"), SHARDS)
+    await store.start()
     queue = SwitchableQueue(str(tmp_path / "queue.db"))
     consumer = LocalQueueConsumer(str(tmp_path / "queue.db"), ["q"], 60_000)
     yield Rig(store, queue, consumer, ManualClock(T0), tmp_path)

@@ -74,6 +74,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     store = StallingStore(str(tmp_path / "tikk.db"), SHARDS)
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
     history = SqliteRunHistory(str(tmp_path / "history.db"))
+    await store.start()
+    await history.start()
     server_clock, dispatcher_clock = ManualClock(T0), ManualClock(T0)
     lifecycle = Lifecycle(
         store, history, queue, server_clock, limits=Limits(), rng=random.Random(1)

@@ -124,6 +124,7 @@ class Run:
 
 async def play(tmp: Path, writes: list[Write], steps: list[Step]) -> Run:
     run = Run(tmp)
+    await run.store.start()
     pending = sorted(writes, key=lambda w: w.at_ms)
     now = T0
     schedule = [(s.gap_ms, s.event) for s in steps]

@@ -91,6 +91,9 @@ async def _rig(tmp_path: Path) -> AsyncIterator[Rig]:
         LocalReadyQueue(str(tmp_path / "queue.db")),
         ManualClock(T0),
     )
+    await rig.store.start()
+    await rig.schedules.start()
+    await rig.history.start()
     try:
         yield rig
     finally:

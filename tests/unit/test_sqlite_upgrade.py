@@ -7,11 +7,12 @@ from pathlib import Path
 
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
-from tikk.store.sqlite.tasks import SCHEMA, SqliteTaskStore
+from tikk.store.sqlite.schema import TASKS_SCHEMA
+from tikk.store.sqlite.tasks import SqliteTaskStore
 
 
 def _schema_without_trace_context() -> str:
-    lines = [line for line in SCHEMA.splitlines() if "trace_context" not in line]
+    lines = [line for line in TASKS_SCHEMA.splitlines() if "trace_context" not in line]
     return "\n".join(lines)
 
 
@@ -21,6 +22,7 @@ async def test_old_file_gains_trace_context_and_keeps_tasks(tmp_path: Path) -> N
     old.executescript(_schema_without_trace_context())
     old.close()
     store = SqliteTaskStore(str(path), shard_count=16)
+    await store.start()
     try:
         task = make_task("a").evolve(
             trace_context={"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}

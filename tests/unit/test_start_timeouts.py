@@ -56,6 +56,8 @@ class Rig:
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
     history = SqliteRunHistory(str(tmp_path / "history.db"))
+    await store.start()
+    await history.start()
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
     clock = ManualClock(T0)
     lifecycle = Lifecycle(store, history, queue, clock, limits=Limits(), rng=random.Random(1))

@@ -166,6 +166,7 @@ async def test_the_dispatcher_reports_backlog_and_cursor_lag_per_shard(
 ) -> None:
     telemetry = OtelTelemetry(recorded.providers, owns_providers=False)
     store = SqliteTaskStore(str(tmp_path / "tikk.db"), 4)
+    await store.start()
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
     clock = ManualClock(T0)
     settings = DispatchSettings(cursor_flush_interval_ms=0)

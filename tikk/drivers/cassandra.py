@@ -1,13 +1,18 @@
-"""A Cassandra session for asyncio: prepared statements only, driver errors translated once.
+"""A Cassandra session for asyncio: prepared statements only, driver errors translated once;
+and the migration runner that creates and upgrades a keyspace's tables.
 
 URL: ``cassandra://host[:port][,host[:port]]/keyspace?consistency=LOCAL_QUORUM&dc=dc1``.
 The driver runs its own I/O threads; results are handed to the event loop thread-safely.
+One session serves every backend of a process that uses the same keyspace: each backend
+``start()``s and ``close()``s it, and the session connects on the first start and shuts down
+on the last close.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +33,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 @dataclass(frozen=True)
 class CassandraConfig:
-    hosts: list[str]
+    hosts: tuple[str, ...]
     port: int
     keyspace: str
     consistency: str = "LOCAL_QUORUM"
@@ -51,7 +56,7 @@ class CassandraConfig:
         consistency = query.get("consistency", "LOCAL_QUORUM").upper()
         if consistency not in ConsistencyLevel.name_to_value:
             raise InvalidArgument(setting, f"unknown consistency level {consistency!r}")
-        return cls(hosts, ports.pop(), keyspace, consistency, query.get("dc"))
+        return cls(tuple(hosts), ports.pop(), keyspace, consistency, query.get("dc"))
 
 
 class CassandraSession:
@@ -67,13 +72,26 @@ class CassandraSession:
             request_timeout=15.0,
         )
         self._cluster = Cluster(
-            config.hosts,
+            list(config.hosts),
             port=config.port,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             protocol_version=5,
         )
         self._session: Session | None = None
         self._prepared: dict[str, PreparedStatement] = {}
+        self._users = 0
+
+    async def start(self) -> None:
+        """Connect on the first call; later calls only count another user."""
+        if self._users == 0 and self._session is None:
+            await asyncio.to_thread(self.connect)
+        self._users += 1
+
+    async def close(self) -> None:
+        """Shut the session down when its last user closes it."""
+        self._users = max(0, self._users - 1)
+        if self._users == 0:
+            await asyncio.to_thread(self.shutdown)
 
     def connect(self) -> None:
         """Blocking connect (call via ``asyncio.to_thread``); translates failures."""
@@ -95,7 +113,7 @@ class CassandraSession:
         statement = self._prepared.get(cql)
         if statement is None:
             try:
-                statement = self.session.prepare(_qualified(cql, self.config.keyspace))
+                statement = self.session.prepare(qualify_tables(cql, self.config.keyspace))
             except DriverException as exc:
                 raise BackendUnavailable(f"cassandra: {exc}") from exc
             self._prepared[cql] = statement
@@ -144,14 +162,17 @@ class CassandraSession:
         future.add_callbacks(on_rows, on_error)
         return await done
 
-    def close(self) -> None:
+    def shutdown(self) -> None:
+        """Blocking shutdown of the driver's connections and threads."""
+        self._session = None
         self._cluster.shutdown()
 
 
-_TABLE = re.compile(r"\b(FROM|INTO|UPDATE)\s+(\w+)\b")
+# Where a statement names a table: DML, and the two forms of DDL migrations use.
+_TABLE = re.compile(r"\b(FROM|INTO|UPDATE|CREATE TABLE IF NOT EXISTS|ALTER TABLE)\s+(\w+)\b")
 
 
-def _qualified(cql: str, keyspace: str) -> str:
+def qualify_tables(cql: str, keyspace: str) -> str:
     """Statements name bare tables; the keyspace comes from configuration. Qualifying them
     (rather than a session-wide USE) is what Cassandra recommends for prepared statements."""
     return _TABLE.sub(lambda m: f"{m.group(1)} {keyspace}.{m.group(2)}", cql)
@@ -164,3 +185,63 @@ def _settle(done: asyncio.Future[list[Any]], rows: list[Any] | None, err: Except
         done.set_exception(err)
     else:
         done.set_result(rows or [])
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One numbered schema step of a component: idempotent CQL statements, each of the form
+    ``CREATE TABLE IF NOT EXISTS t ...`` or ``ALTER TABLE t ...`` on a bare table name."""
+
+    component: str
+    version: int
+    description: str
+    statements: Sequence[str]
+
+
+def migrate(
+    session: CassandraSession, migrations: Sequence[Migration], replication: str
+) -> list[Migration]:
+    """Apply the steps not yet recorded in ``schema_migrations``; blocking. Returns the steps
+    applied now. A step interrupted half-way is simply run again.
+
+    DDL cannot be a prepared statement, so this is the one place that runs CQL text; it
+    only ever runs the components' constant statements (plus the keyspace name from
+    configuration, checked to be an identifier).
+    """
+    ks = session.config.keyspace
+    if not ks.replace("_", "").isalnum():
+        raise InvalidArgument("keyspace", f"keyspace name {ks!r} must be alphanumeric/underscore")
+    _ensure_keyspace(session, replication)
+    done = {
+        (r.component, r.version)
+        for r in session.session.execute(f"SELECT component, version FROM {ks}.schema_migrations")
+    }
+    applied = []
+    for m in sorted(migrations, key=lambda m: (m.component, m.version)):
+        if (m.component, m.version) in done:
+            continue
+        for statement in m.statements:
+            session.session.execute(_qualified_ddl(statement, ks))
+        session.session.execute(
+            f"INSERT INTO {ks}.schema_migrations (component, version, description, applied_ms)"
+            " VALUES (%s, %s, %s, %s)",
+            (m.component, m.version, m.description, time.time_ns() // 1_000_000),
+        )
+        applied.append(m)
+    return applied
+
+
+def _ensure_keyspace(session: CassandraSession, replication: str) -> None:
+    ks = session.config.keyspace
+    session.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}")
+    session.session.execute(
+        f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
+        "component text, version int, description text, applied_ms bigint,"
+        " PRIMARY KEY (component, version))"
+    )
+
+
+def _qualified_ddl(statement: str, keyspace: str) -> str:
+    if not statement.startswith(("CREATE TABLE IF NOT EXISTS ", "ALTER TABLE ")):
+        raise ValueError(f"migration statement of unknown form: {statement[:40]!r}")
+    return qualify_tables(statement, keyspace)

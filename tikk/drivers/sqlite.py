@@ -24,25 +24,41 @@ class SqliteRunner:
     def __init__(
         self, path: str, schema: str, added_columns: Mapping[str, Mapping[str, str]] | None = None
     ) -> None:
+        self._path = path
+        self._schema = schema
+        self._added = added_columns or {}
+        self._executor: ThreadPoolExecutor | None = None
+        self._conn: sqlite3.Connection | None = None
+
+    async def start(self) -> None:
+        """Open the file (creating its folder, tables and missing columns); idempotent."""
+        if self._executor is not None:
+            return
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._open)
+        except sqlite3.Error as exc:
+            raise BackendUnavailable(f"sqlite: cannot open {self._path!r}: {exc}") from exc
+
+    def _open(self) -> None:
+        path = self._path
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite")
-        self._conn: sqlite3.Connection | None = None
-        self._executor.submit(self._open, path, schema, added_columns or {}).result()
-
-    def _open(self, path: str, schema: str, added: Mapping[str, Mapping[str, str]]) -> None:
         conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
         conn.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode survives a process crash (kill -9); only an OS crash can lose the
         # last transactions.
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
-        conn.executescript(schema)
-        _add_missing_columns(conn, added)
+        conn.executescript(self._schema)
+        _add_missing_columns(conn, self._added)
         self._conn = conn
 
     async def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``work(conn)`` on the SQLite thread; driver errors become ``BackendUnavailable``."""
+        if self._executor is None:
+            raise BackendUnavailable(f"sqlite: {self._path!r} is not open (start() first)")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, work)
 
@@ -55,11 +71,12 @@ class SqliteRunner:
             raise BackendUnavailable(f"sqlite: {exc}") from exc
 
     async def close(self) -> None:
-        if self._conn is None:
+        executor, self._executor = self._executor, None
+        if executor is None:
             return
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(self._executor, self._close)
-        self._executor.shutdown(wait=True)
+        await loop.run_in_executor(executor, self._close)
+        executor.shutdown(wait=True)
 
     def _close(self) -> None:
         if self._conn is not None:

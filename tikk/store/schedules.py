@@ -81,6 +81,11 @@ class ScheduleStore(Protocol):
         (the dispatcher steps every schedule that comes due at one instant at once)."""
         ...
 
+    async def start(self) -> None:
+        """Open connections and files (nothing is opened by the constructor). A backend
+        sharing a driver session with others starts it if none has yet."""
+        ...
+
     async def close(self) -> None:
-        """Release connections; idempotent."""
+        """Release what ``start`` opened; idempotent."""
         ...

@@ -179,8 +179,13 @@ class TaskStore(Protocol):
         """
         ...
 
+    async def start(self) -> None:
+        """Open connections and files (nothing is opened by the constructor). A backend
+        sharing a driver session with others starts it if none has yet."""
+        ...
+
     async def close(self) -> None:
-        """Release connections; idempotent."""
+        """Release what ``start`` opened; idempotent."""
         ...
 
 

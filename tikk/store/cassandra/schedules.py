@@ -27,12 +27,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from tikk.buckets import shard_of
+from tikk.drivers.cassandra import CassandraSession
 from tikk.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
 from tikk.schedules import codec as schedule_codec
 from tikk.schedules.model import Schedule
-from tikk.store.cassandra.tasks import INSERT_DUE, CassandraTaskStore, _due_values
+from tikk.store.cassandra.tasks import INSERT_DUE, CassandraTaskStore, due_values
 from tikk.store.schedules import Step
 
 # Partitions of a namespace's listing. Part of the stored layout: changing it strands
@@ -87,18 +88,18 @@ def _refusal(rows: list[Any], namespace: str, schedule_id: str, expected: int | 
 
 
 class CassandraScheduleStore:
-    """``ScheduleStore`` in the task store's keyspace (same ``cassandra://`` URL)."""
+    """``ScheduleStore`` in the task store's keyspace, on the same (shared) session."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, session: CassandraSession) -> None:
         # Occurrence tasks are created exactly as the task store creates tasks. The shard
         # count only matters to the task store's listings, which this store does not read;
         # each task carries its own shard.
-        self._tasks = CassandraTaskStore(url, shard_count=1)
-        self._db = self._tasks.session
+        self._tasks = CassandraTaskStore(session, shard_count=1)
+        self._db = session
         self._window = asyncio.Semaphore(_CONCURRENCY)
 
-    async def connect(self) -> None:
-        await self._tasks.connect()
+    async def start(self) -> None:
+        await self._tasks.start()
 
     async def create(self, schedule: Schedule) -> tuple[Schedule, bool]:
         s = schedule.evolve(version=1)
@@ -204,7 +205,7 @@ class CassandraScheduleStore:
     async def _write_tick(self, s: Schedule) -> None:
         tick = s.tick()
         if tick is not None:
-            await self._db.execute(INSERT_DUE, _due_values(tick, s.updated_ms))
+            await self._db.execute(INSERT_DUE, due_values(tick, s.updated_ms))
 
     async def close(self) -> None:
         await self._tasks.close()

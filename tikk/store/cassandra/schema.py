@@ -1,26 +1,11 @@
-"""Versioned Cassandra schema (``tikk migrate``): numbered steps, each applied once.
-
-Applied steps are recorded in ``schema_migrations``; a step is a list of idempotent CQL
-statements, so a migration interrupted half-way is simply run again.
-"""
+"""The task and schedule stores' Cassandra schema (``tikk migrate``): numbered steps, each
+applied once by ``tikk.drivers.cassandra.migrate``; and what ``migrate`` writes besides tables
+(the shard count, the shards' cursors)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-from tikk.drivers.cassandra import CassandraSession
+from tikk.drivers.cassandra import CassandraSession, Migration
 from tikk.store.tasks import check_shard_count
-
-
-@dataclass(frozen=True)
-class Migration:
-    component: str
-    version: int
-    description: str
-    statements: Sequence[str]
-
 
 # Rows of the due index expire this long after their due time: long past any cursor.
 DUE_RETENTION_S = 2 * 86_400
@@ -103,57 +88,8 @@ STORE_MIGRATIONS = [
 ]  # fmt: skip
 
 
-def _ensure_keyspace(session: CassandraSession, replication: str) -> None:
-    ks = session.config.keyspace
-    session.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}")
-    session.session.execute(
-        f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
-        "component text, version int, description text, applied_ms bigint,"
-        " PRIMARY KEY (component, version))"
-    )
-
-
-def migrate(
-    session: CassandraSession, migrations: Sequence[Migration], replication: str
-) -> list[Migration]:
-    """Apply the steps not yet recorded; blocking. Returns the steps applied now.
-
-    DDL cannot be a prepared statement, so this is the one place that runs CQL text; it
-    only ever runs the constant statements above (plus the keyspace name from configuration,
-    checked to be an identifier).
-    """
-    ks = session.config.keyspace
-    if not ks.replace("_", "").isalnum():
-        raise ValueError(f"keyspace name {ks!r} must be alphanumeric/underscore")
-    _ensure_keyspace(session, replication)
-    done = {
-        (r.component, r.version)
-        for r in session.session.execute(f"SELECT component, version FROM {ks}.schema_migrations")
-    }
-    applied = []
-    for m in sorted(migrations, key=lambda m: (m.component, m.version)):
-        if (m.component, m.version) in done:
-            continue
-        for statement in m.statements:
-            session.session.execute(_qualified(statement, ks))
-        session.session.execute(
-            f"INSERT INTO {ks}.schema_migrations (component, version, description, applied_ms)"
-            " VALUES (%s, %s, %s, %s)",
-            (m.component, m.version, m.description, time.time_ns() // 1_000_000),
-        )
-        applied.append(m)
-    return applied
-
-
-def _qualified(statement: str, keyspace: str) -> str:
-    """``statement`` with its table name prefixed by the configured keyspace."""
-    for head in ("CREATE TABLE IF NOT EXISTS ", "ALTER TABLE "):
-        if statement.startswith(head):
-            return head + f"{keyspace}." + statement[len(head) :]
-    raise ValueError(f"migration statement of unknown form: {statement[:40]!r}")
-
-
-INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, 0) IF NOT EXISTS"
+# A shard's first cursor (a dispatcher's first flush, or ``migrate`` with epoch 0).
+INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, ?) IF NOT EXISTS"
 
 
 def record_shard_count(session: CassandraSession, shard_count: int) -> None:
@@ -177,6 +113,6 @@ def init_cursors(session: CassandraSession, shard_count: int, now_s: int) -> int
     statement = session.prepare(INIT_CURSOR)
     created = 0
     for shard in range(shard_count):
-        row = session.session.execute(statement, (shard, now_s - 60)).one()
+        row = session.session.execute(statement, (shard, now_s - 60, 0)).one()
         created += bool(row[0])
     return created

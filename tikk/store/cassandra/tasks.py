@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra import CassandraSession
 from tikk.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -45,7 +45,7 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
-from tikk.store.cassandra.schema import DUE_RETENTION_S, TASK_RETENTION_S
+from tikk.store.cassandra.schema import DUE_RETENTION_S, INIT_CURSOR, TASK_RETENTION_S
 from tikk.store.tasks import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
 
 _TASK_COLS = ", ".join(TASK_COLUMNS)
@@ -113,7 +113,6 @@ SET_STATE_DUE = (
 )
 SELECT_CURSOR = "SELECT second, epoch FROM cursors WHERE ring = 0 AND shard = ?"
 SELECT_CURSORS = "SELECT shard, second, epoch FROM cursors WHERE ring = 0"
-INIT_CURSOR = "INSERT INTO cursors (ring, shard, second, epoch) VALUES (0, ?, ?, ?) IF NOT EXISTS"
 MOVE_CURSOR = "UPDATE cursors SET second = ?, epoch = ? WHERE ring = 0 AND shard = ? IF epoch = ?"
 INSERT_DEAD = (
     "INSERT INTO dead_letters (namespace, day, updated_ms, task_id, queue) VALUES (?, ?, ?, ?, ?)"
@@ -140,7 +139,7 @@ def _listing_write(t: Task, ttl: int) -> tuple[str, list[Any]]:
     return INSERT_BY_QUEUE, [t.namespace, t.queue, t.shard, t.task_id, ttl]
 
 
-def _task_values(t: Task) -> list[Any]:
+def task_values(t: Task) -> list[Any]:
     r = t.retry
     return [
         t.namespace, t.task_id, t.queue, t.handler, t.payload, dict(t.labels), r.max_attempts,
@@ -177,7 +176,7 @@ def _entry_from_row(row: Any) -> DueEntry:
     )  # fmt: skip
 
 
-def _due_values(e: DueEntry, now_ms: int) -> list[Any]:
+def due_values(e: DueEntry, now_ms: int) -> list[Any]:
     return [
         minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace, e.task_id,
         e.attempt, e.queue, e.handler, e.payload, dict(e.labels), e.max_attempts,
@@ -187,8 +186,13 @@ def _due_values(e: DueEntry, now_ms: int) -> list[Any]:
 
 
 class CassandraTaskStore:
-    def __init__(self, url: str, shard_count: int, *, cancel_fence_ms: int = 2_000) -> None:
-        self._db = CassandraSession(CassandraConfig.from_url(url, "store_url"))
+    """``TaskStore`` on a keyspace; ``session`` may be shared with the other backends of the
+    keyspace (``start``/``close`` count its users)."""
+
+    def __init__(
+        self, session: CassandraSession, shard_count: int, *, cancel_fence_ms: int = 2_000
+    ) -> None:
+        self._db = session
         self._shard_count = shard_count
         self.cancel_fence_ms = cancel_fence_ms
 
@@ -201,12 +205,12 @@ class CassandraTaskStore:
         """The keyspace's session, shared by the schedule store of the same keyspace."""
         return self._db
 
-    async def connect(self) -> None:
-        await asyncio.to_thread(self._db.connect)
+    async def start(self) -> None:
+        await self._db.start()
 
     async def create(self, task: Task) -> tuple[Task, bool]:
         ttl = _ttl_after(task.due_ms, task.created_ms, TASK_RETENTION_S)
-        rows = await self._db.execute(CREATE_TASK, [*_task_values(task), ttl])
+        rows = await self._db.execute(CREATE_TASK, [*task_values(task), ttl])
         if not rows or rows[0][0]:
             await self._complete_create(task, ttl)
             return task, True
@@ -225,7 +229,7 @@ class CassandraTaskStore:
     async def _complete_create(self, task: Task, ttl: int) -> None:
         """The second write of a create: due row, listing and the mark that makes it whole."""
         await self._db.execute_batch([
-            (INSERT_DUE, _due_values(task.entry(), task.created_ms)),
+            (INSERT_DUE, due_values(task.entry(), task.created_ms)),
             _listing_write(task, ttl),
             (COMPLETE_CREATE, [ttl, task.namespace, task.task_id]),
         ])  # fmt: skip
@@ -250,7 +254,7 @@ class CassandraTaskStore:
         task it could not find yet would take it for a stale row and drop it (a logged batch
         applies its partitions in no guaranteed order, so one batch is not enough)."""
         ttl = _ttl_after(task.due_ms, task.created_ms, TASK_RETENTION_S)
-        await self._db.execute(CREATE_NEW_TASK, [*_task_values(task), ttl])
+        await self._db.execute(CREATE_NEW_TASK, [*task_values(task), ttl])
         await self._complete_create(task, ttl)
         return task, True
 
@@ -380,7 +384,7 @@ class CassandraTaskStore:
                 elif t.due_ms != e.due_ms or t.state != TaskState.DISPATCHED:
                     return None
                 if e.start_timeout_ms:
-                    await self._db.execute(INSERT_DUE, _due_values(e.start_deadline(), now_ms))
+                    await self._db.execute(INSERT_DUE, due_values(e.start_deadline(), now_ms))
                 return TaskState(t.state)
 
         states = await asyncio.gather(*(one(e) for e in entries))
@@ -444,7 +448,7 @@ class CassandraTaskStore:
         """Write ``new`` over the task row if it is still in the state ``read`` saw."""
         ttl = _ttl_after(new.due_ms, now_ms, TASK_RETENTION_S)
         rows = await self._db.execute(UPDATE_TASK_IF, [
-            ttl, *_task_values(new)[2:], new.namespace, new.task_id,
+            ttl, *task_values(new)[2:], new.namespace, new.task_id,
             int(read.state), read.attempt, read.due_ms,
         ])  # fmt: skip
         return bool(rows and rows[0][0])
@@ -454,7 +458,7 @@ class CassandraTaskStore:
         or the dead-letter listing. Written after the task row, so a report repeated after a
         crash in between writes them again (``_heal_finished``)."""
         if t.state is TaskState.SCHEDULED:
-            await self._db.execute(INSERT_DUE, _due_values(t.entry(), now_ms))
+            await self._db.execute(INSERT_DUE, due_values(t.entry(), now_ms))
         elif t.state is TaskState.DEAD_LETTERED:
             day = t.updated_ms // _DAY_MS
             dead = [t.namespace, day, t.updated_ms, t.task_id, t.queue, TASK_RETENTION_S]
@@ -482,7 +486,7 @@ class CassandraTaskStore:
             raise FailedPrecondition(f"task {task_id!r} changed while it was re-driven; retry")
         ttl = _ttl_after(again.due_ms, now_ms, TASK_RETENTION_S)
         await self._db.execute_batch([
-            (INSERT_DUE, _due_values(again.entry(), now_ms)),
+            (INSERT_DUE, due_values(again.entry(), now_ms)),
             _listing_write(again, ttl),
             (DELETE_DEAD, [namespace, task.updated_ms // _DAY_MS, task.updated_ms, task_id]),
         ])  # fmt: skip
@@ -499,7 +503,7 @@ class CassandraTaskStore:
         # dispatcher that reads it before the task row has moved finishes the move itself
         # (``mark_dispatched``); if the task row then refuses (a dispatcher took the task
         # at its old time), the new row is a stray that no longer matches the task.
-        await self._db.execute(INSERT_DUE, _due_values(moved.entry(), now_ms))
+        await self._db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))
         if not await self._update_if(moved, task, now_ms):
             return None
         second = second_of(due_ms)
@@ -529,7 +533,7 @@ class CassandraTaskStore:
         raise BackendUnavailable("cursor update kept conflicting with another owner")
 
     async def close(self) -> None:
-        await asyncio.to_thread(self._db.close)
+        await self._db.close()
 
 
 def _half_written(row: Any) -> bool:

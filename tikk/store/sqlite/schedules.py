@@ -16,18 +16,8 @@ from tikk.paging import decode_token, encode_token
 from tikk.schedules import codec as schedule_codec
 from tikk.schedules.model import Schedule
 from tikk.store.schedules import Step
-from tikk.store.sqlite.tasks import ADDED_COLUMNS, SCHEMA, _create_one, _insert_due
-
-SCHEDULES_SCHEMA = """
-CREATE TABLE IF NOT EXISTS schedules (
-    namespace TEXT NOT NULL,
-    schedule_id TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    body TEXT NOT NULL,
-    PRIMARY KEY (namespace, schedule_id)
-);
-"""
+from tikk.store.sqlite.schema import ADDED_COLUMNS, SCHEDULES_SCHEMA, TASKS_SCHEMA
+from tikk.store.sqlite.tasks import create_one, insert_due
 
 
 def _fetch(conn: sqlite3.Connection, namespace: str, schedule_id: str) -> Schedule | None:
@@ -54,13 +44,13 @@ def _write(conn: sqlite3.Connection, s: Schedule) -> None:
     )
     tick = s.tick()
     if tick is not None:
-        _insert_due(conn, tick)
+        insert_due(conn, tick)
 
 
 def _create_tasks(conn: sqlite3.Connection, tasks: Sequence[Task]) -> None:
     for task in tasks:
         try:
-            _create_one(conn, task)
+            create_one(conn, task)
         except AlreadyExists:
             # Same occurrence with another action (the schedule was updated after it ran):
             # the occurrence already has its task, which stays as it is.
@@ -81,7 +71,7 @@ class SqliteScheduleStore:
     """``ScheduleStore`` on the SQLite file of ``SqliteTaskStore`` (same path)."""
 
     def __init__(self, path: str) -> None:
-        self._db = SqliteRunner(path, SCHEMA + SCHEDULES_SCHEMA, ADDED_COLUMNS)
+        self._db = SqliteRunner(path, TASKS_SCHEMA + SCHEDULES_SCHEMA, ADDED_COLUMNS)
 
     async def create(self, schedule: Schedule) -> tuple[Schedule, bool]:
         def work(conn: sqlite3.Connection) -> tuple[Schedule, bool]:
@@ -165,6 +155,9 @@ class SqliteScheduleStore:
                 return [_step(conn, st) for st in steps]
 
         return await self._db.run(work)
+
+    async def start(self) -> None:
+        await self._db.start()
 
     async def close(self) -> None:
         await self._db.close()

@@ -24,90 +24,8 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
+from tikk.store.sqlite.schema import ADDED_COLUMNS, TASKS_SCHEMA
 from tikk.store.tasks import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS tasks (
-    namespace TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    queue TEXT NOT NULL,
-    handler TEXT NOT NULL,
-    payload BLOB NOT NULL,
-    labels TEXT NOT NULL,
-    max_attempts INTEGER NOT NULL,
-    initial_backoff_ms INTEGER NOT NULL,
-    multiplier REAL NOT NULL,
-    max_backoff_ms INTEGER NOT NULL,
-    jitter REAL NOT NULL,
-    state INTEGER NOT NULL,
-    attempt INTEGER NOT NULL,
-    due_ms INTEGER NOT NULL,
-    scheduled_ms INTEGER NOT NULL,
-    created_ms INTEGER NOT NULL,
-    updated_ms INTEGER NOT NULL,
-    shard INTEGER NOT NULL,
-    fingerprint TEXT NOT NULL,
-    last_error_type TEXT NOT NULL DEFAULT '',
-    last_error_message TEXT NOT NULL DEFAULT '',
-    trace_context TEXT NOT NULL DEFAULT '{}',
-    schedule_id TEXT NOT NULL DEFAULT '',
-    start_timeout_ms INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (namespace, task_id)
-);
-CREATE INDEX IF NOT EXISTS tasks_by_queue ON tasks (namespace, queue, state, task_id);
-CREATE INDEX IF NOT EXISTS tasks_by_state ON tasks (namespace, state, updated_ms, task_id);
-CREATE TABLE IF NOT EXISTS due (
-    shard INTEGER NOT NULL,
-    minute INTEGER NOT NULL,
-    second INTEGER NOT NULL,
-    task_key TEXT NOT NULL,
-    due_ms INTEGER NOT NULL,
-    namespace TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    queue TEXT NOT NULL,
-    handler TEXT NOT NULL,
-    payload BLOB NOT NULL,
-    labels TEXT NOT NULL,
-    max_attempts INTEGER NOT NULL,
-    scheduled_ms INTEGER NOT NULL,
-    trace_context TEXT NOT NULL DEFAULT '{}',
-    schedule_id TEXT NOT NULL DEFAULT '',
-    start_timeout_ms INTEGER NOT NULL DEFAULT 0,
-    handed_off_ms INTEGER,
-    PRIMARY KEY (shard, minute, second, task_key)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS cursors (
-    shard INTEGER PRIMARY KEY,
-    second INTEGER NOT NULL,
-    epoch INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS store_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS start_claims (
-    namespace TEXT NOT NULL,
-    task_id TEXT NOT NULL,
-    attempt INTEGER NOT NULL,
-    due_ms INTEGER NOT NULL,
-    claim TEXT NOT NULL,
-    claimed_ms INTEGER NOT NULL,
-    PRIMARY KEY (namespace, task_id, attempt, due_ms)
-) WITHOUT ROWID;
-"""
-
-# Columns added after the first release: files created before get them on open.
-ADDED_COLUMNS = {
-    "tasks": {
-        "trace_context": "TEXT NOT NULL DEFAULT '{}'",
-        "schedule_id": "TEXT NOT NULL DEFAULT ''",
-        "start_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
-    },
-    "due": {
-        "trace_context": "TEXT NOT NULL DEFAULT '{}'",
-        "schedule_id": "TEXT NOT NULL DEFAULT ''",
-        "start_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
-        "handed_off_ms": "INTEGER",
-    },
-}
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
 _TASK_MARKS = ",".join("?" * len(TASK_COLUMNS))
@@ -156,7 +74,7 @@ def _entry_from_row(row: Any) -> DueEntry:
     )  # fmt: skip
 
 
-def _insert_due(conn: sqlite3.Connection, e: DueEntry) -> None:
+def insert_due(conn: sqlite3.Connection, e: DueEntry) -> None:
     conn.execute(
         f"INSERT OR REPLACE INTO due ({', '.join(DUE_WRITE_COLUMNS)})"
         f" VALUES ({','.join('?' * len(DUE_WRITE_COLUMNS))})",
@@ -191,7 +109,7 @@ def _save_task(conn: sqlite3.Connection, t: Task) -> None:
                  _task_row(t))  # fmt: skip
 
 
-def _create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
+def create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
     cur = conn.execute(
         f"INSERT OR IGNORE INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_MARKS})",
         _task_row(task),
@@ -204,7 +122,7 @@ def _create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
                 "with different content"
             )
         return existing, False
-    _insert_due(conn, task.entry())
+    insert_due(conn, task.entry())
     return task, True
 
 
@@ -212,7 +130,7 @@ class SqliteTaskStore:
     """``TaskStore`` on one SQLite file (``sqlite:///path``); semantics in ``tikk.store.tasks``."""
 
     def __init__(self, path: str, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
-        self._db = SqliteRunner(path, SCHEMA, ADDED_COLUMNS)
+        self._db = SqliteRunner(path, TASKS_SCHEMA, ADDED_COLUMNS)
         self._shard_count = shard_count
         self._checked = False
 
@@ -236,7 +154,7 @@ class SqliteTaskStore:
     async def create(self, task: Task) -> tuple[Task, bool]:
         def work(conn: sqlite3.Connection) -> tuple[Task, bool]:
             with Transaction(conn):
-                return _create_one(conn, task)
+                return create_one(conn, task)
 
         return await self._db.run(work)
 
@@ -248,7 +166,7 @@ class SqliteTaskStore:
             with Transaction(conn):
                 for task in tasks:
                     try:
-                        out.append(_create_one(conn, task))
+                        out.append(create_one(conn, task))
                     except AlreadyExists as exc:
                         out.append(exc)
             return out
@@ -342,7 +260,7 @@ class SqliteTaskStore:
                             ok.append(e)
                             resent += state is TaskState.DISPATCHED
                             if e.start_timeout_ms:
-                                _insert_due(conn, e.start_deadline())
+                                insert_due(conn, e.start_deadline())
                             break
             return Claimed(ok, resent)
 
@@ -404,7 +322,7 @@ class SqliteTaskStore:
                 updated = apply_transition(task, transition, now_ms)
                 _save_task(conn, updated)
                 if updated.state is TaskState.SCHEDULED:
-                    _insert_due(conn, updated.entry())
+                    insert_due(conn, updated.entry())
                 return updated
 
         return await self._db.run(work)
@@ -421,7 +339,7 @@ class SqliteTaskStore:
                     state=TaskState.SCHEDULED, attempt=1, due_ms=now_ms, updated_ms=now_ms
                 )
                 _save_task(conn, again)
-                _insert_due(conn, again.entry())
+                insert_due(conn, again.entry())
                 return again
 
         return await self._db.run(work)
@@ -441,7 +359,7 @@ class SqliteTaskStore:
                 moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
                 _delete_due(conn, task)
                 _save_task(conn, moved)
-                _insert_due(conn, moved.entry())
+                insert_due(conn, moved.entry())
                 return moved
 
         return await self._db.run(work)
@@ -470,6 +388,9 @@ class SqliteTaskStore:
             return refused
 
         return await self._db.run(work)
+
+    async def start(self) -> None:
+        await self._db.start()
 
     async def close(self) -> None:
         await self._db.close()
