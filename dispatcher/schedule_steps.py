@@ -17,9 +17,8 @@ from history.run_history import RunHistory
 from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound
 from tikk.model import Abandon, DueEntry, Task, TaskState
 from tikk.schedules.model import OccurrenceRecord, Overlap, Schedule
-from tikk.schedules.planner import Step as PlannedStep
-from tikk.schedules.planner import is_current, plan_step
-from tikk.store.schedules import ScheduleStore, Step
+from tikk.schedules.planner import PlannedStep, is_current, plan_step
+from tikk.store.schedules import ScheduleStore, StepWrite
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry
 
@@ -68,7 +67,7 @@ class ScheduleStepper:
         ]  # fmt: skip
         plans = await asyncio.gather(*(self._plan(s, now_ms) for _, s in current))
         steps = [
-            Step(plan.schedule, s.version, tasks)
+            StepWrite(plan.schedule, s.version, tasks)
             for (_, s), (plan, tasks) in zip(current, plans, strict=True)
         ]
         done = await self._schedules.step_many(steps)

@@ -25,7 +25,7 @@ from tikk.model import (
     DeadLetter,
     Delivery,
     ResultKind,
-    Retry,
+    RetryAt,
     RunRecord,
     RunReport,
     RunStatus,
@@ -156,7 +156,7 @@ class Lifecycle:
                 await self.guard.confirm([task])
             if task is not None and task.schedule_id and self._schedules is not None:
                 await self._schedules.occurrence_finished(task)
-        if isinstance(transition, Retry):
+        if isinstance(transition, RetryAt):
             self._telemetry.retried(e.queue)
         elif isinstance(transition, DeadLetter):
             self._telemetry.dead_lettered(e.queue)
@@ -180,4 +180,4 @@ class Lifecycle:
         else:
             delay = retry_delay_ms(task.retry, report.entry.attempt, self._rng)
         due = self.guard.place_due(task.shard, now + delay)
-        return RunStatus.FAILED, Retry(due, etype, emsg)
+        return RunStatus.FAILED, RetryAt(due, etype, emsg)

@@ -232,7 +232,7 @@ class Succeed:
 
 
 @dataclass(frozen=True)
-class Retry:
+class RetryAt:
     """Transition of a dispatched attempt: schedule attempt + 1 at ``due_ms``."""
 
     due_ms: int
@@ -256,7 +256,7 @@ class Abandon:
     reason: str
 
 
-Transition = Succeed | Retry | DeadLetter | Abandon
+Transition = Succeed | RetryAt | DeadLetter | Abandon
 
 
 def apply_transition(task: Task, transition: Transition, now_ms: int) -> Task:
@@ -264,7 +264,7 @@ def apply_transition(task: Task, transition: Transition, now_ms: int) -> Task:
     match transition:
         case Succeed():
             return task.evolve(state=TaskState.SUCCEEDED, updated_ms=now_ms)
-        case Retry(due_ms=due_ms, error_type=etype, error_message=emsg):
+        case RetryAt(due_ms=due_ms, error_type=etype, error_message=emsg):
             return task.evolve(
                 state=TaskState.SCHEDULED, attempt=task.attempt + 1, due_ms=due_ms,
                 updated_ms=now_ms, last_error_type=etype, last_error_message=emsg,

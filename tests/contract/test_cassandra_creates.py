@@ -17,7 +17,7 @@ from tests.contract.conftest import open_backend
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, NotFound
-from tikk.model import Retry, Succeed, TaskState, apply_transition
+from tikk.model import RetryAt, Succeed, TaskState, apply_transition
 from tikk.store.cassandra.tasks import (
     CREATE_TASK,
     INSERT_DUE,
@@ -78,14 +78,14 @@ async def test_a_retry_whose_due_row_was_never_written_is_healed(
     await cstore.create(task)
     await cstore.mark_dispatched([task.entry()], task.due_ms)
     dispatched = await cstore.get("default", "r")
-    retry = apply_transition(dispatched, Retry(task.due_ms + 5_000, "E", "m"), task.due_ms)
+    retry = apply_transition(dispatched, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
     # The server moved the task row on, then died before writing the retry's due row.
     assert await cstore._update_if(retry, dispatched, task.due_ms)
     start = (second_of(T0) - 60, "")
     before = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
     assert [r.attempt for r in before] == [1]
     # The worker never got an acknowledgement, so it reports again: stale, but it heals.
-    again = Retry(retry.due_ms, "E", "m")
+    again = RetryAt(retry.due_ms, "E", "m")
     assert await cstore.finish_attempt("default", "r", 1, again, task.due_ms + 1) is None
     rows = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
     assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, retry.due_ms)]

@@ -10,7 +10,7 @@ from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, Conflict, NotFound
 from tikk.model import DueEntry, TaskState
 from tikk.schedules.model import CatchUp, Overlap, SchedulePolicy
-from tikk.store.schedules import Step
+from tikk.store.schedules import StepWrite
 
 START = (second_of(T0) - 120, "")
 
@@ -158,7 +158,7 @@ async def test_bulk_get_and_step_report_each_outcome_in_order(
     assert [s.schedule_id if s else None for s in found] == ["a", None, "c"]
     task = a.occurrence_task(T0 + 40_000, T0 + 40_000, T0 + 40_000)
     done = await b.schedules.step_many(
-        [Step(a.evolve(runs=1), 1, [task]), Step(c.evolve(runs=1), 1, [])]
+        [StepWrite(a.evolve(runs=1), 1, [task]), StepWrite(c.evolve(runs=1), 1, [])]
     )
     assert list(done) == [True, False]
     assert (await b.schedules.get("default", "a")).runs == 1

@@ -10,7 +10,7 @@ from tests.contract.conftest import Reopen
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
-from tikk.model import START_TIMEOUT, Cursor, DeadLetter, Retry, Succeed, Task, TaskState
+from tikk.model import START_TIMEOUT, Cursor, DeadLetter, RetryAt, Succeed, Task, TaskState
 from tikk.store.tasks import TaskStore, advance_cursor
 
 # Scans start after a cursor; a store's cursors never start before it existed (T0 here).
@@ -105,7 +105,7 @@ async def test_trace_context_is_kept_by_task_due_row_and_retries(store: TaskStor
     assert entry.trace_context == TRACE
     await store.mark_dispatched([entry], a.due_ms)
     retry_at = a.due_ms + 90_000
-    await store.finish_attempt("default", "a", 1, Retry(retry_at, "E", "m"), a.due_ms)
+    await store.finish_attempt("default", "a", 1, RetryAt(retry_at, "E", "m"), a.due_ms)
     rows = await store.read_due(a.shard, (second_of(a.due_ms), "~"), second_of(retry_at), 10)
     assert [r.trace_context for r in rows] == [TRACE]
 
@@ -167,7 +167,7 @@ async def test_a_retry_written_into_the_same_second_is_not_handed_off(store: Tas
     await store.create(a)
     await store.mark_dispatched([a.entry()], a.due_ms)
     retry_at = a.due_ms + 300  # the same second
-    await store.finish_attempt("default", "a", 1, Retry(retry_at, "E", "m"), a.due_ms + 10)
+    await store.finish_attempt("default", "a", 1, RetryAt(retry_at, "E", "m"), a.due_ms + 10)
     await store.mark_handed_off([a.entry()], a.due_ms + 20)  # a late mark of attempt 1
     rows = await store.read_due(a.shard, START, second_of(retry_at), 100)
     assert [(r.attempt, r.handed_off) for r in rows] == [(2, False)]
@@ -188,7 +188,7 @@ async def test_finish_attempt_retry_writes_future_bucket(store: TaskStore) -> No
     await store.create(a)
     await store.mark_dispatched([a.entry()], a.due_ms)
     retry_at = a.due_ms + 90_000
-    t = await store.finish_attempt("default", "a", 1, Retry(retry_at, "E", "m"), a.due_ms)
+    t = await store.finish_attempt("default", "a", 1, RetryAt(retry_at, "E", "m"), a.due_ms)
     assert t is not None
     assert (t.state, t.attempt, t.due_ms) == (TaskState.SCHEDULED, 2, retry_at)
     assert t.idempotency_key == a.idempotency_key
@@ -323,8 +323,8 @@ async def test_two_reports_of_one_attempt_move_the_task_on_once(store: TaskStore
     await store.mark_dispatched([a.entry()], a.due_ms)
     first, second = a.due_ms + 60_000, a.due_ms + 90_000
     outcomes = await asyncio.gather(
-        store.finish_attempt("default", "a", 1, Retry(first, "E", "m"), a.due_ms + 1),
-        store.finish_attempt("default", "a", 1, Retry(second, "E", "m"), a.due_ms + 1),
+        store.finish_attempt("default", "a", 1, RetryAt(first, "E", "m"), a.due_ms + 1),
+        store.finish_attempt("default", "a", 1, RetryAt(second, "E", "m"), a.due_ms + 1),
     )
     winners = [t for t in outcomes if t is not None]
     assert len(winners) == 1

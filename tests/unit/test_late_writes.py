@@ -42,7 +42,7 @@ class Write:
 
 
 @dataclass(frozen=True)
-class Step:
+class TickGap:
     """Time passes by ``gap_ms``, then ``event`` happens: ``tick`` (the owner ticks),
     ``kill`` (the owner dies without a word and a new owner takes over), ``restart`` (the
     owner stops cleanly and a new one starts), ``zombie`` (a killed owner wakes up and ticks
@@ -63,7 +63,7 @@ writes_st = st.lists(
 )
 steps_st = st.lists(
     st.builds(
-        Step,
+        TickGap,
         gap_ms=st.one_of(st.integers(1, 1_600), st.integers(1_600, 12_000)),
         event=st.sampled_from(["tick"] * 8 + ["kill", "restart", "zombie"]),
     ),
@@ -122,7 +122,7 @@ class Run:
         await self.store.close()
 
 
-async def play(tmp: Path, writes: list[Write], steps: list[Step]) -> Run:
+async def play(tmp: Path, writes: list[Write], steps: list[TickGap]) -> Run:
     run = Run(tmp)
     await run.store.start()
     pending = sorted(writes, key=lambda w: w.at_ms)
@@ -147,7 +147,7 @@ async def play(tmp: Path, writes: list[Write], steps: list[Step]) -> Run:
 )
 @given(writes=writes_st, steps=steps_st)
 async def test_every_row_written_within_the_grace_period_fires(
-    writes: list[Write], steps: list[Step]
+    writes: list[Write], steps: list[TickGap]
 ) -> None:
     with workspace() as tmp:
         run = await play(tmp, writes, steps)
@@ -166,7 +166,7 @@ async def test_a_row_written_three_seconds_late_fires_whatever_the_tick_phase() 
         with workspace() as tmp:
             due = T0 + 10_000
             write = Write("late", due, due + 3_000)
-            steps = [Step(phase + 1, "tick")] + [Step(1_200, "tick")] * 30
+            steps = [TickGap(phase + 1, "tick")] + [TickGap(1_200, "tick")] * 30
             run = await play(tmp, [write], steps)
             try:
                 assert "late" in run.fired, f"lost at tick phase {phase} ms"

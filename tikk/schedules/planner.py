@@ -43,7 +43,7 @@ BUFFER_RECHECK_MS = 1_000
 
 
 @dataclass(frozen=True)
-class Step:
+class PlannedStep:
     """The outcome of one tick: run ``fire``, record ``records``, store ``schedule``."""
 
     schedule: Schedule
@@ -78,11 +78,11 @@ class _Decisions:
         )  # fmt: skip
 
 
-def plan_step(schedule: Schedule, now_ms: int, previous_running: bool) -> Step:
+def plan_step(schedule: Schedule, now_ms: int, previous_running: bool) -> PlannedStep:
     """Decide the schedule's due occurrences at ``now_ms`` (see the module docstring)."""
     s = schedule
     if s.next_nominal_ms is None:
-        return Step(s)
+        return PlannedStep(s)
     due, final = _due_slice(s, now_ms)
     decisions = _Decisions(s, now_ms)
     buffered = _buffered(s)
@@ -203,7 +203,7 @@ def _busy(s: Schedule) -> str:
 
 def _advance(
     s: Schedule, now_ms: int, due: list[Occurrence], choice: _Choice, d: _Decisions
-) -> Step:
+) -> PlannedStep:
     runnable, buffered = choice.runnable, choice.buffered
     cap = s.spec.max_runs
     if cap is not None:
@@ -237,7 +237,7 @@ def _advance(
             updated = updated.evolve(next_nominal_ms=buffered.nominal_ms, next_fire_ms=recheck)
         else:
             updated = updated.evolve(next_fire_ms=min(nxt.fire_ms, recheck))
-    return Step(updated, runnable, d.records, choice.cancel_previous)
+    return PlannedStep(updated, runnable, d.records, choice.cancel_previous)
 
 
 def _late_reason(o: Occurrence, now_ms: int) -> str:

@@ -22,7 +22,7 @@ from tikk.schedules.model import Schedule
 
 
 @dataclass(frozen=True)
-class Step:
+class StepWrite:
     """One ``step`` of ``step_many``."""
 
     schedule: Schedule
@@ -76,7 +76,7 @@ class ScheduleStore(Protocol):
         """``get`` for each (namespace, id), in order; None where there is no schedule."""
         ...
 
-    async def step_many(self, steps: Sequence[Step]) -> Sequence[bool]:
+    async def step_many(self, steps: Sequence[StepWrite]) -> Sequence[bool]:
         """``step`` for each, in order, with its outcome; backends may write them together
         (the dispatcher steps every schedule that comes due at one instant at once)."""
         ...

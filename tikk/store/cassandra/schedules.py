@@ -34,7 +34,7 @@ from tikk.paging import decode_token, encode_token
 from tikk.schedules import codec as schedule_codec
 from tikk.schedules.model import Schedule
 from tikk.store.cassandra.tasks import INSERT_DUE, CassandraTaskStore, due_values
-from tikk.store.schedules import Step
+from tikk.store.schedules import StepWrite
 
 # Partitions of a namespace's listing. Part of the stored layout: changing it strands
 # existing listing rows.
@@ -194,9 +194,9 @@ class CassandraScheduleStore:
 
         return list(await asyncio.gather(*(one(ns, sid) for ns, sid in keys)))
 
-    async def step_many(self, steps: Sequence[Step]) -> Sequence[bool]:
+    async def step_many(self, steps: Sequence[StepWrite]) -> Sequence[bool]:
         # Independent partitions: concurrent round trips, bounded.
-        async def one(st: Step) -> bool:
+        async def one(st: StepWrite) -> bool:
             async with self._window:
                 return await self.step(st.schedule, st.expected_version, st.tasks)
 

@@ -15,7 +15,7 @@ from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
 from tikk.schedules import codec as schedule_codec
 from tikk.schedules.model import Schedule
-from tikk.store.schedules import Step
+from tikk.store.schedules import StepWrite
 from tikk.store.sqlite.schema import ADDED_COLUMNS, SCHEDULES_SCHEMA, TASKS_SCHEMA
 from tikk.store.sqlite.tasks import create_one, insert_due
 
@@ -57,7 +57,7 @@ def _create_tasks(conn: sqlite3.Connection, tasks: Sequence[Task]) -> None:
             continue
 
 
-def _step(conn: sqlite3.Connection, st: Step) -> bool:
+def _step(conn: sqlite3.Connection, st: StepWrite) -> bool:
     s = st.schedule
     current = _fetch(conn, s.namespace, s.schedule_id)
     if current is None or current.version != st.expected_version:
@@ -142,13 +142,13 @@ class SqliteScheduleStore:
         await self._db.run(work)
 
     async def step(self, schedule: Schedule, expected_version: int, tasks: Sequence[Task]) -> bool:
-        [done] = await self.step_many([Step(schedule, expected_version, tasks)])
+        [done] = await self.step_many([StepWrite(schedule, expected_version, tasks)])
         return done
 
     async def get_many(self, keys: Sequence[tuple[str, str]]) -> Sequence[Schedule | None]:
         return await self._db.run(lambda conn: [_fetch(conn, ns, sid) for ns, sid in keys])
 
-    async def step_many(self, steps: Sequence[Step]) -> Sequence[bool]:
+    async def step_many(self, steps: Sequence[StepWrite]) -> Sequence[bool]:
         def work(conn: sqlite3.Connection) -> list[bool]:
             # One transaction for all: a commit per schedule would bound the rate.
             with Transaction(conn):
