@@ -1,13 +1,14 @@
 """Where the tests find the real Cassandra, Kafka and ZooKeeper (``tikk stack up``).
 
-A test that needs a service it cannot reach fails under ``CI=true`` and is skipped elsewhere,
-with the command that starts the stack.
+A test that needs a service it cannot reach fails under CI (``CI`` set to anything but empty,
+``0`` or ``false``) and is skipped elsewhere, with the command that starts the stack.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Mapping
 
 import pytest
 
@@ -32,6 +33,11 @@ def require(name: str, address: str) -> str:
     if _reachable(address):
         return address
     message = f"{name} is not reachable at {address}; start it with `tikk stack up`"
-    if os.environ.get("CI", "").lower() == "true":
+    if in_ci():
         pytest.fail(message)
     pytest.skip(message)
+
+
+def in_ci(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether the run is CI's: ``CI`` set to any value but empty, ``0`` or ``false``."""
+    return environ.get("CI", "").strip().lower() not in ("", "0", "false")

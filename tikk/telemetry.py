@@ -212,7 +212,7 @@ class OtelTelemetry(Telemetry):
         )
         self._dead = meter.create_counter("tikk.dead_letters", description="Tasks given up")
         self._occurrences = meter.create_counter(
-            "tikk.schedules.model.occurrences",
+            "tikk.schedule.occurrences",
             description="Schedule occurrences decided, by outcome",
         )
         self._shards: Mapping[int, ShardGauge] = {}

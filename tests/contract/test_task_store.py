@@ -11,6 +11,8 @@ from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
 from tikk.model import START_TIMEOUT, Cursor, DeadLetter, RetryAt, Succeed, Task, TaskState
+from tikk.store.cassandra.tasks import CassandraTaskStore
+from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import TaskStore, advance_cursor
 
 # Scans start after a cursor; a store's cursors never start before it existed (T0 here).
@@ -135,6 +137,24 @@ async def test_cancel_refuses_dispatched_and_missing(store: TaskStore) -> None:
         await store.cancel("default", "a", T0)
     with pytest.raises(NotFound):
         await store.cancel("default", "missing", T0)
+
+
+# How close to its due time each backend still cancels a task (``TaskStore.cancel``).
+CANCEL_FENCE_MS = {SqliteTaskStore: 0, CassandraTaskStore: 2_000}
+
+
+@pytest.mark.parametrize("lead_ms", [1, 500, 1_999, 2_000, 2_001, 10_000])
+async def test_a_cancel_close_to_the_due_time_is_refused_only_inside_the_fence(
+    store: TaskStore, lead_ms: int
+) -> None:
+    fence = CANCEL_FENCE_MS[type(store)]
+    await store.create(make_task("a", due_ms=T0 + lead_ms))
+    if lead_ms < fence:
+        with pytest.raises(FailedPrecondition, match="due within 2000 ms"):
+            await store.cancel("default", "a", T0)
+        assert (await store.get("default", "a")).state is TaskState.SCHEDULED
+    else:
+        assert (await store.cancel("default", "a", T0)).state is TaskState.CANCELLED
 
 
 async def test_mark_dispatched_filters_cancelled_and_allows_resend(store: TaskStore) -> None:

@@ -314,7 +314,6 @@ def test_schedule_occurrences_are_counted_by_outcome(recorded: Recorded) -> None
     ]
     telemetry.occurrences(records)
     counts = {
-        p.attributes["outcome"]: p.value
-        for p in recorded.points("tikk.schedules.model.occurrences")
+        p.attributes["outcome"]: p.value for p in recorded.points("tikk.schedule.occurrences")
     }
     assert counts == {"missed": 2, "fired": 1}

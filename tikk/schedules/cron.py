@@ -13,7 +13,7 @@ if EITHER matches (``0 0 1,15 * FRI`` fires on the 1st, the 15th and every Frida
 counts as unrestricted when it starts with ``*``, so ``0 0 */2 * MON`` fires on Mondays that fall
 on an odd day of the month.
 
-croniter (the ``cron`` extra) only expands checked fields into value sets; the rest of tikk
+croniter (a dependency of tikk) only expands checked fields into value sets; the rest of tikk
 asks ``parse_cron`` and never imports a cron library, so the library can be swapped.
 """
 
@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import date
 from functools import lru_cache
 from typing import Any
+
+from croniter import CroniterError, croniter  # type: ignore[import-untyped]
 
 from tikk.errors import InvalidArgument
 
@@ -201,10 +203,6 @@ def _field_value(text: str, syntax: _FieldSyntax) -> int:
 
 def _expand(expression: str) -> list[tuple[int, ...]]:
     """Expand a checked six-field expression (seconds first) into sorted value tuples."""
-    try:
-        from croniter import CroniterError, croniter  # type: ignore[import-untyped]
-    except ImportError as exc:  # pragma: no cover - depends on the installed extras
-        raise ImportError("cron schedules need the cron extra: pip install 'tikk[cron]'") from exc
     try:
         expanded, _ = croniter.expand(expression, second_at_beginning=True)
     except CroniterError as exc:

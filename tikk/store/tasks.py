@@ -76,6 +76,10 @@ class TaskStore(Protocol):
         """Cancel a SCHEDULED task so it never fires; idempotent on a CANCELLED task.
 
         Raises ``NotFound``, or ``FailedPrecondition`` for a dispatched or finished task.
+        Where a cancel cannot be atomic with a dispatcher claiming the task, it is refused
+        (``FailedPrecondition``) once the task is due within a fence of ``now_ms``, so that a
+        cancel that returned OK is never followed by a run: on Cassandra the fence is
+        ``cancel_fence_ms`` (2 s by default); SQLite cancels up to the claim itself.
         """
         ...
 
