@@ -12,7 +12,7 @@ One process holds one ``Drivers``: backends of the same Cassandra keyspace share
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -141,10 +141,12 @@ def build(
     return factory(url, shard_count, drivers)
 
 
-async def started(backend: B) -> B:
-    """``backend`` after ``start()``; closed again if starting failed half-way."""
+async def started(backend: B, check: Callable[[B], Awaitable[None]] | None = None) -> B:
+    """``backend`` after ``start()`` (and ``check``); closed again if either failed."""
     try:
         await backend.start()
+        if check is not None:
+            await check(backend)
     except BaseException:
         await backend.close()
         raise
@@ -154,13 +156,8 @@ async def started(backend: B) -> B:
 async def open_store(settings: Settings, drivers: Drivers) -> TaskStore:
     """The task store, started and checked against the shard count stored with the data."""
     url, shards = settings.store_url, settings.shard_count
-    store = await started(build(TASK_STORES, "store_url", url, shards, drivers))
-    try:
-        await store.check_shard_count()
-    except BaseException:
-        await store.close()
-        raise
-    return store
+    store = build(TASK_STORES, "store_url", url, shards, drivers)
+    return await started(store, lambda s: s.check_shard_count())
 
 
 async def open_schedules(settings: Settings, drivers: Drivers) -> ScheduleStore:
