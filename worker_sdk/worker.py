@@ -25,7 +25,6 @@ import functools
 import inspect
 import logging
 import os
-import re
 import socket
 import time
 import traceback
@@ -39,6 +38,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tikk.errors import BackendUnavailable
+from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer, open_consumer
@@ -55,9 +55,6 @@ H = TypeVar("H", bound=Callable[..., Any])
 _ERROR_MESSAGE_LIMIT = 4096
 # The server's answer to a start whose timeout ran out (google.rpc.Code FAILED_PRECONDITION).
 _REFUSED = grpc.StatusCode.FAILED_PRECONDITION.value[0]
-# The server's rule for queue names (``server.validation.new_queue``), which ``worker_sdk``
-# may not import: a queue named otherwise can never receive a task.
-_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
 _CONFIG_TIMEOUT_S = 10.0  # one GetWorkerConfig attempt
 # gRPC reconnects with backoff of its own, by default growing to 2 minutes; capped, a worker
@@ -69,7 +66,9 @@ _CHANNEL_OPTIONS = [
 
 
 def _check_queue_name(queue: str) -> None:
-    if not _QUEUE_NAME.fullmatch(queue) or queue.endswith("_dlq"):
+    """The server's rule for the queue of a new task: a queue named otherwise can never
+    receive one."""
+    if not is_new_queue_name(queue):
         raise ValueError(
             f"queue {queue!r}: may contain only A-Z a-z 0-9 _ - (1-128, starting with a letter "
             "or digit, not ending in _dlq); a '.' would collide with '_' in Kafka topic names "

@@ -1,7 +1,8 @@
 """The producer side of a ready queue: where due tasks are handed to workers.
 
 Messages are serialised ``tikk.v1.Delivery`` (see ``tikk.delivery_codec``), one stream per
-task queue, keyed by task key. The consumer side lives in ``worker_sdk``.
+task queue, keyed by task key. The consumer side lives in ``worker_sdk``; what both sides must
+agree on (names, URLs, headers, the embedded queue's table) is ``tikk.queue_contract``.
 Backends: ``dispatcher.ready_queue.local`` (embedded, a SQLite file shared with local workers) and
 ``dispatcher.ready_queue.kafka``.
 """
@@ -13,18 +14,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.model import Delivery
-
-DEAD_LETTER_SUFFIX = ".dlq"
-
-
-def dead_letter_queue(queue: str) -> str:
-    """Name of the dead-letter stream of ``queue``."""
-    return queue + DEAD_LETTER_SUFFIX
-
-
-def is_dead_letter_queue(name: str) -> bool:
-    """Whether ``name`` is a dead-letter stream rather than a task queue."""
-    return name.endswith(DEAD_LETTER_SUFFIX)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,8 @@
 """The embedded ready queue: a SQLite file that local worker processes consume from.
 
-Table ``messages`` is the contract with ``worker_sdk.queues.local``: a message is visible from
-``visible_ms``; a consumer leases it by setting ``visible_ms`` into the future and a fresh
-``lease`` token, and deletes it (its commit) once the server has acknowledged the result. A
-worker that dies lets its lease run out, and the message is delivered again (at-least-once).
+The table, and how a consumer leases and commits its messages, is part of the queue's contract
+(``tikk.queue_contract``: ``LOCAL_QUEUE_SCHEMA``, ``LocalQueueSql``); the consumer side is
+``worker_sdk.queues.local``.
 """
 
 from __future__ import annotations
@@ -11,36 +10,23 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 
-from dispatcher.ready_queue import (
-    QueueBacklog,
-    dead_letter_queue,
-    is_dead_letter_queue,
-    with_idle,
-)
+from dispatcher.ready_queue import QueueBacklog, with_idle
 from tikk import delivery_codec
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.model import Delivery
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    queue TEXT NOT NULL,
-    message_key TEXT NOT NULL,
-    body BLOB NOT NULL,
-    enqueued_ms INTEGER NOT NULL,
-    visible_ms INTEGER NOT NULL,
-    deliveries INTEGER NOT NULL DEFAULT 0,
-    lease TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS messages_ready ON messages (queue, visible_ms, id);
-"""
+from tikk.queue_contract import (
+    LOCAL_QUEUE_SCHEMA,
+    LocalQueueSql,
+    dead_letter_queue,
+    is_dead_letter_queue,
+)
 
 
 class LocalReadyQueue:
     """``ReadyQueue`` on a SQLite file (``local:///path/queue.db``)."""
 
     def __init__(self, path: str) -> None:
-        self._db = SqliteRunner(path, SCHEMA)
+        self._db = SqliteRunner(path, LOCAL_QUEUE_SCHEMA)
         # Queues this process prepared or published to, reported even when nothing waits.
         self._queues: set[str] = set()
 
@@ -57,11 +43,7 @@ class LocalReadyQueue:
 
         def work(conn: sqlite3.Connection) -> None:
             with Transaction(conn):
-                conn.executemany(
-                    "INSERT INTO messages (queue, message_key, body, enqueued_ms, visible_ms)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
+                conn.executemany(LocalQueueSql.INSERT, rows)
 
         if rows:
             await self._db.run(work)
@@ -82,18 +64,13 @@ class LocalReadyQueue:
         )
 
         def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO messages (queue, message_key, body, enqueued_ms, visible_ms)"
-                " VALUES (?, ?, ?, ?, ?)",
-                row,
-            )
+            conn.execute(LocalQueueSql.INSERT, row)
 
         await self._db.run(work)
 
     async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
         def work(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
-            sql = "SELECT queue, COUNT(*), MIN(enqueued_ms) FROM messages GROUP BY queue"
-            return conn.execute(sql).fetchall()
+            return conn.execute(LocalQueueSql.BACKLOG).fetchall()
 
         rows = await self._db.run(work)
         found = {

@@ -1,8 +1,9 @@
 """What only the Kafka ready queue promises: URL and naming, offsets committed past the
 contiguous prefix of finished messages, rebalances, and poison counting in commit metadata.
 
-The shared contract is ``test_ready_queue.py``. The ledger and URL tests need no broker; the
-others talk to the real one (``tikk stack up``).
+The shared contract is ``test_ready_queue.py``, and what both sides must agree on (the URL,
+names, headers) ``test_queue_contract.py``. The ledger tests need no broker; the others talk to
+the real one (``tikk stack up``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from dispatcher.ready_queue import kafka as producer_side
 from dispatcher.ready_queue.kafka import KafkaReadyQueue
 from tests.contract.conftest import QueuePair
 from tests.contract.test_ready_queue import delivery, fetch_until, fired
@@ -21,6 +21,7 @@ from tests.factories import T0, make_task
 from tests.services import KAFKA, require
 from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
+from tikk.queue_contract import KafkaQueueUrl
 from worker_sdk.queues import kafka as consumer_side
 from worker_sdk.queues.consumer import Message, open_consumer
 from worker_sdk.queues.kafka import KafkaQueueConsumer, PartitionLedger
@@ -36,7 +37,7 @@ async def kafka_pair(request: pytest.FixtureRequest) -> AsyncIterator[QueuePair]
 
 async def committed(url: str, queue: str) -> dict[int, tuple[int, str]]:
     """partition -> (offset, metadata) committed by the workers' group of ``queue``."""
-    config = consumer_side.KafkaQueueConfig.from_url(url)
+    config = KafkaQueueUrl.from_url(url)
     admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
     await admin.start()
     try:
@@ -49,60 +50,6 @@ async def committed(url: str, queue: str) -> dict[int, tuple[int, str]]:
 
 def by_fired(messages: list[Message]) -> list[Message]:
     return sorted(messages, key=lambda m: fired([m]))
-
-
-# URLs: both sides read the same URL the same way.
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("kafka://k1:9092", (("k1:9092",), "tikk.", 8, 1)),
-        ("kafka://k1:9092,k2:9093/", (("k1:9092", "k2:9093"), "tikk.", 8, 1)),
-        ("kafka://k1:1?prefix=prod.&partitions=32&replication=3", (("k1:1",), "prod.", 32, 3)),
-        ("kafka://k1:1?prefix=", (("k1:1",), "", 8, 1)),
-    ],
-)
-def test_both_sides_parse_the_queue_url_alike(
-    url: str, expected: tuple[tuple[str, ...], str, int, int]
-) -> None:
-    for config in (
-        producer_side.KafkaQueueConfig.from_url(url),
-        consumer_side.KafkaQueueConfig.from_url(url),
-    ):
-        assert (config.bootstrap_servers, config.prefix, config.partitions, config.replication) == (
-            expected
-        )
-        assert config.topic("email") == expected[1] + "email"
-    assert consumer_side.KafkaQueueConfig.from_url(url).group("email") == (
-        expected[1] + "workers.email"
-    )
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "kafka://",
-        "kafka://k1",
-        "kafka://k1:port",
-        "kafka://k1:1/path",
-        "kafka://k1:1?partitions=0",
-        "kafka://k1:1?partitions=many",
-        "kafka://k1:1?replication=-1",
-        "kafka://k1:1?prefix=bad/prefix",
-        "kafka://k1:1?colour=blue",
-        "kafka://k1:1?prefix=a.&prefix=b.",
-        "local:///tmp/q.db",
-    ],
-)
-def test_bad_queue_urls_are_refused_by_both_sides(url: str) -> None:
-    for parse in (
-        producer_side.KafkaQueueConfig.from_url,
-        consumer_side.KafkaQueueConfig.from_url,
-    ):
-        with pytest.raises(InvalidArgument) as err:
-            parse(url)
-        assert err.value.field == "queue_url"
 
 
 async def test_open_consumer_picks_kafka_and_does_no_io() -> None:
@@ -180,7 +127,7 @@ async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueueP
     worker = kafka_pair.consumer(["email"])
     await kafka_pair.settle(worker)  # the worker came first and created its topic
     await kafka_pair.producer.publish([delivery("a", "email"), delivery("b", "sms")])
-    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    config = KafkaQueueUrl.from_url(kafka_pair.url)
     admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
     await admin.start()
     try:
@@ -195,7 +142,7 @@ async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueueP
 
 async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
     """topic -> partition count, for those of ``topics`` that exist."""
-    config = consumer_side.KafkaQueueConfig.from_url(url)
+    config = KafkaQueueUrl.from_url(url)
     admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
     await admin.start()
     try:
@@ -209,7 +156,7 @@ async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
 async def test_prepare_creates_the_queue_topic_and_its_dead_letter_topic(
     kafka_pair: QueuePair,
 ) -> None:
-    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    config = KafkaQueueUrl.from_url(kafka_pair.url)
     await kafka_pair.producer.prepare(["email"])
     expected = {config.topic("email"): 3, config.topic("email.dlq"): 3}
     assert await topic_partitions(kafka_pair.url, list(expected)) == expected
@@ -224,7 +171,7 @@ async def test_prepare_creates_the_queue_topic_and_its_dead_letter_topic(
 async def test_a_topic_name_kafka_refuses_is_a_clear_error_and_creates_nothing(
     kafka_pair: QueuePair,
 ) -> None:
-    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    config = KafkaQueueUrl.from_url(kafka_pair.url)
     await kafka_pair.producer.prepare(["a.b"])  # an older version's name
     with pytest.raises(InvalidArgument) as err:
         await kafka_pair.producer.prepare(["a_b"])

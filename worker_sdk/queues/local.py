@@ -1,4 +1,5 @@
-"""Consumer of the embedded ready queue (``dispatcher.ready_queue.local`` defines the table)."""
+"""Consumer of the embedded ready queue (``dispatcher.ready_queue.local`` is the producer side;
+the table and the statements on it are ``tikk.queue_contract``'s)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tikk.errors import BackendUnavailable
+from tikk.queue_contract import LocalQueueSql
 from worker_sdk.queues.consumer import Message, decode_delivery
 
 
@@ -54,21 +56,15 @@ class LocalQueueConsumer:
 
     def _fetch(self, conn: sqlite3.Connection, max_messages: int) -> list[Message]:
         now = _now_ms()
-        marks = ",".join("?" * len(self._queues))
         conn.execute("BEGIN IMMEDIATE")
         try:
             rows = conn.execute(
-                f"SELECT id, body, deliveries FROM messages WHERE queue IN ({marks})"
-                " AND visible_ms <= ? ORDER BY visible_ms, id LIMIT ?",
-                [*self._queues, now, max_messages],
+                LocalQueueSql.visible(len(self._queues)), [*self._queues, now, max_messages]
             ).fetchall()
             out = []
             for msg_id, body, deliveries in rows:
                 lease = uuid.uuid4().hex
-                conn.execute(
-                    "UPDATE messages SET visible_ms=?, deliveries=deliveries+1, lease=? WHERE id=?",
-                    (now + self._visibility_ms, lease, msg_id),
-                )
+                conn.execute(LocalQueueSql.LEASE, (now + self._visibility_ms, lease, msg_id))
                 message = Message(decode_delivery(body), int(deliveries) + 1, (msg_id, lease), body)
                 out.append(message)
             conn.execute("COMMIT")
@@ -83,7 +79,7 @@ class LocalQueueConsumer:
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, receipt: tuple[int, str]) -> None:
-        conn.execute("DELETE FROM messages WHERE id=? AND lease=?", receipt)
+        conn.execute(LocalQueueSql.COMMIT, receipt)
 
     async def extend(self, messages: Sequence[Message]) -> None:
         if not self._closed:
@@ -92,8 +88,7 @@ class LocalQueueConsumer:
     def _extend(self, conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
         until = _now_ms() + self._visibility_ms
         conn.executemany(
-            "UPDATE messages SET visible_ms=? WHERE id=? AND lease=?",
-            [(until, msg_id, lease) for msg_id, lease in receipts],
+            LocalQueueSql.EXTEND, [(until, msg_id, lease) for msg_id, lease in receipts]
         )
 
     async def close(self) -> None:
