@@ -81,6 +81,18 @@ def is_new_queue_name(name: str, max_length: int = MAX_QUEUE_NAME_LENGTH) -> boo
     )
 
 
+def split_queue_url(url: str) -> tuple[str, str]:
+    """(scheme, rest) of a queue URL; raises ``InvalidArgument`` (field ``queue_url``) naming
+    the known schemes when it is not one of them."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or not scheme or not rest:
+        raise _bad(url, "expected scheme://location")
+    if scheme not in QUEUE_SCHEMES:
+        known = ", ".join(QUEUE_SCHEMES)
+        raise _bad(url, f"unsupported queue scheme {scheme!r} (known: {known})")
+    return scheme, rest
+
+
 def trace_headers(trace_context: Mapping[str, str]) -> tuple[tuple[str, bytes], ...]:
     """The Kafka record headers that carry ``trace_context``."""
     return tuple((k, trace_context[k].encode()) for k in TRACE_KEYS if k in trace_context)

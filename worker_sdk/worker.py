@@ -41,7 +41,8 @@ from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
-from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer, open_consumer
+from worker_sdk.queues import open_consumer
+from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
 from worker_sdk.results import Backoff, ResultStream
 from worker_sdk.telemetry import NoTelemetry
 

@@ -150,7 +150,8 @@ class QueuePair:
         """Topics under a fresh prefix (no test sees another's messages), deleted at close;
         short group timing so that joins and rebalances take well under a second."""
         from dispatcher.ready_queue.kafka import KafkaReadyQueue
-        from worker_sdk.queues.kafka import GroupTiming, KafkaQueueConsumer
+        from worker_sdk.queues.consumer import GroupTiming
+        from worker_sdk.queues.kafka import KafkaQueueConsumer
 
         prefix = f"test.{uuid.uuid4().hex[:12]}."
         url = f"kafka://{address}?prefix={prefix}&partitions={partitions}"

@@ -23,8 +23,10 @@ from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
 from tikk.queue_contract import KafkaQueueUrl
 from worker_sdk.queues import kafka as consumer_side
-from worker_sdk.queues.consumer import Message, open_consumer
-from worker_sdk.queues.kafka import KafkaQueueConsumer, PartitionLedger
+from worker_sdk.queues import open_consumer
+from worker_sdk.queues.consumer import Message
+from worker_sdk.queues.kafka import KafkaQueueConsumer
+from worker_sdk.queues.kafka_ledger import PartitionLedger
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Both sides of the ready queue follow one contract (``tikk.queue_contract``): they read the
-same URL the same way and derive the same names from it. No service needed; what needs the
+same URL the same way and derive the same names from it, and the worker picks its backend by
+the URL's scheme. No service needed; what needs the
 real Kafka is in ``tests/contract/test_queue_contract.py``.
 """
 
@@ -27,6 +28,7 @@ from tikk.queue_contract import (
     trace_carrier,
     trace_headers,
 )
+from worker_sdk.queues import open_consumer
 from worker_sdk.queues.consumer import Message, QueueConsumer
 from worker_sdk.queues.kafka import KafkaQueueConsumer
 from worker_sdk.queues.local import LocalQueueConsumer
@@ -50,7 +52,9 @@ async def fetch_until(consumer: QueueConsumer, want: int, timeout_s: float = 5.0
 
 def both_sides(url: str) -> tuple[KafkaQueueUrl, KafkaQueueUrl]:
     """What the dispatcher's producer and the worker's consumer make of ``url``."""
-    return KafkaReadyQueue.from_url(url).config, KafkaQueueConsumer.from_url(url, ["q"]).config
+    consumer = open_consumer(url, ["q"], 30_000)
+    assert isinstance(consumer, KafkaQueueConsumer)
+    return KafkaReadyQueue.from_url(url).config, consumer.config
 
 
 # URLs: both sides read the same URL the same way.
@@ -143,6 +147,33 @@ def test_trace_context_goes_in_standard_headers_and_comes_back_out() -> None:
     assert trace_carrier(read, {}) == {k: trace[k] for k in TRACE_KEYS}
     assert trace_carrier({}, trace) == {k: trace[k] for k in TRACE_KEYS}  # the embedded queue
     assert trace_carrier({"traceparent": "from-header"}, trace) == {"traceparent": "from-header"}
+
+
+# The worker's one backend switch.
+
+
+def test_open_consumer_picks_the_backend_by_scheme(tmp_path: Path) -> None:
+    local = open_consumer(f"local://{tmp_path}/q.db", ["q"], 30_000)
+    assert isinstance(local, LocalQueueConsumer)
+    kafka = open_consumer("kafka://127.0.0.1:1?prefix=x.", ["q"], 30_000)
+    assert isinstance(kafka, KafkaQueueConsumer)
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("sqs://queue", "'sqs'"),
+        ("/var/lib/tikk/queue.db", "scheme://location"),
+        ("local://", "scheme://location"),
+    ],
+)
+def test_open_consumer_refuses_other_urls_naming_the_known_schemes(url: str, named: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        open_consumer(url, ["q"], 30_000)
+    assert err.value.field == "queue_url"
+    assert named in str(err.value)
+    if named == "'sqs'":
+        assert "known: local, kafka" in str(err.value)
 
 
 # The embedded queue end to end: what the dispatcher publishes, the worker reads whole.

@@ -1,9 +1,10 @@
-"""The consumer side of the ready queue, as the worker sees it.
+"""The consumer side of the ready queue, as the worker sees it: the protocol and its messages.
 
 Backends: ``worker_sdk.queues.local`` (``local://`` URLs, the embedded queue) and
-``worker_sdk.queues.kafka`` (``kafka://`` URLs). A Worker that cannot report results closes its
-consumer and later opens a new one, so every backend must take a ``commit`` for a message of a
-closed consumer as a harmless no-op.
+``worker_sdk.queues.kafka`` (``kafka://`` URLs); ``worker_sdk.queues.open_consumer`` picks one.
+They import this module, never the other way round. A Worker that cannot report results closes
+its consumer and later opens a new one, so every backend must take a ``commit`` for a message of
+a closed consumer as a harmless no-op.
 """
 
 from __future__ import annotations
@@ -93,20 +94,3 @@ class QueueConsumer(Protocol):
         """Release resources (leave the group, where there is one); uncommitted messages are
         delivered again later, to this or another consumer. Idempotent."""
         ...
-
-
-def open_consumer(
-    url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming | None = None
-) -> QueueConsumer:
-    """The consumer for a queue URL handed out by the server's ``GetWorkerConfig``. ``timing``
-    applies to queues with consumer groups (Kafka); the default is ``GroupTiming()``."""
-    if url.startswith("local:"):
-        from worker_sdk.queues.local import LocalQueueConsumer
-
-        return LocalQueueConsumer(url.removeprefix("local://"), queues, visibility_ms)
-    if url.startswith("kafka:"):
-        # Kafka has no per-message lease, so the visibility timeout does not apply there.
-        from worker_sdk.queues.kafka import KafkaQueueConsumer
-
-        return KafkaQueueConsumer.from_url(url, queues, timing)
-    raise ValueError(f"unsupported queue URL {url!r}: this worker supports local:// and kafka://")
