@@ -56,6 +56,7 @@ async def run_dispatcher(
     ownership = open_ownership(settings, epoch=clock.now_ms())
     await ownership.start()
     try:
+        await queue.start()
         stepper = ScheduleStepper(schedules, store, history, telemetry)
         grace_s = settings.late_write_grace_ms // 1000
         dispatch = dispatch or DispatchSettings(late_write_grace_s=grace_s)

@@ -153,4 +153,6 @@ class Backends:
 async def open_backends(settings: Settings) -> Backends:
     store = await open_store(settings)
     history = await open_history(settings)
-    return Backends(store, history, open_queue(settings), await open_schedules(settings))
+    queue = open_queue(settings)
+    await queue.start()
+    return Backends(store, history, queue, await open_schedules(settings))

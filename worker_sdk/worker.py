@@ -224,7 +224,7 @@ class Worker:
                 if results.waiting_s() > self.report_timeout_s:
                     await self._step_aside(intake, results, stop)
                     continue
-                started = await self._start_runs(intake.consumer(), results, inflight)
+                started = await self._start_runs(intake, results, inflight)
                 if burst and not started and not inflight:
                     break
                 if len(inflight) >= self.concurrency:
@@ -240,13 +240,22 @@ class Worker:
 
     async def _start_runs(
         self,
-        consumer: QueueConsumer,
+        intake: _Intake,
         results: ResultStream,
         inflight: dict[asyncio.Task[None], _Held],
     ) -> int:
-        """Fetch for the free slots and start a run of each message; how many started."""
+        """Fetch for the free slots and start a run of each message; how many started. A
+        queue that is briefly unreachable is retried, not fatal to the worker."""
         free = self.concurrency - len(inflight)
-        messages = await self._fetch(consumer, free) if free > 0 else []
+        if free < 1:
+            return 0
+        try:
+            consumer = await intake.consumer()
+            messages = await consumer.fetch(free)
+        except BackendUnavailable as exc:
+            log.warning("fetching from the queue failed, retrying: %s", exc)
+            await asyncio.sleep(1.0)
+            return 0
         for message in messages:
             task = asyncio.create_task(self._process(consumer, results, message))
             inflight[task] = _Held(consumer, message)
@@ -275,15 +284,6 @@ class Worker:
                 "fresh queue consumer",
                 self._clock() - paused_at,
             )
-
-    async def _fetch(self, consumer: QueueConsumer, free: int) -> list[Message]:
-        """A queue that is briefly unreachable is retried, not fatal to the worker."""
-        try:
-            return await consumer.fetch(free)
-        except BackendUnavailable as exc:
-            log.warning("fetching from the queue failed, retrying: %s", exc)
-            await asyncio.sleep(1.0)
-            return []
 
     async def _process(
         self, consumer: QueueConsumer, results: ResultStream, message: Message
@@ -395,18 +395,24 @@ class _Held:
 
 
 class _Intake:
-    """The worker's current queue consumer, opened on first use. ``close`` puts it down (the
-    worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
+    """The worker's current queue consumer, opened and started on first use. ``close`` puts it
+    down (the worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
 
     def __init__(
         self, url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming
     ) -> None:
         self._open = functools.partial(open_consumer, url, queues, visibility_ms, timing)
         self._current: QueueConsumer | None = None
+        self._started = False
 
-    def consumer(self) -> QueueConsumer:
+    async def consumer(self) -> QueueConsumer:
+        """The current consumer, started. Raises ``BackendUnavailable`` if it could not be
+        started; the next call starts it again."""
         if self._current is None:
-            self._current = self._open()
+            self._current, self._started = self._open(), False
+        if not self._started:
+            await self._current.start()
+            self._started = True
         return self._current
 
     async def close(self) -> None:

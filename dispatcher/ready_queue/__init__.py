@@ -5,6 +5,9 @@ task queue, keyed by task key. The consumer side lives in ``worker_sdk``; what b
 agree on (names, URLs, headers, the embedded queue's table) is ``tikk.queue_contract``.
 Backends: ``dispatcher.ready_queue.local`` (embedded, a SQLite file shared with local workers) and
 ``dispatcher.ready_queue.kafka``.
+
+Lifecycle: constructing a backend does no I/O; ``start`` connects (or opens the file) and
+must be awaited before anything else; ``close`` releases it.
 """
 
 from __future__ import annotations
@@ -39,6 +42,12 @@ def with_idle(found: Mapping[str, QueueBacklog], names: Iterable[str]) -> list[Q
 
 
 class ReadyQueue(Protocol):
+    async def start(self) -> None:
+        """Connect to the backend (open the file, reach the brokers); await it once, before
+        any other call. Idempotent. Raises ``BackendUnavailable`` if the backend cannot be
+        reached."""
+        ...
+
     async def prepare(self, queues: Collection[str]) -> None:
         """Make sure each of ``queues`` and its dead-letter stream exist, so that a task of
         the queue can be published later. Idempotent, and cached per process: a queue
@@ -76,5 +85,6 @@ class ReadyQueue(Protocol):
         ...
 
     async def close(self) -> None:
-        """Flush and release connections; idempotent."""
+        """Flush and release connections; idempotent, and safe whether or not ``start`` ran
+        or succeeded."""
         ...

@@ -22,6 +22,10 @@ Durability: ``acks=all`` with the idempotent producer, so a publish that returne
 in-sync replica and an internally retried batch is not written twice. A batch is sent whole
 before any acknowledgement is awaited: it costs about one round trip, not one per message.
 
+``start`` connects the producer and the admin client; the consumer that reads the backlog
+connects on the first backlog read (only the server reads backlogs). A client that is not
+connected when needed (``start`` failed) is connected then.
+
 Needs the ``kafka`` extra (aiokafka); this module is imported only when a ``kafka://`` URL is
 configured.
 """
@@ -104,7 +108,7 @@ def _unavailable(action: str) -> Iterator[None]:
 
 
 class KafkaReadyQueue:
-    """``ReadyQueue`` on Kafka. Constructing it does no I/O; the first publish connects."""
+    """``ReadyQueue`` on Kafka. Constructing it does no I/O; ``start`` connects."""
 
     def __init__(self, config: KafkaQueueUrl) -> None:
         self._config = config
@@ -117,6 +121,7 @@ class KafkaReadyQueue:
         # Queues this process prepared or published to, reported even when nothing waits.
         self._queues: set[str] = set()
         self._start_lock = asyncio.Lock()
+        self._started = False
         self._closed = False
 
     @classmethod
@@ -129,6 +134,12 @@ class KafkaReadyQueue:
     @property
     def config(self) -> KafkaQueueUrl:
         return self._config
+
+    async def start(self) -> None:
+        self._started = True
+        with _unavailable("start"):
+            await self._admin_client()
+            await self._producer_client()
 
     async def prepare(self, queues: Collection[str]) -> None:
         c = self._config
@@ -238,6 +249,8 @@ class KafkaReadyQueue:
     def _check_open(self) -> None:
         if self._closed:
             raise BackendUnavailable("kafka: the ready queue is closed")
+        if not self._started:
+            raise RuntimeError(f"{self!r} is not started: await start() first")
 
     async def _ensure_topics(self, admin: Any, topics: set[str]) -> list[_Refusal]:
         """Create those of ``topics`` not known to exist; returns the ones the broker

@@ -23,18 +23,34 @@ from tikk.queue_contract import (
 
 
 class LocalReadyQueue:
-    """``ReadyQueue`` on a SQLite file (``local:///path/queue.db``)."""
+    """``ReadyQueue`` on a SQLite file (``local:///path/queue.db``). Constructing it does no
+    I/O; ``start`` opens the file (creating it and its table if needed)."""
 
     def __init__(self, path: str) -> None:
-        self._db = SqliteRunner(path, LOCAL_QUEUE_SCHEMA)
+        self._path = path
+        self._db: SqliteRunner | None = None
         # Queues this process prepared or published to, reported even when nothing waits.
         self._queues: set[str] = set()
 
+    def __repr__(self) -> str:
+        return f"LocalReadyQueue({self._path!r})"
+
+    async def start(self) -> None:
+        if self._db is None:
+            self._db = SqliteRunner(self._path, LOCAL_QUEUE_SCHEMA)
+
+    def _runner(self) -> SqliteRunner:
+        if self._db is None:
+            raise RuntimeError(f"{self!r} is not started: await start() first")
+        return self._db
+
     async def prepare(self, queues: Collection[str]) -> None:
         # A queue is just a column value here: there is nothing to create.
+        self._runner()  # not started is an error here too, as in every other call
         self._queues.update(queues)
 
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
+        db = self._runner()
         self._queues.update(d.entry.queue for d in deliveries)
         rows = [
             (d.entry.queue, d.entry.key, delivery_codec.encode(d), d.fired_ms, d.fired_ms)
@@ -46,11 +62,12 @@ class LocalReadyQueue:
                 conn.executemany(LocalQueueSql.INSERT, rows)
 
         if rows:
-            await self._db.run(work)
+            await db.run(work)
 
     async def publish_dead_letter(
         self, delivery: Delivery, error_type: str, error_message: str
     ) -> None:
+        db = self._runner()
         self._queues.add(delivery.entry.queue)
         body = delivery_codec.encode_dead_letter(
             delivery, error_type, error_message, delivery.fired_ms
@@ -66,13 +83,13 @@ class LocalReadyQueue:
         def work(conn: sqlite3.Connection) -> None:
             conn.execute(LocalQueueSql.INSERT, row)
 
-        await self._db.run(work)
+        await db.run(work)
 
     async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
         def work(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
             return conn.execute(LocalQueueSql.BACKLOG).fetchall()
 
-        rows = await self._db.run(work)
+        rows = await self._runner().run(work)
         found = {
             queue: QueueBacklog(queue, waiting, oldest)
             for queue, waiting, oldest in rows
@@ -81,4 +98,5 @@ class LocalReadyQueue:
         return with_idle(found, self._queues | set(queues))
 
     async def close(self) -> None:
-        await self._db.close()
+        if self._db is not None:
+            await self._db.close()

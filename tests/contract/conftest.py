@@ -116,7 +116,8 @@ async def history(
 
 
 class QueuePair:
-    """A producer and a way to make consumers of the same queue backend.
+    """A producer and a way to make consumers of the same queue backend. Constructing it does
+    no I/O: ``start`` starts the producer, and ``consumer`` returns a started consumer.
 
     Consumers of one queue share its messages; on Kafka they do so once they have joined the
     queue's consumer group and split its partitions, which ``settle`` waits for (the embedded
@@ -169,9 +170,14 @@ class QueuePair:
 
         return cls(url, KafkaReadyQueue.from_url(url), make, settle, cleanup)
 
-    def consumer(self, queues: list[str], visibility_ms: int = 60_000) -> QueueConsumer:
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def consumer(self, queues: list[str], visibility_ms: int = 60_000) -> QueueConsumer:
+        """A started consumer of ``queues`` (closed with the pair)."""
         c = self._make_consumer(queues, visibility_ms)
         self._consumers.append(c)
+        await c.start()
         return c
 
     async def settle(self, *consumers: QueueConsumer) -> None:
@@ -224,5 +230,8 @@ async def queue_pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         pair = QueuePair.kafka(require("kafka", KAFKA))
     else:
         pair = QueuePair.local(str(tmp_path / "queue.db"))
-    yield pair
-    await pair.close()
+    try:
+        await pair.start()
+        yield pair
+    finally:
+        await pair.close()

@@ -22,7 +22,7 @@ W3C = {**TRACE, "tracestate": "vendor=abc"}  # both keys of the contract
 
 
 async def test_the_worker_continues_the_trace_the_dispatcher_sent(queue_pair: QueuePair) -> None:
-    consumer = queue_pair.consumer(["q"])
+    consumer = await queue_pair.consumer(["q"])
     await queue_pair.producer.publish([Delivery(make_task("a").entry(), T0, W3C)])
     (msg,) = await fetch_until(consumer, 1)
     assert dict(msg.delivery.trace_context) == W3C
@@ -33,7 +33,7 @@ async def test_the_worker_continues_the_trace_the_dispatcher_sent(queue_pair: Qu
 async def test_the_record_headers_the_producer_writes_are_the_ones_the_consumer_reads(
     queue_pair: QueuePair,
 ) -> None:
-    consumer = queue_pair.consumer(["q"])
+    consumer = await queue_pair.consumer(["q"])
     await queue_pair.producer.publish([Delivery(make_task("a").entry(), T0, W3C)])
     (msg,) = await fetch_until(consumer, 1)
     assert sorted(msg.headers) == sorted(TRACE_KEYS)  # every header of the record, as read
@@ -41,7 +41,7 @@ async def test_the_record_headers_the_producer_writes_are_the_ones_the_consumer_
 
 
 async def test_dead_letters_go_to_the_stream_the_contract_names(queue_pair: QueuePair) -> None:
-    watcher = queue_pair.consumer([dead_letter_queue("q")])
+    watcher = await queue_pair.consumer([dead_letter_queue("q")])
     await queue_pair.producer.publish_dead_letter(delivery("a"), "Boom", "it broke")
     (msg,) = await fetch_until(watcher, 1)
     record = worker_pb2.DeadLetterRecord.FromString(msg.body)
@@ -52,7 +52,7 @@ async def test_dead_letters_go_to_the_stream_the_contract_names(queue_pair: Queu
 async def test_the_producer_reads_the_group_the_workers_of_a_queue_form(
     queue_pair: QueuePair,
 ) -> None:
-    consumer = queue_pair.consumer(["q"])
+    consumer = await queue_pair.consumer(["q"])
     await queue_pair.settle(consumer)
     await queue_pair.producer.publish([delivery("a")])
     (msg,) = await fetch_until(consumer, 1)

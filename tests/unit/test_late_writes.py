@@ -110,6 +110,10 @@ class Run:
         await self.owner.tick(now)
         await self._collect()
 
+    async def start(self) -> None:
+        await self.queue.start()
+        await self.consumer.start()
+
     async def _collect(self) -> None:
         for m in await self.consumer.fetch(10_000):
             await self.consumer.commit(m)
@@ -124,6 +128,7 @@ class Run:
 
 async def play(tmp: Path, writes: list[Write], steps: list[Step]) -> Run:
     run = Run(tmp)
+    await run.start()
     pending = sorted(writes, key=lambda w: w.at_ms)
     now = T0
     schedule = [(s.gap_ms, s.event) for s in steps]

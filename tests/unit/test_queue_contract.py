@@ -1,6 +1,6 @@
 """Both sides of the ready queue follow one contract (``tikk.queue_contract``): they read the
-same URL the same way and derive the same names from it, and the worker picks its backend by
-the URL's scheme. No service needed; what needs the
+same URL the same way and derive the same names from it, the worker picks its backend by the
+URL's scheme, and no backend does I/O before ``start``. No service needed; what needs the
 real Kafka is in ``tests/contract/test_queue_contract.py``.
 """
 
@@ -18,7 +18,7 @@ from dispatcher.ready_queue.kafka import KafkaReadyQueue
 from dispatcher.ready_queue.local import LocalReadyQueue
 from tests.factories import T0, make_task
 from tikk import queue_contract
-from tikk.errors import InvalidArgument
+from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
 from tikk.queue_contract import (
     TRACE_KEYS,
@@ -176,13 +176,59 @@ def test_open_consumer_refuses_other_urls_naming_the_known_schemes(url: str, nam
         assert "known: local, kafka" in str(err.value)
 
 
+# Lifecycle: constructors do no I/O, start does, and nothing runs before it.
+
+
+async def test_the_embedded_queue_touches_nothing_before_start(tmp_path: Path) -> None:
+    path = tmp_path / "new" / "queue.db"
+    producer = LocalReadyQueue(str(path))
+    consumer = open_consumer(f"local://{path}", ["q"], 30_000)
+    assert not path.parent.exists()
+    with pytest.raises(RuntimeError, match="start"):
+        await producer.publish([delivery("a")])
+    with pytest.raises(RuntimeError, match="start"):
+        await consumer.fetch(1)
+    await producer.start()
+    await producer.start()  # idempotent
+    await consumer.start()
+    assert path.exists()
+    await producer.publish([delivery("a")])
+    assert len(await fetch_until(consumer, 1)) == 1
+    await consumer.close()
+    await producer.close()
+    with pytest.raises(BackendUnavailable):
+        await consumer.start()  # a closed consumer stays closed
+
+
+async def test_a_consumer_started_before_the_producer_sees_nothing_yet(tmp_path: Path) -> None:
+    consumer = open_consumer(f"local://{tmp_path}/queue.db", ["q"], 30_000)
+    await consumer.start()
+    assert await consumer.fetch(5) == []  # no table yet: the producer creates it
+    await consumer.close()
+
+
+async def test_kafka_backends_connect_only_in_start() -> None:
+    producer = KafkaReadyQueue.from_url("kafka://127.0.0.1:1")
+    consumer = KafkaQueueConsumer.from_url("kafka://127.0.0.1:1", ["q"])
+    with pytest.raises(RuntimeError, match="start"):
+        await producer.publish([delivery("a")])
+    with pytest.raises(RuntimeError, match="start"):
+        await consumer.fetch(1)
+    await producer.close()
+    await consumer.close()
+    with pytest.raises(BackendUnavailable):
+        await consumer.fetch(1)  # closed, not merely unstarted
+
+
 # The embedded queue end to end: what the dispatcher publishes, the worker reads whole.
 
 
 async def test_a_local_delivery_comes_back_with_its_trace_context(tmp_path: Path) -> None:
-    path = str(tmp_path / "queue.db")
-    producer = LocalReadyQueue(path)
-    consumer = LocalQueueConsumer(path, ["q"], 30_000)
+    path = tmp_path / "queue.db"
+    producer = LocalReadyQueue(str(path))
+    consumer = open_consumer(f"local://{path}", ["q"], 30_000)
+    await producer.start()
+    await consumer.start()
     try:
         trace = {**TRACE, "tracestate": "k=v"}
         await producer.publish([Delivery(make_task("a").entry(), T0, trace)])

@@ -92,6 +92,8 @@ async def _rig(tmp_path: Path) -> AsyncIterator[Rig]:
         ManualClock(T0),
     )
     try:
+        await rig.queue.start()
+        await rig.consumer.start()
         yield rig
     finally:
         for part in (rig.consumer, rig.queue, rig.schedules, rig.store, rig.history):

@@ -17,8 +17,8 @@ from worker_sdk.queues.consumer import GroupTiming, QueueConsumer
 def open_consumer(
     url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming | None = None
 ) -> QueueConsumer:
-    """The consumer for a queue URL handed out by the server's ``GetWorkerConfig`` (no I/O
-    yet). ``timing`` applies to queues with consumer groups (Kafka); the default is
+    """The consumer for a queue URL handed out by the server's ``GetWorkerConfig``, not started
+    (no I/O yet). ``timing`` applies to queues with consumer groups (Kafka); the default is
     ``GroupTiming()``. Raises ``InvalidArgument`` (field ``queue_url``) for a URL of another
     scheme, naming the known ones, or one its backend cannot parse."""
     scheme, rest = split_queue_url(url)

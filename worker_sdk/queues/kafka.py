@@ -293,9 +293,8 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka h
 
 
 class KafkaQueueConsumer:
-    """``QueueConsumer`` on Kafka. Constructing it does no I/O: the first ``fetch`` (or
-    ``start``) connects, creates missing topics and joins the groups with ``timing``
-    (``GroupTiming``). After ``close``, a
+    """``QueueConsumer`` on Kafka. Constructing it does no I/O: ``start`` connects, creates
+    missing topics and joins the groups with ``timing`` (``GroupTiming``). After ``close``, a
     ``commit`` finds no lane and does nothing: the partitions are someone else's by then."""
 
     def __init__(
@@ -330,7 +329,8 @@ class KafkaQueueConsumer:
         return frozenset(tp for lane in self._lanes for tp in lane.ledgers)
 
     async def start(self) -> None:
-        """Connect and join the groups; idempotent. Raises ``BackendUnavailable``."""
+        """Connect, create missing topics and join the groups; idempotent, and may be awaited
+        again after it failed. Raises ``BackendUnavailable``."""
         async with self._start_lock:
             if self._closed:
                 raise BackendUnavailable("kafka: the consumer is closed")
@@ -341,7 +341,10 @@ class KafkaQueueConsumer:
     async def fetch(self, max_messages: int) -> list[Message]:
         if max_messages < 1:
             return []
-        await self.start()
+        if not self._lanes:
+            if self._closed:
+                raise BackendUnavailable("kafka: the consumer is closed")
+            raise RuntimeError(f"{self!r} is not started (or its start failed): await start()")
         self._turn = (self._turn + 1) % len(self._lanes)
         lanes = self._lanes[self._turn :] + self._lanes[: self._turn]  # no queue goes first always
         return await _sweep(lanes, max_messages) or await _wait(lanes, max_messages)

@@ -23,8 +23,9 @@ def _now_ms() -> int:
 class LocalQueueConsumer:
     """Leases messages from the queue file; a lease lasts ``visibility_ms`` unless extended.
 
-    After ``close`` (its thread is gone), ``commit`` and ``extend`` do nothing: a message not
-    committed by then is leased to whoever fetches it once its lease ran out.
+    Constructing it does no I/O; ``start`` opens the file. After ``close`` (its thread is
+    gone), ``commit`` and ``extend`` do nothing: a message not committed by then is leased to
+    whoever fetches it once its lease ran out.
     """
 
     def __init__(self, path: str, queues: Sequence[str], visibility_ms: int) -> None:
@@ -35,15 +36,37 @@ class LocalQueueConsumer:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
 
+    def __repr__(self) -> str:
+        return f"LocalQueueConsumer({self._path!r}, {self._queues})"
+
+    async def start(self) -> None:
+        if self._closed:
+            raise BackendUnavailable("local queue: the consumer is closed")
+        if self._conn is None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self._connect)
+
+    def _connect(self) -> None:
+        if self._conn is not None:
+            return
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
+            conn.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"local queue: {exc}") from exc
+        self._conn = conn
+
     async def _run(self, fn: Any, *args: Any) -> Any:
+        if self._conn is None:
+            if self._closed:
+                raise BackendUnavailable("local queue: the consumer is closed")
+            raise RuntimeError(f"{self!r} is not started: await start() first")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._guarded, fn, *args)
 
     def _guarded(self, fn: Any, *args: Any) -> Any:
+        assert self._conn is not None  # set by start, on this thread; cleared only by close
         try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
-                self._conn.execute("PRAGMA busy_timeout=30000")
             return fn(self._conn, *args)
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
