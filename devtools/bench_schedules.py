@@ -69,6 +69,8 @@ async def run(settings: Settings, count: int, lead_s: float) -> ScheduleBenchRes
             LocalQueueConsumer(queue_path, ["bench"], 600_000),
         )
         try:
+            await queue.start()
+            await consumer.start()
             started = time.perf_counter()
             for i in range(0, count, _WINDOW):
                 batch = range(i, min(i + _WINDOW, count))

@@ -24,6 +24,12 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tikk.buckets import shard_of
 from tikk.errors import InvalidArgument
 from tikk.model import DEFAULT_NAMESPACE, RetryPolicy, Task, TaskState, fingerprint
+from tikk.queue_contract import (
+    FOLDED_DEAD_LETTER_SUFFIX,
+    NEW_QUEUE_NAME,
+    QUEUE_NAME,
+    is_dead_letter_queue,
+)
 from tikk.schedules.model import (
     CatchUp,
     Outcome,
@@ -36,10 +42,6 @@ from tikk.settings import TEN_YEARS_MS, Limits
 from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-_NEW_QUEUE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
-# How a dead-letter topic's suffix ".dlq" reads once Kafka takes "." as "_".
-_FOLDED_DEAD_LETTER_SUFFIX = "_dlq"
 _LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
 # 0001-01-01 .. 9999-12-31, the range google.protobuf.Timestamp allows.
 _MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
@@ -79,9 +81,9 @@ def queue(value: str, limits: Limits, field: str = "queue") -> str:
     """A queue name as tasks may have been stored under (older versions allowed ``.``): for
     filters of list requests."""
     _queue_size(value, limits, field)
-    if not _QUEUE.fullmatch(value):
+    if not QUEUE_NAME.fullmatch(value):
         raise InvalidArgument(field, "must be A-Z a-z 0-9 . _ - starting alphanumeric")
-    if value.endswith(".dlq"):
+    if is_dead_letter_queue(value):
         raise InvalidArgument(field, "names ending in .dlq are reserved for dead-letter streams")
     return value
 
@@ -90,16 +92,16 @@ def new_queue(value: str, limits: Limits, field: str = "queue") -> str:
     """The queue of a new task or schedule: a name that collides with no other queue's topic
     nor dead-letter topic on Kafka (see the module docstring)."""
     _queue_size(value, limits, field)
-    if not _NEW_QUEUE.fullmatch(value):
+    if not NEW_QUEUE_NAME.fullmatch(value):
         raise InvalidArgument(
             field,
             "may contain only A-Z a-z 0-9 _ - and must start with a letter or digit (a '.' "
             "would collide with '_' in Kafka topic names and with dead-letter topics)",
         )
-    if value.endswith(_FOLDED_DEAD_LETTER_SUFFIX):
+    if value.endswith(FOLDED_DEAD_LETTER_SUFFIX):
         raise InvalidArgument(
             field,
-            f"must not end in {_FOLDED_DEAD_LETTER_SUFFIX} (Kafka would take it for the "
+            f"must not end in {FOLDED_DEAD_LETTER_SUFFIX} (Kafka would take it for the "
             "dead-letter topic <queue>.dlq of another queue)",
         )
     return value

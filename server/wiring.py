@@ -172,7 +172,7 @@ async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
 
 async def open_queue(settings: Settings, drivers: Drivers) -> ReadyQueue:
     url, shards = settings.queue_url, settings.shard_count
-    return build(READY_QUEUES, "queue_url", url, shards, drivers)
+    return await started(build(READY_QUEUES, "queue_url", url, shards, drivers))
 
 
 async def open_ownership(settings: Settings, epoch: int) -> Ownership:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from tikk.buckets import DEFAULT_SHARD_COUNT
 from tikk.model import RetryPolicy
+from tikk.queue_contract import MAX_QUEUE_NAME_LENGTH
 
 TEN_YEARS_MS = 10 * 366 * 24 * 3600 * 1000
 ONE_YEAR_MS = 366 * 24 * 3600 * 1000
@@ -18,7 +19,7 @@ class Limits:
 
     max_payload_bytes: int = 256 * 1024
     max_id_length: int = 128
-    max_queue_length: int = 128
+    max_queue_length: int = MAX_QUEUE_NAME_LENGTH
     max_handler_length: int = 256
     max_labels: int = 64
     max_label_value_length: int = 256

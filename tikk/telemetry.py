@@ -38,10 +38,9 @@ from typing import IO, Any
 
 from tikk.errors import InvalidArgument
 from tikk.model import Delivery, DueEntry
+from tikk.queue_contract import TRACE_KEYS
 from tikk.schedules.model import OccurrenceRecord
 
-# The W3C trace-context keys tikk stores and forwards.
-TRACE_KEYS = ("traceparent", "tracestate")
 # Histogram buckets in ms, from "on time" to "a minute late".
 LATENESS_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000)
 _EXPORT_INTERVAL_MS = 10_000

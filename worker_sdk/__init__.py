@@ -9,7 +9,8 @@
     @worker.handler("send_welcome")
     async def send_welcome(ctx: TaskContext, payload: bytes) -> bytes | None: ...
 
-Depends only on the generated ``tikk.v1`` stubs and ``tikk.errors``.
+Depends only on the generated ``tikk.v1`` stubs, ``tikk.errors`` and ``tikk.queue_contract``
+(what the worker and the dispatcher must agree on about the ready queue).
 """
 
 from worker_sdk.context import NonRetryableError, Retry, TaskContext

@@ -24,11 +24,10 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tikk.queue_contract import trace_carrier
 from tikk.v1 import worker_pb2
 from worker_sdk.queues.consumer import Message
 
-# The W3C trace-context keys a message may carry.
-_TRACE_KEYS = ("traceparent", "tracestate")
 _LATENESS_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000)
 _OUTCOMES = {
     worker_pb2.RESULT_KIND_SUCCEEDED: "succeeded",
@@ -75,9 +74,7 @@ class RunTelemetry(NoTelemetry):
         self._runs = meter.create_counter("tikk.runs", description="Runs by outcome")
 
     def _parent(self, message: Message) -> Any:
-        carrier = {k: v for k, v in message.headers.items() if k in _TRACE_KEYS}
-        if not carrier:
-            carrier = dict(message.delivery.trace_context)
+        carrier = trace_carrier(message.headers, message.delivery.trace_context)
         return self._propagator.extract(carrier=carrier) if carrier else None
 
     @contextlib.contextmanager

@@ -25,7 +25,6 @@ import functools
 import inspect
 import logging
 import os
-import re
 import socket
 import time
 import traceback
@@ -39,9 +38,11 @@ from typing import Any, TypeVar
 import grpc
 
 from tikk.errors import BackendUnavailable
+from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
-from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer, open_consumer
+from worker_sdk.queues import open_consumer
+from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
 from worker_sdk.results import Backoff, ResultStream
 from worker_sdk.telemetry import NoTelemetry
 
@@ -55,9 +56,6 @@ H = TypeVar("H", bound=Callable[..., Any])
 _ERROR_MESSAGE_LIMIT = 4096
 # The server's answer to a start whose timeout ran out (google.rpc.Code FAILED_PRECONDITION).
 _REFUSED = grpc.StatusCode.FAILED_PRECONDITION.value[0]
-# The server's rule for queue names (``server.validation.new_queue``), which ``worker_sdk``
-# may not import: a queue named otherwise can never receive a task.
-_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
 _CONFIG_TIMEOUT_S = 10.0  # one GetWorkerConfig attempt
 # gRPC reconnects with backoff of its own, by default growing to 2 minutes; capped, a worker
@@ -69,7 +67,9 @@ _CHANNEL_OPTIONS = [
 
 
 def _check_queue_name(queue: str) -> None:
-    if not _QUEUE_NAME.fullmatch(queue) or queue.endswith("_dlq"):
+    """The server's rule for the queue of a new task: a queue named otherwise can never
+    receive one."""
+    if not is_new_queue_name(queue):
         raise ValueError(
             f"queue {queue!r}: may contain only A-Z a-z 0-9 _ - (1-128, starting with a letter "
             "or digit, not ending in _dlq); a '.' would collide with '_' in Kafka topic names "
@@ -224,7 +224,7 @@ class Worker:
                 if results.waiting_s() > self.report_timeout_s:
                     await self._step_aside(intake, results, stop)
                     continue
-                started = await self._start_runs(intake.consumer(), results, inflight)
+                started = await self._start_runs(intake, results, inflight)
                 if burst and not started and not inflight:
                     break
                 if len(inflight) >= self.concurrency:
@@ -240,13 +240,22 @@ class Worker:
 
     async def _start_runs(
         self,
-        consumer: QueueConsumer,
+        intake: _Intake,
         results: ResultStream,
         inflight: dict[asyncio.Task[None], _Held],
     ) -> int:
-        """Fetch for the free slots and start a run of each message; how many started."""
+        """Fetch for the free slots and start a run of each message; how many started. A
+        queue that is briefly unreachable is retried, not fatal to the worker."""
         free = self.concurrency - len(inflight)
-        messages = await self._fetch(consumer, free) if free > 0 else []
+        if free < 1:
+            return 0
+        try:
+            consumer = await intake.consumer()
+            messages = await consumer.fetch(free)
+        except BackendUnavailable as exc:
+            log.warning("fetching from the queue failed, retrying: %s", exc)
+            await asyncio.sleep(1.0)
+            return 0
         for message in messages:
             task = asyncio.create_task(self._process(consumer, results, message))
             inflight[task] = _Held(consumer, message)
@@ -275,15 +284,6 @@ class Worker:
                 "fresh queue consumer",
                 self._clock() - paused_at,
             )
-
-    async def _fetch(self, consumer: QueueConsumer, free: int) -> list[Message]:
-        """A queue that is briefly unreachable is retried, not fatal to the worker."""
-        try:
-            return await consumer.fetch(free)
-        except BackendUnavailable as exc:
-            log.warning("fetching from the queue failed, retrying: %s", exc)
-            await asyncio.sleep(1.0)
-            return []
 
     async def _process(
         self, consumer: QueueConsumer, results: ResultStream, message: Message
@@ -395,18 +395,24 @@ class _Held:
 
 
 class _Intake:
-    """The worker's current queue consumer, opened on first use. ``close`` puts it down (the
-    worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
+    """The worker's current queue consumer, opened and started on first use. ``close`` puts it
+    down (the worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
 
     def __init__(
         self, url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming
     ) -> None:
         self._open = functools.partial(open_consumer, url, queues, visibility_ms, timing)
         self._current: QueueConsumer | None = None
+        self._started = False
 
-    def consumer(self) -> QueueConsumer:
+    async def consumer(self) -> QueueConsumer:
+        """The current consumer, started. Raises ``BackendUnavailable`` if it could not be
+        started; the next call starts it again."""
         if self._current is None:
-            self._current = self._open()
+            self._current, self._started = self._open(), False
+        if not self._started:
+            await self._current.start()
+            self._started = True
         return self._current
 
     async def close(self) -> None:

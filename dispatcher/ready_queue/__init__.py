@@ -1,9 +1,13 @@
 """The producer side of a ready queue: where due tasks are handed to workers.
 
 Messages are serialised ``tikk.v1.Delivery`` (see ``tikk.delivery_codec``), one stream per
-task queue, keyed by task key. The consumer side lives in ``worker_sdk``.
+task queue, keyed by task key. The consumer side lives in ``worker_sdk``; what both sides must
+agree on (names, URLs, headers, the embedded queue's table) is ``tikk.queue_contract``.
 Backends: ``dispatcher.ready_queue.local`` (embedded, a SQLite file shared with local workers) and
 ``dispatcher.ready_queue.kafka``.
+
+Lifecycle: constructing a backend does no I/O; ``start`` connects (or opens the file) and
+must be awaited before anything else; ``close`` releases it.
 """
 
 from __future__ import annotations
@@ -13,18 +17,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.model import Delivery
-
-DEAD_LETTER_SUFFIX = ".dlq"
-
-
-def dead_letter_queue(queue: str) -> str:
-    """Name of the dead-letter stream of ``queue``."""
-    return queue + DEAD_LETTER_SUFFIX
-
-
-def is_dead_letter_queue(name: str) -> bool:
-    """Whether ``name`` is a dead-letter stream rather than a task queue."""
-    return name.endswith(DEAD_LETTER_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -50,6 +42,12 @@ def with_idle(found: Mapping[str, QueueBacklog], names: Iterable[str]) -> list[Q
 
 
 class ReadyQueue(Protocol):
+    async def start(self) -> None:
+        """Connect to the backend (open the file, reach the brokers); await it once, before
+        any other call. Idempotent. Raises ``BackendUnavailable`` if the backend cannot be
+        reached."""
+        ...
+
     async def prepare(self, queues: Collection[str]) -> None:
         """Make sure each of ``queues`` and its dead-letter stream exist, so that a task of
         the queue can be published later. Idempotent, and cached per process: a queue
@@ -87,5 +85,6 @@ class ReadyQueue(Protocol):
         ...
 
     async def close(self) -> None:
-        """Flush and release connections; idempotent."""
+        """Flush and release connections; idempotent, and safe whether or not ``start`` ran
+        or succeeded."""
         ...

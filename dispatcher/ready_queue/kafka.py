@@ -1,9 +1,8 @@
 """The Kafka ready queue, producer side (``worker_sdk.queues.kafka`` is the consumer side).
 
-URL: ``kafka://host:port[,host:port...][?prefix=tikk.&partitions=8&replication=1]``.
-
-Each task queue is the topic ``<prefix><queue>``; its dead letters go to ``<prefix><queue>.dlq``.
-A message's key is the task key (``namespace/task_id``), so the deliveries of one task stay in
+URL, topic and group names and record headers: ``tikk.queue_contract.KafkaQueueUrl``. Each task
+queue is the topic ``<prefix><queue>``; its dead letters go to ``<prefix><queue>.dlq``. A
+message's key is the task key (``namespace/task_id``), so the deliveries of one task stay in
 order on one partition; its value is a serialised ``tikk.v1.Delivery`` (``tikk.delivery_codec``),
 or a ``DeadLetterRecord`` on a dead-letter topic.
 
@@ -23,6 +22,10 @@ Durability: ``acks=all`` with the idempotent producer, so a publish that returne
 in-sync replica and an internally retried batch is not written twice. A batch is sent whole
 before any acknowledgement is awaited: it costs about one round trip, not one per message.
 
+``start`` connects the producer and the admin client; the consumer that reads the backlog
+connects on the first backlog read (only the server reads backlogs). A client that is not
+connected when needed (``start`` failed) is connected then.
+
 Needs the ``kafka`` extra (aiokafka); this module is imported only when a ``kafka://`` URL is
 configured.
 """
@@ -31,21 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
-import urllib.parse
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.ready_queue import (
-    QueueBacklog,
-    dead_letter_queue,
-    is_dead_letter_queue,
-    with_idle,
-)
+from dispatcher.ready_queue import QueueBacklog, with_idle
 from tikk import delivery_codec
 from tikk.errors import BackendUnavailable, FailedPrecondition, InvalidArgument, TikkError
 from tikk.model import Delivery
+from tikk.queue_contract import KafkaQueueUrl, trace_headers
 
 try:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -60,90 +57,16 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
 
-_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
-# A topic under the prefix is a queue if its rest is a name some version of tikk accepted.
-_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # A topic creation or backlog read that takes longer fails, rather than holding up a create.
 _REQUEST_TIMEOUT_S = 10.0
 # One message per partition is all the backlog reads; a bigger one still comes whole.
 _PROBE_FETCH_BYTES = 64 * 1024
 # How long the backlog waits for the oldest waiting message of a partition.
 _PROBE_WAIT_S = 2.0
-_OPTIONS = ("prefix", "partitions", "replication")
 # No lingering: publish awaits its acknowledgements, so waiting to batch would only delay every
 # dispatch. A batch is queued whole before its first send, and sends queued while a request
 # is in flight go out together, which is the batching that matters.
 _LINGER_MS = 0
-
-
-@dataclass(frozen=True)
-class KafkaQueueConfig:
-    """Where the queues live and how their topics are made (parsed from the queue URL).
-
-    ``worker_sdk.queues.kafka.KafkaQueueConfig`` parses the same URL the same way; the layering
-    (``worker_sdk`` imports no ``dispatcher``) is why there are two.
-    """
-
-    bootstrap_servers: tuple[str, ...]
-    prefix: str = "tikk."
-    partitions: int = 8
-    replication: int = 1
-
-    @classmethod
-    def from_url(cls, url: str) -> KafkaQueueConfig:
-        """Parse ``kafka://host:port[,host:port][?prefix=&partitions=&replication=]``; raises
-        ``InvalidArgument`` (field ``queue_url``) naming what is wrong."""
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "kafka" or not parts.netloc or parts.path not in ("", "/"):
-            raise _bad(url, "expected kafka://host:port[,host:port][?prefix=...&partitions=...]")
-        options = _options(url, parts.query)
-        prefix = options.get("prefix", cls.prefix)
-        if not _TOPIC_CHARS.fullmatch(prefix):
-            raise _bad(url, "prefix may contain only A-Z a-z 0-9 . _ -")
-        return cls(
-            bootstrap_servers=_brokers(url, parts.netloc),
-            prefix=prefix,
-            partitions=_positive(url, options, "partitions", cls.partitions),
-            replication=_positive(url, options, "replication", cls.replication),
-        )
-
-    def topic(self, queue: str) -> str:
-        return self.prefix + queue
-
-    def group(self, queue: str) -> str:
-        """The consumer group of the queue's workers (as ``worker_sdk.queues.kafka`` names it)."""
-        return f"{self.prefix}workers.{queue}"
-
-
-def _bad(url: str, reason: str) -> InvalidArgument:
-    return InvalidArgument("queue_url", f"{reason} (got {url!r})")
-
-
-def _options(url: str, query: str) -> dict[str, str]:
-    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-    options = dict(pairs)
-    unknown = sorted(options.keys() - set(_OPTIONS))
-    if unknown:
-        raise _bad(url, f"unknown option {unknown[0]!r} (known: {', '.join(_OPTIONS)})")
-    if len(options) != len(pairs):
-        raise _bad(url, "an option is given twice")
-    return options
-
-
-def _brokers(url: str, netloc: str) -> tuple[str, ...]:
-    brokers = tuple(netloc.split(","))
-    for broker in brokers:
-        host, sep, port = broker.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise _bad(url, f"broker {broker!r} is not host:port")
-    return brokers
-
-
-def _positive(url: str, options: dict[str, str], name: str, default: int) -> int:
-    text = options.get(name, str(default))
-    if not text.isdigit() or int(text) < 1:
-        raise _bad(url, f"{name} must be a positive integer")
-    return int(text)
 
 
 @dataclass(frozen=True)
@@ -185,9 +108,9 @@ def _unavailable(action: str) -> Iterator[None]:
 
 
 class KafkaReadyQueue:
-    """``ReadyQueue`` on Kafka. Constructing it does no I/O; the first publish connects."""
+    """``ReadyQueue`` on Kafka. Constructing it does no I/O; ``start`` connects."""
 
-    def __init__(self, config: KafkaQueueConfig) -> None:
+    def __init__(self, config: KafkaQueueUrl) -> None:
         self._config = config
         self._producer: Any = None
         self._admin: Any = None
@@ -198,17 +121,29 @@ class KafkaReadyQueue:
         # Queues this process prepared or published to, reported even when nothing waits.
         self._queues: set[str] = set()
         self._start_lock = asyncio.Lock()
+        self._started = False
         self._closed = False
 
     @classmethod
     def from_url(cls, url: str) -> KafkaReadyQueue:
-        return cls(KafkaQueueConfig.from_url(url))
+        return cls(KafkaQueueUrl.from_url(url))
 
     def __repr__(self) -> str:
         return f"KafkaReadyQueue({','.join(self._config.bootstrap_servers)!r})"
 
+    @property
+    def config(self) -> KafkaQueueUrl:
+        return self._config
+
+    async def start(self) -> None:
+        self._started = True
+        with _unavailable("start"):
+            await self._admin_client()
+            await self._producer_client()
+
     async def prepare(self, queues: Collection[str]) -> None:
-        topics = {self._config.topic(t) for q in queues for t in (q, dead_letter_queue(q))}
+        c = self._config
+        topics = {t for q in queues for t in (c.topic(q), c.dead_letter_topic(q))}
         if not topics <= self._known_topics:
             with _unavailable("preparing queues"):
                 async with asyncio.timeout(_REQUEST_TIMEOUT_S):
@@ -222,8 +157,7 @@ class KafkaReadyQueue:
         records = [
             _Record(
                 self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode(d),
-                # The standard W3C headers, so any traced Kafka consumer continues the trace.
-                tuple((k, v.encode()) for k, v in d.trace_context.items()),
+                trace_headers(d.trace_context),
             )
             for d in deliveries
         ]  # fmt: skip
@@ -237,7 +171,7 @@ class KafkaReadyQueue:
         body = delivery_codec.encode_dead_letter(
             delivery, error_type, error_message, delivery.fired_ms
         )
-        topic = self._config.topic(dead_letter_queue(delivery.entry.queue))
+        topic = self._config.dead_letter_topic(delivery.entry.queue)
         await self._send([_Record(topic, delivery.entry.key, body)])
 
     async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
@@ -315,6 +249,8 @@ class KafkaReadyQueue:
     def _check_open(self) -> None:
         if self._closed:
             raise BackendUnavailable("kafka: the ready queue is closed")
+        if not self._started:
+            raise RuntimeError(f"{self!r} is not started: await start() first")
 
     async def _ensure_topics(self, admin: Any, topics: set[str]) -> list[_Refusal]:
         """Create those of ``topics`` not known to exist; returns the ones the broker
@@ -337,9 +273,8 @@ class KafkaReadyQueue:
 
     async def _listed_queues(self, admin: Any) -> set[str]:
         """The queues whose topics exist under the prefix (dead-letter topics left out)."""
-        prefix = self._config.prefix
-        names = {t[len(prefix) :] for t in await admin.list_topics() if t.startswith(prefix)}
-        return {n for n in names if _QUEUE_NAME.fullmatch(n) and not is_dead_letter_queue(n)}
+        queues = {self._config.queue_of(topic) for topic in await admin.list_topics()}
+        return {q for q in queues if q is not None}
 
     async def _measure(self, admin: Any, probe: Any, queues: set[str]) -> list[QueueBacklog]:
         """The backlog of each of ``queues`` whose topic exists."""

@@ -1,9 +1,8 @@
 """The embedded ready queue: a SQLite file that local worker processes consume from.
 
-Table ``messages`` is the contract with ``worker_sdk.queues.local``: a message is visible from
-``visible_ms``; a consumer leases it by setting ``visible_ms`` into the future and a fresh
-``lease`` token, and deletes it (its commit) once the server has acknowledged the result. A
-worker that dies lets its lease run out, and the message is delivered again (at-least-once).
+The table, and how a consumer leases and commits its messages, is part of the queue's contract
+(``tikk.queue_contract``: ``LOCAL_QUEUE_SCHEMA``, ``LocalQueueSql``); the consumer side is
+``worker_sdk.queues.local``.
 """
 
 from __future__ import annotations
@@ -11,44 +10,48 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 
-from dispatcher.ready_queue import (
-    QueueBacklog,
-    dead_letter_queue,
-    is_dead_letter_queue,
-    with_idle,
-)
+from dispatcher.ready_queue import QueueBacklog, with_idle
 from tikk import delivery_codec
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.model import Delivery
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS messages (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    queue TEXT NOT NULL,
-    message_key TEXT NOT NULL,
-    body BLOB NOT NULL,
-    enqueued_ms INTEGER NOT NULL,
-    visible_ms INTEGER NOT NULL,
-    deliveries INTEGER NOT NULL DEFAULT 0,
-    lease TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS messages_ready ON messages (queue, visible_ms, id);
-"""
+from tikk.queue_contract import (
+    LOCAL_QUEUE_SCHEMA,
+    LocalQueueSql,
+    dead_letter_queue,
+    is_dead_letter_queue,
+)
 
 
 class LocalReadyQueue:
-    """``ReadyQueue`` on a SQLite file (``local:///path/queue.db``)."""
+    """``ReadyQueue`` on a SQLite file (``local:///path/queue.db``). Constructing it does no
+    I/O; ``start`` opens the file (creating it and its table if needed)."""
 
     def __init__(self, path: str) -> None:
-        self._db = SqliteRunner(path, SCHEMA)
+        self._path = path
+        self._db: SqliteRunner | None = None
         # Queues this process prepared or published to, reported even when nothing waits.
         self._queues: set[str] = set()
 
+    def __repr__(self) -> str:
+        return f"LocalReadyQueue({self._path!r})"
+
+    async def start(self) -> None:
+        if self._db is None:
+            self._db = SqliteRunner(self._path, LOCAL_QUEUE_SCHEMA)
+            await self._db.start()
+
+    def _runner(self) -> SqliteRunner:
+        if self._db is None:
+            raise RuntimeError(f"{self!r} is not started: await start() first")
+        return self._db
+
     async def prepare(self, queues: Collection[str]) -> None:
         # A queue is just a column value here: there is nothing to create.
+        self._runner()  # not started is an error here too, as in every other call
         self._queues.update(queues)
 
     async def publish(self, deliveries: Sequence[Delivery]) -> None:
+        db = self._runner()
         self._queues.update(d.entry.queue for d in deliveries)
         rows = [
             (d.entry.queue, d.entry.key, delivery_codec.encode(d), d.fired_ms, d.fired_ms)
@@ -57,18 +60,15 @@ class LocalReadyQueue:
 
         def work(conn: sqlite3.Connection) -> None:
             with Transaction(conn):
-                conn.executemany(
-                    "INSERT INTO messages (queue, message_key, body, enqueued_ms, visible_ms)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    rows,
-                )
+                conn.executemany(LocalQueueSql.INSERT, rows)
 
         if rows:
-            await self._db.run(work)
+            await db.run(work)
 
     async def publish_dead_letter(
         self, delivery: Delivery, error_type: str, error_message: str
     ) -> None:
+        db = self._runner()
         self._queues.add(delivery.entry.queue)
         body = delivery_codec.encode_dead_letter(
             delivery, error_type, error_message, delivery.fired_ms
@@ -82,20 +82,15 @@ class LocalReadyQueue:
         )
 
         def work(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                "INSERT INTO messages (queue, message_key, body, enqueued_ms, visible_ms)"
-                " VALUES (?, ?, ?, ?, ?)",
-                row,
-            )
+            conn.execute(LocalQueueSql.INSERT, row)
 
-        await self._db.run(work)
+        await db.run(work)
 
     async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
         def work(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
-            sql = "SELECT queue, COUNT(*), MIN(enqueued_ms) FROM messages GROUP BY queue"
-            return conn.execute(sql).fetchall()
+            return conn.execute(LocalQueueSql.BACKLOG).fetchall()
 
-        rows = await self._db.run(work)
+        rows = await self._runner().run(work)
         found = {
             queue: QueueBacklog(queue, waiting, oldest)
             for queue, waiting, oldest in rows
@@ -104,4 +99,5 @@ class LocalReadyQueue:
         return with_idle(found, self._queues | set(queues))
 
     async def close(self) -> None:
-        await self._db.close()
+        if self._db is not None:
+            await self._db.close()

@@ -115,7 +115,8 @@ async def history(
 
 
 class QueuePair:
-    """A producer and a way to make consumers of the same queue backend.
+    """A producer and a way to make consumers of the same queue backend. Constructing it does
+    no I/O: ``start`` starts the producer, and ``consumer`` returns a started consumer.
 
     Consumers of one queue share its messages; on Kafka they do so once they have joined the
     queue's consumer group and split its partitions, which ``settle`` waits for (the embedded
@@ -149,7 +150,8 @@ class QueuePair:
         """Topics under a fresh prefix (no test sees another's messages), deleted at close;
         short group timing so that joins and rebalances take well under a second."""
         from dispatcher.ready_queue.kafka import KafkaReadyQueue
-        from worker_sdk.queues.kafka import GroupTiming, KafkaQueueConsumer
+        from worker_sdk.queues.consumer import GroupTiming
+        from worker_sdk.queues.kafka import KafkaQueueConsumer
 
         prefix = f"test.{uuid.uuid4().hex[:12]}."
         url = f"kafka://{address}?prefix={prefix}&partitions={partitions}"
@@ -167,9 +169,14 @@ class QueuePair:
 
         return cls(url, KafkaReadyQueue.from_url(url), make, settle, cleanup)
 
-    def consumer(self, queues: list[str], visibility_ms: int = 60_000) -> QueueConsumer:
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def consumer(self, queues: list[str], visibility_ms: int = 60_000) -> QueueConsumer:
+        """A started consumer of ``queues`` (closed with the pair)."""
         c = self._make_consumer(queues, visibility_ms)
         self._consumers.append(c)
+        await c.start()
         return c
 
     async def settle(self, *consumers: QueueConsumer) -> None:
@@ -222,5 +229,8 @@ async def queue_pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         pair = QueuePair.kafka(require("kafka", KAFKA))
     else:
         pair = QueuePair.local(str(tmp_path / "queue.db"))
-    yield pair
-    await pair.close()
+    try:
+        await pair.start()
+        yield pair
+    finally:
+        await pair.close()

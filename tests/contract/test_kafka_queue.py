@@ -1,8 +1,9 @@
 """What only the Kafka ready queue promises: URL and naming, offsets committed past the
 contiguous prefix of finished messages, rebalances, and poison counting in commit metadata.
 
-The shared contract is ``test_ready_queue.py``. The ledger and URL tests need no broker; the
-others talk to the real one (``tikk stack up``).
+The shared contract is ``test_ready_queue.py``, and what both sides must agree on (the URL,
+names, headers) ``test_queue_contract.py``. The ledger tests need no broker; the others talk to
+the real one (``tikk stack up``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import AsyncIterator
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 
-from dispatcher.ready_queue import kafka as producer_side
 from dispatcher.ready_queue.kafka import KafkaReadyQueue
 from tests.contract.conftest import QueuePair
 from tests.contract.test_ready_queue import delivery, fetch_until, fired
@@ -21,22 +21,28 @@ from tests.factories import T0, make_task
 from tests.services import KAFKA, require
 from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
+from tikk.queue_contract import KafkaQueueUrl
 from worker_sdk.queues import kafka as consumer_side
-from worker_sdk.queues.consumer import Message, open_consumer
-from worker_sdk.queues.kafka import KafkaQueueConsumer, PartitionLedger
+from worker_sdk.queues import open_consumer
+from worker_sdk.queues.consumer import Message
+from worker_sdk.queues.kafka import KafkaQueueConsumer
+from worker_sdk.queues.kafka_ledger import PartitionLedger
 
 
 @pytest.fixture
 async def kafka_pair(request: pytest.FixtureRequest) -> AsyncIterator[QueuePair]:
     """A Kafka queue pair; parametrise indirectly with the partition count (default 4)."""
     pair = QueuePair.kafka(require("kafka", KAFKA), getattr(request, "param", 4))
-    yield pair
-    await pair.close()
+    try:
+        await pair.start()
+        yield pair
+    finally:
+        await pair.close()
 
 
 async def committed(url: str, queue: str) -> dict[int, tuple[int, str]]:
     """partition -> (offset, metadata) committed by the workers' group of ``queue``."""
-    config = consumer_side.KafkaQueueConfig.from_url(url)
+    config = KafkaQueueUrl.from_url(url)
     admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
     await admin.start()
     try:
@@ -51,60 +57,6 @@ def by_fired(messages: list[Message]) -> list[Message]:
     return sorted(messages, key=lambda m: fired([m]))
 
 
-# URLs: both sides read the same URL the same way.
-
-
-@pytest.mark.parametrize(
-    ("url", "expected"),
-    [
-        ("kafka://k1:9092", (("k1:9092",), "tikk.", 8, 1)),
-        ("kafka://k1:9092,k2:9093/", (("k1:9092", "k2:9093"), "tikk.", 8, 1)),
-        ("kafka://k1:1?prefix=prod.&partitions=32&replication=3", (("k1:1",), "prod.", 32, 3)),
-        ("kafka://k1:1?prefix=", (("k1:1",), "", 8, 1)),
-    ],
-)
-def test_both_sides_parse_the_queue_url_alike(
-    url: str, expected: tuple[tuple[str, ...], str, int, int]
-) -> None:
-    for config in (
-        producer_side.KafkaQueueConfig.from_url(url),
-        consumer_side.KafkaQueueConfig.from_url(url),
-    ):
-        assert (config.bootstrap_servers, config.prefix, config.partitions, config.replication) == (
-            expected
-        )
-        assert config.topic("email") == expected[1] + "email"
-    assert consumer_side.KafkaQueueConfig.from_url(url).group("email") == (
-        expected[1] + "workers.email"
-    )
-
-
-@pytest.mark.parametrize(
-    "url",
-    [
-        "kafka://",
-        "kafka://k1",
-        "kafka://k1:port",
-        "kafka://k1:1/path",
-        "kafka://k1:1?partitions=0",
-        "kafka://k1:1?partitions=many",
-        "kafka://k1:1?replication=-1",
-        "kafka://k1:1?prefix=bad/prefix",
-        "kafka://k1:1?colour=blue",
-        "kafka://k1:1?prefix=a.&prefix=b.",
-        "local:///tmp/q.db",
-    ],
-)
-def test_bad_queue_urls_are_refused_by_both_sides(url: str) -> None:
-    for parse in (
-        producer_side.KafkaQueueConfig.from_url,
-        consumer_side.KafkaQueueConfig.from_url,
-    ):
-        with pytest.raises(InvalidArgument) as err:
-            parse(url)
-        assert err.value.field == "queue_url"
-
-
 async def test_open_consumer_picks_kafka_and_does_no_io() -> None:
     consumer = open_consumer("kafka://127.0.0.1:1?prefix=x.", ["q"], 30_000)
     assert isinstance(consumer, KafkaQueueConsumer)
@@ -114,11 +66,15 @@ async def test_open_consumer_picks_kafka_and_does_no_io() -> None:
 async def test_an_unreachable_broker_is_backend_unavailable() -> None:
     queue = KafkaReadyQueue.from_url("kafka://127.0.0.1:1")
     with pytest.raises(BackendUnavailable):
-        await queue.publish([delivery("a")])
+        await queue.start()
+    with pytest.raises(BackendUnavailable):
+        await queue.publish([delivery("a")])  # still unreachable: the connect is tried again
     await queue.close()
     consumer = KafkaQueueConsumer.from_url("kafka://127.0.0.1:1", ["q"])
     with pytest.raises(BackendUnavailable):
-        await consumer.fetch(1)
+        await consumer.start()
+    with pytest.raises(BackendUnavailable):
+        await consumer.start()  # may be awaited again after it failed
     await consumer.close()
 
 
@@ -177,10 +133,10 @@ def test_ledger_counts_restarts_of_the_committed_message(metadata: str, count: i
 
 @pytest.mark.parametrize("kafka_pair", [3], indirect=True)
 async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueuePair) -> None:
-    worker = kafka_pair.consumer(["email"])
+    worker = await kafka_pair.consumer(["email"])
     await kafka_pair.settle(worker)  # the worker came first and created its topic
     await kafka_pair.producer.publish([delivery("a", "email"), delivery("b", "sms")])
-    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    config = KafkaQueueUrl.from_url(kafka_pair.url)
     admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
     await admin.start()
     try:
@@ -195,7 +151,7 @@ async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueueP
 
 async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
     """topic -> partition count, for those of ``topics`` that exist."""
-    config = consumer_side.KafkaQueueConfig.from_url(url)
+    config = KafkaQueueUrl.from_url(url)
     admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
     await admin.start()
     try:
@@ -209,12 +165,13 @@ async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
 async def test_prepare_creates_the_queue_topic_and_its_dead_letter_topic(
     kafka_pair: QueuePair,
 ) -> None:
-    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    config = KafkaQueueUrl.from_url(kafka_pair.url)
     await kafka_pair.producer.prepare(["email"])
     expected = {config.topic("email"): 3, config.topic("email.dlq"): 3}
     assert await topic_partitions(kafka_pair.url, list(expected)) == expected
     second = KafkaReadyQueue.from_url(kafka_pair.url)  # another server: already there is fine
     try:
+        await second.start()
         await second.prepare(["email"])
         await second.prepare(["email"])
     finally:
@@ -224,7 +181,7 @@ async def test_prepare_creates_the_queue_topic_and_its_dead_letter_topic(
 async def test_a_topic_name_kafka_refuses_is_a_clear_error_and_creates_nothing(
     kafka_pair: QueuePair,
 ) -> None:
-    config = consumer_side.KafkaQueueConfig.from_url(kafka_pair.url)
+    config = KafkaQueueUrl.from_url(kafka_pair.url)
     await kafka_pair.producer.prepare(["a.b"])  # an older version's name
     with pytest.raises(InvalidArgument) as err:
         await kafka_pair.producer.prepare(["a_b"])
@@ -241,6 +198,8 @@ async def test_a_topic_name_kafka_refuses_is_a_clear_error_and_creates_nothing(
 async def test_prepare_and_backlog_on_an_unreachable_broker_are_backend_unavailable() -> None:
     queue = KafkaReadyQueue.from_url("kafka://127.0.0.1:1")
     with pytest.raises(BackendUnavailable):
+        await queue.start()
+    with pytest.raises(BackendUnavailable):
         await queue.prepare(["q"])
     with pytest.raises(BackendUnavailable):
         await queue.backlog()
@@ -251,7 +210,7 @@ async def test_backlog_counts_the_members_of_the_queue_group_and_lists_old_names
     kafka_pair: QueuePair,
 ) -> None:
     await kafka_pair.producer.prepare(["a.b"])
-    worker = kafka_pair.consumer(["q"])
+    worker = await kafka_pair.consumer(["q"])
     await kafka_pair.settle(worker)
     members = {b.queue: b.consumers for b in await kafka_pair.producer.backlog()}
     assert members == {"q": 1, "a.b": 0}
@@ -261,7 +220,7 @@ async def test_backlog_counts_the_members_of_the_queue_group_and_lists_old_names
 
 async def test_trace_context_is_sent_as_standard_message_headers(kafka_pair: QueuePair) -> None:
     trace = {"traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01", "tracestate": "k=v"}
-    worker = kafka_pair.consumer(["q"])
+    worker = await kafka_pair.consumer(["q"])
     await kafka_pair.producer.publish([Delivery(make_task("a").entry(), T0, trace)])
     (msg,) = await fetch_until(worker, 1)
     assert msg.headers == trace
@@ -276,7 +235,7 @@ def test_only_text_headers_reach_the_message() -> None:
 async def test_out_of_order_commits_advance_only_the_contiguous_prefix(
     kafka_pair: QueuePair,
 ) -> None:
-    worker = kafka_pair.consumer(["q"])
+    worker = await kafka_pair.consumer(["q"])
     await kafka_pair.producer.publish([delivery(f"t{i}", fired_ms=T0 + i) for i in range(3)])
     m0, m1, m2 = by_fired(await fetch_until(worker, 3))
     assert await committed(kafka_pair.url, "q") == {0: (0, "started:0:1")}
@@ -292,13 +251,13 @@ async def test_out_of_order_commits_advance_only_the_contiguous_prefix(
 async def test_a_rebalance_hands_unfinished_work_over_and_ignores_late_commits(
     kafka_pair: QueuePair,
 ) -> None:
-    c1 = kafka_pair.consumer(["q"])
+    c1 = await kafka_pair.consumer(["q"])
     tasks = [f"t{i}" for i in range(8)]  # these keys land on both partitions
     await kafka_pair.producer.publish([delivery(t) for t in tasks])
     old = {m.delivery.task_id: m for m in await fetch_until(c1, 8)}
     assert await committed(kafka_pair.url, "q") == {0: (0, "started:0:1"), 1: (0, "started:0:1")}
 
-    c2 = kafka_pair.consumer(["q"])
+    c2 = await kafka_pair.consumer(["q"])
     await kafka_pair.settle(c1, c2)  # each owns one partition now, in a new assignment
     again = {c1: await fetch_until(c1, 1), c2: await fetch_until(c2, 1)}
     deadline = time.monotonic() + 10
@@ -324,13 +283,13 @@ async def test_a_message_that_keeps_killing_workers_is_counted_in_commit_metadat
 ) -> None:
     await kafka_pair.producer.publish([delivery("poison")])
     for n in (1, 2, 3):
-        worker = kafka_pair.consumer(["q"])
+        worker = await kafka_pair.consumer(["q"])
         (msg,) = await fetch_until(worker, 1)
         assert msg.delivery_count == n
         # Recorded before it was handed out: a kill -9 right now would still count.
         assert await committed(kafka_pair.url, "q") == {0: (0, f"started:0:{n}")}
         await worker.close()  # the worker dies before reporting
-    survivor = kafka_pair.consumer(["q"])
+    survivor = await kafka_pair.consumer(["q"])
     (msg,) = await fetch_until(survivor, 1)
     assert msg.delivery_count == 4
     await survivor.commit(msg)  # what the Worker does once it dead-lettered it
@@ -340,7 +299,7 @@ async def test_a_message_that_keeps_killing_workers_is_counted_in_commit_metadat
 async def test_fetch_returns_at_most_max_messages_and_does_not_wait(
     kafka_pair: QueuePair,
 ) -> None:
-    worker = kafka_pair.consumer(["q"])
+    worker = await kafka_pair.consumer(["q"])
     await kafka_pair.settle(worker)
     started = time.monotonic()
     assert await worker.fetch(5) == []
@@ -356,8 +315,8 @@ async def test_fetch_returns_at_most_max_messages_and_does_not_wait(
 
 
 async def test_each_queue_is_its_own_group(kafka_pair: QueuePair) -> None:
-    both = kafka_pair.consumer(["email", "sms"])
-    email_only = kafka_pair.consumer(["email"])
+    both = await kafka_pair.consumer(["email", "sms"])
+    email_only = await kafka_pair.consumer(["email"])
     await kafka_pair.settle(both, email_only)  # email split between them, sms all to `both`
     emails, texts = [f"e{i}" for i in range(12)], ["s0", "s1"]
     await kafka_pair.producer.publish(
@@ -380,7 +339,7 @@ async def test_a_large_batch_is_published_and_consumed_whole(kafka_pair: QueuePa
     started = time.monotonic()
     await kafka_pair.producer.publish(batch)
     assert time.monotonic() - started < 10
-    worker = kafka_pair.consumer(["q"])
+    worker = await kafka_pair.consumer(["q"])
     got = await fetch_until(worker, 2000, max_messages=500)
     assert sorted(fired(got)) == [T0 + i for i in range(2000)]
 
@@ -391,7 +350,7 @@ async def test_a_client_that_rewinds_below_the_commit_hands_out_nothing_again(
 ) -> None:
     # After a broker froze and came back, the client can believe nothing was committed and
     # reset to the earliest offset; the ledger knows the commit and skips what is done.
-    worker = kafka_pair.consumer(["q"])
+    worker = await kafka_pair.consumer(["q"])
     assert isinstance(worker, KafkaQueueConsumer)
     await kafka_pair.producer.publish([delivery(f"old{i}", fired_ms=T0 + i) for i in range(5)])
     for m in await fetch_until(worker, 5):

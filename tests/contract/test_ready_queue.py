@@ -45,7 +45,7 @@ def fired(messages: list[Message]) -> list[int]:
 
 
 async def test_published_deliveries_arrive_intact(queue_pair: QueuePair) -> None:
-    consumer = queue_pair.consumer(["q"])
+    consumer = await queue_pair.consumer(["q"])
     await queue_pair.producer.publish([delivery("a", fired_ms=1_700_000_000_123)])
     (msg,) = await fetch_until(consumer, 1)
     d = msg.delivery
@@ -61,14 +61,14 @@ TRACE = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
 async def test_the_dispatch_trace_context_travels_with_the_delivery(
     queue_pair: QueuePair,
 ) -> None:
-    consumer = queue_pair.consumer(["q"])
+    consumer = await queue_pair.consumer(["q"])
     await queue_pair.producer.publish([Delivery(make_task("a").entry(), T0, TRACE)])
     (msg,) = await fetch_until(consumer, 1)
     assert dict(msg.delivery.trace_context) == TRACE
 
 
 async def test_consumers_only_see_their_queues(queue_pair: QueuePair) -> None:
-    email = queue_pair.consumer(["email"])
+    email = await queue_pair.consumer(["email"])
     await queue_pair.producer.publish(
         [delivery("a", "email"), delivery("b", "sms"), delivery("c", "email")]
     )
@@ -80,7 +80,7 @@ async def test_consumers_only_see_their_queues(queue_pair: QueuePair) -> None:
 async def test_a_message_goes_to_one_consumer_of_the_group_at_a_time(
     queue_pair: QueuePair,
 ) -> None:
-    c1, c2 = queue_pair.consumer(["q"]), queue_pair.consumer(["q"])
+    c1, c2 = await queue_pair.consumer(["q"]), await queue_pair.consumer(["q"])
     await queue_pair.settle(c1, c2)
     await queue_pair.producer.publish([delivery(f"t{i}") for i in range(10)])
     got: list[Message] = []
@@ -92,13 +92,13 @@ async def test_a_message_goes_to_one_consumer_of_the_group_at_a_time(
 
 
 async def test_committed_message_is_not_delivered_again(queue_pair: QueuePair) -> None:
-    first = queue_pair.consumer(["q"], visibility_ms=1)
+    first = await queue_pair.consumer(["q"], visibility_ms=1)
     await queue_pair.producer.publish([delivery("a", fired_ms=T0)])
     (msg,) = await fetch_until(first, 1)
     await first.commit(msg)
     await first.commit(msg)  # committing twice is harmless
     await first.close()  # a restart
-    second = queue_pair.consumer(["q"], visibility_ms=1)
+    second = await queue_pair.consumer(["q"], visibility_ms=1)
     # Same task, so the same partition on Kafka: were the first message still there, it
     # would come before (or with) this one.
     await queue_pair.producer.publish([delivery("a", fired_ms=T0 + 1)])
@@ -108,30 +108,30 @@ async def test_committed_message_is_not_delivered_again(queue_pair: QueuePair) -
 async def test_uncommitted_message_of_a_dead_consumer_is_delivered_again(
     queue_pair: QueuePair,
 ) -> None:
-    dying = queue_pair.consumer(["q"], visibility_ms=200)
+    dying = await queue_pair.consumer(["q"], visibility_ms=200)
     await queue_pair.producer.publish([delivery("a")])
     (first,) = await fetch_until(dying, 1)
     await dying.close()  # a worker that died without committing
-    other = queue_pair.consumer(["q"], visibility_ms=200)
+    other = await queue_pair.consumer(["q"], visibility_ms=200)
     (again,) = await fetch_until(other, 1)
     assert again.delivery == first.delivery
     assert again.delivery_count == 2
 
 
 async def test_out_of_order_commit_keeps_the_earlier_message(queue_pair: QueuePair) -> None:
-    worker = queue_pair.consumer(["q"], visibility_ms=200)
+    worker = await queue_pair.consumer(["q"], visibility_ms=200)
     await queue_pair.producer.publish([delivery("a", fired_ms=T0), delivery("a", fired_ms=T0 + 1)])
     slow, fast = sorted(await fetch_until(worker, 2), key=lambda m: fired([m]))
     await worker.commit(fast)  # the later message finished first; then the worker died
     await worker.close()
-    other = queue_pair.consumer(["q"], visibility_ms=200)
+    other = await queue_pair.consumer(["q"], visibility_ms=200)
     again = await fetch_until(other, 1)
     assert fired(again)[0] == T0  # the unfinished one comes back (maybe followed by the other)
     assert again[0].delivery == slow.delivery
 
 
 async def test_dead_letters_arrive_on_the_dead_letter_stream(queue_pair: QueuePair) -> None:
-    watcher = queue_pair.consumer(["q.dlq"])
+    watcher = await queue_pair.consumer(["q.dlq"])
     await queue_pair.producer.publish_dead_letter(delivery("a"), "Boom", "it broke")
     (msg,) = await fetch_until(watcher, 1)
     record = worker_pb2.DeadLetterRecord.FromString(msg.body)
@@ -142,7 +142,7 @@ async def test_dead_letters_arrive_on_the_dead_letter_stream(queue_pair: QueuePa
 async def test_consumer_before_producer_sees_nothing_then_messages(
     queue_pair: QueuePair,
 ) -> None:
-    early = queue_pair.consumer(["q"])
+    early = await queue_pair.consumer(["q"])
     assert await early.fetch(5) == []
     await queue_pair.producer.publish([delivery("a")])
     assert len(await fetch_until(early, 1)) == 1
@@ -156,7 +156,8 @@ def wall_ms() -> int:
 
 
 def another_producer(pair: QueuePair) -> ReadyQueue:
-    """A second producer on the pair's backend, as another process would open it."""
+    """A second producer on the pair's backend, as another process would open it (not
+    started yet)."""
     return build(READY_QUEUES, "queue_url", pair.url, 1, Drivers())
 
 
@@ -178,7 +179,7 @@ async def test_prepare_is_idempotent_and_a_prepared_queue_is_listed_empty(
 
 async def test_a_prepared_queue_takes_deliveries_and_dead_letters(queue_pair: QueuePair) -> None:
     await queue_pair.producer.prepare(["q"])
-    consumer, watcher = queue_pair.consumer(["q"]), queue_pair.consumer(["q.dlq"])
+    consumer, watcher = await queue_pair.consumer(["q"]), await queue_pair.consumer(["q.dlq"])
     await queue_pair.producer.publish([delivery("a")])
     await queue_pair.producer.publish_dead_letter(delivery("b"), "Boom", "it broke")
     assert [m.delivery.task_id for m in await fetch_until(consumer, 1)] == ["a"]
@@ -200,7 +201,7 @@ async def test_backlog_counts_what_is_published_until_it_is_committed(
     oldest = {b.queue: b.oldest_enqueued_ms for b in backlog}
     assert before <= (oldest["q"] or 0) <= after  # dead-letter streams are not listed
 
-    worker = queue_pair.consumer(["q"])
+    worker = await queue_pair.consumer(["q"])
     msgs = await fetch_until(worker, 3)
     assert waiting(await producer.backlog())["q"] == (3, True)  # running still waits
     for m in msgs[:2]:
@@ -220,6 +221,7 @@ async def test_backlog_reports_queues_asked_about_and_those_another_producer_fil
 ) -> None:
     other = another_producer(queue_pair)
     try:
+        await other.start()
         await other.publish([delivery("a", "elsewhere", fired_ms=wall_ms())])
     finally:
         await other.close()
@@ -234,8 +236,8 @@ async def test_backlog_reports_queues_asked_about_and_those_another_producer_fil
 async def test_a_leased_message_is_invisible_until_its_lease_runs_out(
     queue_pair: QueuePair,
 ) -> None:
-    holder = queue_pair.consumer(["q"], visibility_ms=200)
-    other = queue_pair.consumer(["q"], visibility_ms=200)
+    holder = await queue_pair.consumer(["q"], visibility_ms=200)
+    other = await queue_pair.consumer(["q"], visibility_ms=200)
     await queue_pair.producer.publish([delivery("a")])
     (first,) = await holder.fetch(1)
     assert await other.fetch(1) == []  # still leased
@@ -245,8 +247,8 @@ async def test_a_leased_message_is_invisible_until_its_lease_runs_out(
 
 @local_only
 async def test_extend_keeps_the_lease(queue_pair: QueuePair) -> None:
-    holder = queue_pair.consumer(["q"], visibility_ms=300)
-    other = queue_pair.consumer(["q"], visibility_ms=300)
+    holder = await queue_pair.consumer(["q"], visibility_ms=300)
+    other = await queue_pair.consumer(["q"], visibility_ms=300)
     await queue_pair.producer.publish([delivery("a")])
     (msg,) = await holder.fetch(1)
     for _ in range(4):
@@ -260,8 +262,8 @@ async def test_extend_keeps_the_lease(queue_pair: QueuePair) -> None:
 async def test_commit_of_an_expired_lease_does_not_remove_the_new_one(
     queue_pair: QueuePair,
 ) -> None:
-    slow = queue_pair.consumer(["q"], visibility_ms=100)
-    fast = queue_pair.consumer(["q"], visibility_ms=60_000)
+    slow = await queue_pair.consumer(["q"], visibility_ms=100)
+    fast = await queue_pair.consumer(["q"], visibility_ms=60_000)
     await queue_pair.producer.publish([delivery("a")])
     (stale,) = await slow.fetch(1)
     (fresh,) = await fetch_until(fast, 1)

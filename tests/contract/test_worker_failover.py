@@ -41,8 +41,11 @@ def now_ms() -> int:
 async def pair() -> AsyncIterator[QueuePair]:
     """The producer side under a fresh topic prefix (topics deleted afterwards)."""
     p = QueuePair.kafka(require("kafka", KAFKA), 4)
-    yield p
-    await p.close()
+    try:
+        await p.start()
+        yield p
+    finally:
+        await p.close()
 
 
 async def publish(pair: QueuePair, prefix: str, count: int, queue: str) -> dict[str, int]:
@@ -201,7 +204,7 @@ async def _until_ran(pair: QueuePair, runs: Runs, prefix: str, workers: set[str]
 async def test_a_commit_after_close_does_nothing_and_the_message_comes_again(
     queue_pair: QueuePair,
 ) -> None:
-    first = queue_pair.consumer(["q"], visibility_ms=1000)
+    first = await queue_pair.consumer(["q"], visibility_ms=1000)
     await queue_pair.settle(first)
     await queue_pair.producer.publish([delivery("a")])
     (message,) = await fetch_until(first, 1)
@@ -209,6 +212,6 @@ async def test_a_commit_after_close_does_nothing_and_the_message_comes_again(
     await first.commit(message)  # a run that finished after its worker stepped aside
     await first.extend([message])
     await first.close()  # closing twice is harmless too
-    second = queue_pair.consumer(["q"], visibility_ms=1000)
+    second = await queue_pair.consumer(["q"], visibility_ms=1000)
     again = await fetch_until(second, 1, timeout_s=BOUND_S)
     assert [(m.delivery.task_id, m.delivery_count) for m in again] == [("a", 2)]

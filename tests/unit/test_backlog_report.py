@@ -49,6 +49,7 @@ async def test_waiting_tasks_and_the_oldest_age_are_reported_per_queue(
 ) -> None:
     telemetry, reader = metrics
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
+    await queue.start()
     await queue.prepare(["idle"])
     await queue.publish([Delivery(make_task(f"t{i}", queue="q").entry(), T0 + i) for i in range(3)])
     clock = ManualClock(T0 + 60_000)

@@ -75,6 +75,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     await store.start()
     queue = SwitchableQueue(str(tmp_path / "queue.db"))
     consumer = LocalQueueConsumer(str(tmp_path / "queue.db"), ["q"], 60_000)
+    await queue.start()
+    await consumer.start()
     yield Rig(store, queue, consumer, ManualClock(T0), tmp_path)
     await consumer.close()
     await queue.close()
@@ -252,6 +254,7 @@ async def test_a_queue_that_refuses_deliveries_holds_back_no_other_queue(rig: Ri
     rig.queue.refused = frozenset()
     bad_consumer = LocalQueueConsumer(str(rig.tmp / "queue.db"), ["bad"], 60_000)
     try:
+        await bad_consumer.start()
         for now in range(T0 + 15_000, T0 + 40_000, 100):
             await d.tick(now)
         later = await bad_consumer.fetch(100)

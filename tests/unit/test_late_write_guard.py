@@ -84,6 +84,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     owner = SingleOwner(SHARDS, 1)
     dispatcher = Dispatcher(store, queue, owner, dispatcher_clock, settings=settings)
     consumer = LocalQueueConsumer(str(tmp_path / "queue.db"), ["q"], 60_000)
+    await queue.start()
+    await consumer.start()
     yield Rig(store, lifecycle, dispatcher, consumer, server_clock, dispatcher_clock)
     await consumer.close()
     await queue.close()

@@ -110,6 +110,11 @@ class Run:
         await self.owner.tick(now)
         await self._collect()
 
+    async def start(self) -> None:
+        await self.store.start()
+        await self.queue.start()
+        await self.consumer.start()
+
     async def _collect(self) -> None:
         for m in await self.consumer.fetch(10_000):
             await self.consumer.commit(m)
@@ -124,7 +129,7 @@ class Run:
 
 async def play(tmp: Path, writes: list[Write], steps: list[TickGap]) -> Run:
     run = Run(tmp)
-    await run.store.start()
+    await run.start()
     pending = sorted(writes, key=lambda w: w.at_ms)
     now = T0
     schedule = [(s.gap_ms, s.event) for s in steps]

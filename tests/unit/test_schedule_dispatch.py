@@ -95,6 +95,8 @@ async def _rig(tmp_path: Path) -> AsyncIterator[Rig]:
     await rig.schedules.start()
     await rig.history.start()
     try:
+        await rig.queue.start()
+        await rig.consumer.start()
         yield rig
     finally:
         for part in (rig.consumer, rig.queue, rig.schedules, rig.store, rig.history):

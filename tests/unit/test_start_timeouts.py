@@ -48,8 +48,10 @@ class Rig:
             self.clock.advance(100)
             await d.tick(self.clock.now_ms())
 
-    def consumer(self, queue: str) -> LocalQueueConsumer:
-        return LocalQueueConsumer(str(self.tmp / "queue.db"), [queue], 60_000)
+    async def consumer(self, queue: str) -> LocalQueueConsumer:
+        consumer = LocalQueueConsumer(str(self.tmp / "queue.db"), [queue], 60_000)
+        await consumer.start()
+        return consumer
 
 
 @pytest.fixture
@@ -61,6 +63,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
     clock = ManualClock(T0)
     lifecycle = Lifecycle(store, history, queue, clock, limits=Limits(), rng=random.Random(1))
+    await queue.start()
     yield Rig(store, history, lifecycle, clock, tmp_path)
     await queue.close()
     await history.close()
@@ -82,7 +85,7 @@ async def test_an_attempt_nobody_starts_is_dead_lettered_with_the_reason(rig: Ri
     assert "'nobody'" in task.last_error_message
     [run] = (await rig.history.list_for_task("default", "orphan", 10, "")).items
     assert (run.status, run.error_type) == (RunStatus.DEAD_LETTERED, START_TIMEOUT)
-    dead = rig.consumer("nobody.dlq")
+    dead = await rig.consumer("nobody.dlq")
     try:
         assert len(await dead.fetch(10)) == 1  # a copy on the dead-letter stream
     finally:
@@ -93,7 +96,7 @@ async def test_an_attempt_a_worker_started_in_time_is_left_to_run(rig: Rig) -> N
     await rig.store.create(timed("busy", queue="q"))
     d = rig.dispatcher()
     await rig.run(d, T0 + 2_500)
-    consumer = rig.consumer("q")
+    consumer = await rig.consumer("q")
     try:
         [message] = await consumer.fetch(10)
         delivery = delivery_codec.from_proto(message.delivery, SHARDS)
@@ -110,7 +113,7 @@ async def test_an_attempt_a_worker_started_in_time_is_left_to_run(rig: Rig) -> N
 async def test_a_worker_that_asks_too_late_runs_nothing(rig: Rig) -> None:
     await rig.store.create(timed("late", queue="q"))
     await rig.run(rig.dispatcher(), T0 + 2_500)
-    consumer = rig.consumer("q")
+    consumer = await rig.consumer("q")
     try:
         [message] = await consumer.fetch(10)
         delivery = delivery_codec.from_proto(message.delivery, SHARDS)
@@ -128,7 +131,7 @@ async def test_an_attempt_claimed_after_its_deadline_is_expired_not_published(ri
     rig.clock.set(T0 + 60_000)  # every dispatcher was down past the deadline
     d = rig.dispatcher()
     await d.tick(rig.clock.now_ms())
-    consumer = rig.consumer("q")
+    consumer = await rig.consumer("q")
     try:
         assert await consumer.fetch(10) == []
     finally:

@@ -171,6 +171,7 @@ async def test_the_dispatcher_reports_backlog_and_cursor_lag_per_shard(
     clock = ManualClock(T0)
     settings = DispatchSettings(cursor_flush_interval_ms=0)
     try:
+        await queue.start()
         for shard in range(4):
             await advance_cursor(store, shard, (T0 // 1000) - 1, 1)
         task = make_task("a", due_ms=T0 + 500, shard_count=4)

@@ -1,9 +1,13 @@
-"""The consumer side of the ready queue, as the worker sees it.
+"""The consumer side of the ready queue, as the worker sees it: the protocol and its messages.
 
 Backends: ``worker_sdk.queues.local`` (``local://`` URLs, the embedded queue) and
-``worker_sdk.queues.kafka`` (``kafka://`` URLs). A Worker that cannot report results closes its
-consumer and later opens a new one, so every backend must take a ``commit`` for a message of a
-closed consumer as a harmless no-op.
+``worker_sdk.queues.kafka`` (``kafka://`` URLs); ``worker_sdk.queues.open_consumer`` picks one.
+They import this module, never the other way round. A Worker that cannot report results closes
+its consumer and later opens a new one, so every backend must take a ``commit`` for a message of
+a closed consumer as a harmless no-op.
+
+Lifecycle: constructing a consumer does no I/O; ``start`` connects and must be awaited before
+``fetch``; ``close`` releases it.
 """
 
 from __future__ import annotations
@@ -73,6 +77,13 @@ class GroupTiming:
 
 
 class QueueConsumer(Protocol):
+    async def start(self) -> None:
+        """Connect (open the queue file; on Kafka, create missing topics and join the
+        groups); await it before the first ``fetch``. Idempotent; may be awaited again after
+        it failed. Raises ``BackendUnavailable`` if the queue cannot be reached, and after
+        ``close``."""
+        ...
+
     async def fetch(self, max_messages: int) -> list[Message]:
         """Lease up to ``max_messages`` visible messages of the consumer's queues; returns at
         once, possibly empty. A leased message is invisible to other consumers until it is
@@ -91,22 +102,6 @@ class QueueConsumer(Protocol):
 
     async def close(self) -> None:
         """Release resources (leave the group, where there is one); uncommitted messages are
-        delivered again later, to this or another consumer. Idempotent."""
+        delivered again later, to this or another consumer. Idempotent, and safe whether or not
+        ``start`` ran or succeeded."""
         ...
-
-
-def open_consumer(
-    url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming | None = None
-) -> QueueConsumer:
-    """The consumer for a queue URL handed out by the server's ``GetWorkerConfig``. ``timing``
-    applies to queues with consumer groups (Kafka); the default is ``GroupTiming()``."""
-    if url.startswith("local:"):
-        from worker_sdk.queues.local import LocalQueueConsumer
-
-        return LocalQueueConsumer(url.removeprefix("local://"), queues, visibility_ms)
-    if url.startswith("kafka:"):
-        # Kafka has no per-message lease, so the visibility timeout does not apply there.
-        from worker_sdk.queues.kafka import KafkaQueueConsumer
-
-        return KafkaQueueConsumer.from_url(url, queues, timing)
-    raise ValueError(f"unsupported queue URL {url!r}: this worker supports local:// and kafka://")

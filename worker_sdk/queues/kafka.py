@@ -1,16 +1,16 @@
 """Consumer of the Kafka ready queue (``dispatcher.ready_queue.kafka`` is the producer side).
 
-**Topics and groups.** The URL is the producer's (``kafka://host:port[,host:port]`` with
-optional ``prefix``, ``partitions``, ``replication``). Queue ``q`` is topic ``<prefix>q``, and
-its workers form the group ``<prefix>workers.q``: one group per queue, not per worker's set of
-queues, since a worker of ``[email, sms]`` and one of ``[email]`` must split ``email``. So a
-consumer runs one Kafka consumer per queue. It creates missing topics as the producer does.
+**Topics and groups.** The URL is the producer's, read by the same ``KafkaQueueUrl``
+(``tikk.queue_contract``). Queue ``q`` is topic ``<prefix>q``, and its workers form the group
+``<prefix>workers.q``: one group per queue, not per worker's set of queues, since a worker of
+``[email, sms]`` and one of ``[email]`` must split ``email``. So a consumer runs one Kafka
+consumer per queue. It creates missing topics as the producer does.
 
 **Commits.** Workers finish messages out of order; Kafka keeps one offset per partition. A
-``PartitionLedger`` per assigned partition notes what was handed out and what is done, and the
-offset committed is the oldest message not yet done (one past the newest, when all are): it
-never passes an unfinished message, never moves back. Commits queued behind one another
-coalesce into one request.
+``PartitionLedger`` (``worker_sdk.queues.kafka_ledger``) per assigned partition notes what was
+handed out and what is done, and the offset committed is the oldest message not yet done (one
+past the newest, when all are): it never passes an unfinished message, never moves back.
+Commits queued behind one another coalesce into one request.
 
 **Rebalances.** On revocation what is done is committed and the partitions' ledgers dropped;
 their unfinished messages, and finished ones behind those, go to the new owner (at-least-once).
@@ -41,16 +41,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
-import urllib.parse
-from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tikk.errors import BackendUnavailable, InvalidArgument
-from worker_sdk.queues.consumer import GroupTiming as GroupTiming  # noqa: PLC0414  (re-exported)
-from worker_sdk.queues.consumer import Message, decode_delivery
+from tikk.errors import BackendUnavailable
+from tikk.queue_contract import KafkaQueueUrl
+from worker_sdk.queues.consumer import GroupTiming, Message, decode_delivery
+from worker_sdk.queues.kafka_ledger import PartitionLedger
 
 try:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -70,176 +68,19 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 log = logging.getLogger("tikk.worker.kafka")
 
 Partition = tuple[str, int]  # (topic, partition), equal to aiokafka's TopicPartition
-_TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
-_OPTIONS = ("prefix", "partitions", "replication")
 _WAIT_MS = 20  # how long an idle fetch waits for a message
 _POLL_GRACE_MS = 20  # getmany waits out a rebalance; fetch gives it this much longer, no more
 _REQUEST_TIMEOUT_S = 10.0  # a commit or offset read that takes longer fails
 
 
-@dataclass(frozen=True)
-class KafkaQueueConfig:
-    """Where the queues live (parsed from the queue URL exactly as
-    ``dispatcher.ready_queue.kafka.KafkaQueueConfig`` does; ``worker_sdk`` may not import it)."""
-
-    bootstrap_servers: tuple[str, ...]
-    prefix: str = "tikk."
-    partitions: int = 8
-    replication: int = 1
-
-    @classmethod
-    def from_url(cls, url: str) -> KafkaQueueConfig:
-        """Parse the URL; raises ``InvalidArgument`` (field ``queue_url``) naming the problem."""
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme != "kafka" or not parts.netloc or parts.path not in ("", "/"):
-            raise _bad(url, "expected kafka://host:port[,host:port][?prefix=...&partitions=...]")
-        options = _options(url, parts.query)
-        prefix = options.get("prefix", cls.prefix)
-        if not _TOPIC_CHARS.fullmatch(prefix):
-            raise _bad(url, "prefix may contain only A-Z a-z 0-9 . _ -")
-        return cls(
-            bootstrap_servers=_brokers(url, parts.netloc),
-            prefix=prefix,
-            partitions=_positive(url, options, "partitions", cls.partitions),
-            replication=_positive(url, options, "replication", cls.replication),
-        )
-
-    def topic(self, queue: str) -> str:
-        return self.prefix + queue
-
-    def group(self, queue: str) -> str:
-        return f"{self.prefix}workers.{queue}"
-
-
-def _bad(url: str, reason: str) -> InvalidArgument:
-    return InvalidArgument("queue_url", f"{reason} (got {url!r})")
-
-
-def _options(url: str, query: str) -> dict[str, str]:
-    pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
-    options = dict(pairs)
-    unknown = sorted(options.keys() - set(_OPTIONS))
-    if unknown:
-        raise _bad(url, f"unknown option {unknown[0]!r} (known: {', '.join(_OPTIONS)})")
-    if len(options) != len(pairs):
-        raise _bad(url, "an option is given twice")
-    return options
-
-
-def _brokers(url: str, netloc: str) -> tuple[str, ...]:
-    brokers = tuple(netloc.split(","))
-    for broker in brokers:
-        host, sep, port = broker.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise _bad(url, f"broker {broker!r} is not host:port")
-    return brokers
-
-
-def _positive(url: str, options: dict[str, str], name: str, default: int) -> int:
-    text = options.get(name, str(default))
-    if not text.isdigit() or int(text) < 1:
-        raise _bad(url, f"{name} must be a positive integer")
-    return int(text)
-
-
 @contextlib.contextmanager
-def _unavailable(action: str) -> Iterator[None]:
-    """Translate the driver's failures into ``BackendUnavailable``: the one place for it."""
+def _consumer_unavailable(action: str) -> Iterator[None]:
+    """Translate the driver's failures into ``BackendUnavailable``, a stopped consumer's too:
+    the one place for it on this side."""
     try:
         yield
     except (KafkaError, ConsumerStoppedError, OSError) as exc:
         raise BackendUnavailable(f"kafka: {action} failed: {exc!r}") from exc
-
-
-def start_record(offset: int, count: int) -> str:
-    """Commit metadata saying the message at ``offset`` was handed out ``count`` times."""
-    return f"started:{offset}:{count}"
-
-
-def recorded_starts(metadata: str, offset: int) -> int:
-    """How often commit ``metadata`` says the message at ``offset`` was handed out (0 if it
-    says nothing about that message)."""
-    tag, _, rest = metadata.partition(":")
-    at, _, count = rest.partition(":")
-    if tag != "started" or at != str(offset) or not count.isdigit():
-        return 0
-    return int(count)
-
-
-class PartitionLedger:
-    """Progress on one assigned partition: pure bookkeeping, no I/O.
-
-    Messages are handed out in offset order and finished in any order; ``target`` is the
-    (offset, metadata) to commit next. ``committed``/``metadata`` describe what the group had
-    committed when the partition was assigned.
-    """
-
-    def __init__(self, epoch: int, committed: int | None = None, metadata: str = "") -> None:
-        self.epoch = epoch
-        self._committed = (committed, metadata)
-        # A restart resumes at the committed offset: how often was that message started?
-        starts = 0 if committed is None else recorded_starts(metadata, committed)
-        self._restarts = (committed, starts)
-        self._outstanding: deque[int] = deque()  # handed out, not yet behind the commit point
-        self._counts: dict[int, int] = {}  # offset of each outstanding message: delivery count
-        self._done: set[int] = set()
-        self._next: int | None = None  # one past the newest message finished in order
-
-    @property
-    def floor(self) -> int | None:
-        """The group's commit point as known here: every message below it is done for good
-        and must never be handed out again (None: not known)."""
-        return self._committed[0]
-
-    def learn(self, committed: int | None, metadata: str) -> None:
-        """The group's commit, read after the ledger was made (before anything was handed
-        out from it)."""
-        self._committed = (committed, metadata)
-        starts = 0 if committed is None else recorded_starts(metadata, committed)
-        self._restarts = (committed, starts)
-
-    def hand_out(self, offset: int) -> int:
-        """Note the message at ``offset`` as handed out; returns its delivery count."""
-        at, starts = self._restarts
-        count = 1 + (starts if offset == at else 0)
-        self._outstanding.append(offset)
-        self._counts[offset] = count
-        return count
-
-    def finish(self, offset: int) -> bool:
-        """Note the message at ``offset`` as done; False if it is not outstanding here."""
-        if offset not in self._counts:
-            return False
-        self._done.add(offset)
-        while self._outstanding and self._outstanding[0] in self._done:
-            head = self._outstanding.popleft()
-            self._done.discard(head)
-            del self._counts[head]
-            self._next = head + 1
-        return True
-
-    def target(self) -> tuple[int, str] | None:
-        """What to commit now, or None if what is committed is still right (or would move the
-        offset backwards)."""
-        if self._outstanding:
-            head = self._outstanding[0]
-            wanted = (head, start_record(head, self._counts[head]))
-        elif self._next is not None:
-            wanted = (self._next, "")
-        else:
-            return None
-        offset, metadata = self._committed
-        if offset is not None and (wanted[0] < offset or wanted == (offset, metadata)):
-            return None
-        return wanted
-
-    def mark_committed(self, offset: int, metadata: str) -> None:
-        self._committed = (offset, metadata)
-
-    def covers(self, offset: int) -> bool:
-        """Whether the committed offset is past ``offset`` (its message is done for good)."""
-        committed = self._committed[0]
-        return committed is not None and committed > offset
 
 
 @dataclass(frozen=True)
@@ -271,7 +112,7 @@ class _QueueLane:
         """Up to ``max_messages`` messages, waiting about ``wait_ms`` at most."""
         try:
             async with asyncio.timeout((wait_ms + _POLL_GRACE_MS) / 1000):
-                with _unavailable("fetch"):
+                with _consumer_unavailable("fetch"):
                     batch = await self._consumer.getmany(
                         timeout_ms=wait_ms, max_records=max_messages
                     )
@@ -346,7 +187,7 @@ class _QueueLane:
             if not targets:
                 return
             offsets = {TopicPartition(*tp): target for tp, _, target in targets}
-            with _unavailable("commit"):
+            with _consumer_unavailable("commit"):
                 try:
                     async with asyncio.timeout(_REQUEST_TIMEOUT_S):
                         await self._consumer.commit(offsets)
@@ -452,13 +293,12 @@ class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka h
 
 
 class KafkaQueueConsumer:
-    """``QueueConsumer`` on Kafka. Constructing it does no I/O: the first ``fetch`` (or
-    ``start``) connects, creates missing topics and joins the groups with ``timing``
-    (``worker_sdk.queues.consumer.GroupTiming``, also importable from here). After ``close``, a
+    """``QueueConsumer`` on Kafka. Constructing it does no I/O: ``start`` connects, creates
+    missing topics and joins the groups with ``timing`` (``GroupTiming``). After ``close``, a
     ``commit`` finds no lane and does nothing: the partitions are someone else's by then."""
 
     def __init__(
-        self, config: KafkaQueueConfig, queues: Sequence[str], timing: GroupTiming | None = None
+        self, config: KafkaQueueUrl, queues: Sequence[str], timing: GroupTiming | None = None
     ) -> None:
         if not queues:
             raise ValueError("a consumer needs at least one queue")
@@ -475,28 +315,36 @@ class KafkaQueueConsumer:
     def from_url(
         cls, url: str, queues: Sequence[str], timing: GroupTiming | None = None
     ) -> KafkaQueueConsumer:
-        return cls(KafkaQueueConfig.from_url(url), queues, timing)
+        return cls(KafkaQueueUrl.from_url(url), queues, timing)
 
     def __repr__(self) -> str:
         return f"KafkaQueueConsumer({','.join(self._config.bootstrap_servers)!r}, {self._queues})"
+
+    @property
+    def config(self) -> KafkaQueueUrl:
+        return self._config
 
     def assignment(self) -> frozenset[Partition]:
         """The (topic, partition) pairs this consumer owns now, over all its queues."""
         return frozenset(tp for lane in self._lanes for tp in lane.ledgers)
 
     async def start(self) -> None:
-        """Connect and join the groups; idempotent. Raises ``BackendUnavailable``."""
+        """Connect, create missing topics and join the groups; idempotent, and may be awaited
+        again after it failed. Raises ``BackendUnavailable``."""
         async with self._start_lock:
             if self._closed:
                 raise BackendUnavailable("kafka: the consumer is closed")
             if not self._lanes:
-                with _unavailable("start"):
+                with _consumer_unavailable("start"):
                     await self._open()
 
     async def fetch(self, max_messages: int) -> list[Message]:
         if max_messages < 1:
             return []
-        await self.start()
+        if not self._lanes:
+            if self._closed:
+                raise BackendUnavailable("kafka: the consumer is closed")
+            raise RuntimeError(f"{self!r} is not started (or its start failed): await start()")
         self._turn = (self._turn + 1) % len(self._lanes)
         lanes = self._lanes[self._turn :] + self._lanes[: self._turn]  # no queue goes first always
         return await _sweep(lanes, max_messages) or await _wait(lanes, max_messages)
@@ -570,7 +418,7 @@ class KafkaQueueConsumer:
         return lane
 
 
-async def _create_topics(admin: Any, config: KafkaQueueConfig, queues: list[str]) -> None:
+async def _create_topics(admin: Any, config: KafkaQueueUrl, queues: list[str]) -> None:
     new = [NewTopic(config.topic(q), config.partitions, config.replication) for q in queues]
     response = await admin.create_topics(new)
     for topic, code, *_ in response.topic_errors:

@@ -1,4 +1,5 @@
-"""Consumer of the embedded ready queue (``dispatcher.ready_queue.local`` defines the table)."""
+"""Consumer of the embedded ready queue (``dispatcher.ready_queue.local`` is the producer side;
+the table and the statements on it are ``tikk.queue_contract``'s)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from tikk.errors import BackendUnavailable
+from tikk.queue_contract import LocalQueueSql
 from worker_sdk.queues.consumer import Message, decode_delivery
 
 
@@ -21,8 +23,9 @@ def _now_ms() -> int:
 class LocalQueueConsumer:
     """Leases messages from the queue file; a lease lasts ``visibility_ms`` unless extended.
 
-    After ``close`` (its thread is gone), ``commit`` and ``extend`` do nothing: a message not
-    committed by then is leased to whoever fetches it once its lease ran out.
+    Constructing it does no I/O; ``start`` opens the file. After ``close`` (its thread is
+    gone), ``commit`` and ``extend`` do nothing: a message not committed by then is leased to
+    whoever fetches it once its lease ran out.
     """
 
     def __init__(self, path: str, queues: Sequence[str], visibility_ms: int) -> None:
@@ -33,15 +36,37 @@ class LocalQueueConsumer:
         self._conn: sqlite3.Connection | None = None
         self._closed = False
 
+    def __repr__(self) -> str:
+        return f"LocalQueueConsumer({self._path!r}, {self._queues})"
+
+    async def start(self) -> None:
+        if self._closed:
+            raise BackendUnavailable("local queue: the consumer is closed")
+        if self._conn is None:
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(self._executor, self._connect)
+
+    def _connect(self) -> None:
+        if self._conn is not None:
+            return
+        try:
+            conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
+            conn.execute("PRAGMA busy_timeout=30000")
+        except sqlite3.OperationalError as exc:
+            raise BackendUnavailable(f"local queue: {exc}") from exc
+        self._conn = conn
+
     async def _run(self, fn: Any, *args: Any) -> Any:
+        if self._conn is None:
+            if self._closed:
+                raise BackendUnavailable("local queue: the consumer is closed")
+            raise RuntimeError(f"{self!r} is not started: await start() first")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._guarded, fn, *args)
 
     def _guarded(self, fn: Any, *args: Any) -> Any:
+        assert self._conn is not None  # set by start, on this thread; cleared only by close
         try:
-            if self._conn is None:
-                self._conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
-                self._conn.execute("PRAGMA busy_timeout=30000")
             return fn(self._conn, *args)
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
@@ -54,21 +79,15 @@ class LocalQueueConsumer:
 
     def _fetch(self, conn: sqlite3.Connection, max_messages: int) -> list[Message]:
         now = _now_ms()
-        marks = ",".join("?" * len(self._queues))
         conn.execute("BEGIN IMMEDIATE")
         try:
             rows = conn.execute(
-                f"SELECT id, body, deliveries FROM messages WHERE queue IN ({marks})"
-                " AND visible_ms <= ? ORDER BY visible_ms, id LIMIT ?",
-                [*self._queues, now, max_messages],
+                LocalQueueSql.visible(len(self._queues)), [*self._queues, now, max_messages]
             ).fetchall()
             out = []
             for msg_id, body, deliveries in rows:
                 lease = uuid.uuid4().hex
-                conn.execute(
-                    "UPDATE messages SET visible_ms=?, deliveries=deliveries+1, lease=? WHERE id=?",
-                    (now + self._visibility_ms, lease, msg_id),
-                )
+                conn.execute(LocalQueueSql.LEASE, (now + self._visibility_ms, lease, msg_id))
                 message = Message(decode_delivery(body), int(deliveries) + 1, (msg_id, lease), body)
                 out.append(message)
             conn.execute("COMMIT")
@@ -83,7 +102,7 @@ class LocalQueueConsumer:
 
     @staticmethod
     def _commit(conn: sqlite3.Connection, receipt: tuple[int, str]) -> None:
-        conn.execute("DELETE FROM messages WHERE id=? AND lease=?", receipt)
+        conn.execute(LocalQueueSql.COMMIT, receipt)
 
     async def extend(self, messages: Sequence[Message]) -> None:
         if not self._closed:
@@ -92,8 +111,7 @@ class LocalQueueConsumer:
     def _extend(self, conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
         until = _now_ms() + self._visibility_ms
         conn.executemany(
-            "UPDATE messages SET visible_ms=? WHERE id=? AND lease=?",
-            [(until, msg_id, lease) for msg_id, lease in receipts],
+            LocalQueueSql.EXTEND, [(until, msg_id, lease) for msg_id, lease in receipts]
         )
 
     async def close(self) -> None:
