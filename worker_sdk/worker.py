@@ -55,7 +55,7 @@ H = TypeVar("H", bound=Callable[..., Any])
 _ERROR_MESSAGE_LIMIT = 4096
 # The server's answer to a start whose timeout ran out (google.rpc.Code FAILED_PRECONDITION).
 _REFUSED = grpc.StatusCode.FAILED_PRECONDITION.value[0]
-# The server's rule for queue names (``server.validation.new_queue``), which ``worker_sdk``
+# The server's rule for queue names (``server.api.validation.new_queue``), which ``worker_sdk``
 # may not import: a queue named otherwise can never receive a task.
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,127}")
 _CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
