@@ -17,10 +17,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from server.api.history import HistoryService
+from server.api.schedules import ScheduleService
+from server.api.tasks import TaskService
+from server.api.worker import WorkerService
 from server.backlog_report import report_backlog
 from server.results import Lifecycle
-from server.schedule_ops import Schedules, ScheduleService
-from server.services import HistoryService, TaskService, WorkerService
+from server.schedule_ops import Schedules
 from server.wiring import Backends
 from tikk.clock import Clock
 from tikk.settings import Settings
@@ -81,18 +84,7 @@ class ApiServer:
             late_write_grace_ms=settings.late_write_grace_ms,
         )  # fmt: skip
         self._lifecycle = lifecycle
-        tasks_pb2_grpc.add_TaskServiceServicer_to_server(
-            TaskService(lifecycle, settings, telemetry), self._server
-        )
-        history_pb2_grpc.add_HistoryServiceServicer_to_server(
-            HistoryService(lifecycle, settings), self._server
-        )
-        worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-            WorkerService(lifecycle, settings), self._server
-        )
-        schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(
-            ScheduleService(schedules), self._server
-        )
+        _add_services(self._server, settings, lifecycle, schedules, telemetry)
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -127,3 +119,21 @@ class ApiServer:
     async def _set_health(self, status: int) -> None:
         for name in ["", *_SERVICES]:
             await self._health.set(name, status)
+
+
+def _add_services(
+    server: grpc.aio.Server,
+    settings: Settings,
+    lifecycle: Lifecycle,
+    schedules: Schedules,
+    telemetry: Telemetry | None,
+) -> None:
+    """The tikk.v1 services (``server.api``) on ``server``."""
+    tasks_pb2_grpc.add_TaskServiceServicer_to_server(
+        TaskService(lifecycle, settings, telemetry), server
+    )
+    history_pb2_grpc.add_HistoryServiceServicer_to_server(
+        HistoryService(lifecycle, settings), server
+    )
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerService(lifecycle, settings), server)
+    schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(ScheduleService(schedules), server)

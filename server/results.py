@@ -118,25 +118,7 @@ class Lifecycle:
         now = self.clock.now_ms()
         e = report.entry
         status, transition = await self._decide(report, now)
-        record = RunRecord(
-            namespace=e.namespace,
-            run_id=report.run_id,
-            task_id=e.task_id,
-            queue=e.queue,
-            handler=e.handler,
-            attempt=e.attempt,
-            status=status,
-            scheduled_ms=e.scheduled_ms,
-            due_ms=e.due_ms,
-            fired_ms=report.fired_ms,
-            started_ms=report.started_ms,
-            finished_ms=report.finished_ms,
-            worker_id=report.worker_id,
-            error_type=report.error_type,
-            error_message=report.error_message,
-            output=report.output,
-            idempotency_key=e.idempotency_key,
-        )
+        record = _run_record(report, status)
         await self.history.append(record)
         if isinstance(transition, DeadLetter):
             # Before the task moves: if this fails the worker reports again, and the copy is
@@ -181,3 +163,27 @@ class Lifecycle:
             delay = retry_delay_ms(task.retry, report.entry.attempt, self._rng)
         due = self.guard.place_due(task.shard, now + delay)
         return RunStatus.FAILED, RetryAt(due, etype, emsg)
+
+
+def _run_record(report: RunReport, status: RunStatus) -> RunRecord:
+    """The history's record of the run ``report`` tells of."""
+    e = report.entry
+    return RunRecord(
+        namespace=e.namespace,
+        run_id=report.run_id,
+        task_id=e.task_id,
+        queue=e.queue,
+        handler=e.handler,
+        attempt=e.attempt,
+        status=status,
+        scheduled_ms=e.scheduled_ms,
+        due_ms=e.due_ms,
+        fired_ms=report.fired_ms,
+        started_ms=report.started_ms,
+        finished_ms=report.finished_ms,
+        worker_id=report.worker_id,
+        error_type=report.error_type,
+        error_message=report.error_message,
+        output=report.output,
+        idempotency_key=e.idempotency_key,
+    )

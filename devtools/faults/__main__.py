@@ -21,7 +21,7 @@ from devtools.faults.modes import Mode
 from devtools.faults.records import read_history
 from devtools.faults.report import RunInfo, render
 from devtools.faults.suite import RECORDS_FILE, run_suite
-from server.cli import parse_duration_ms
+from server.cli.options import parse_duration_ms
 
 EXIT_PASSED, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
 

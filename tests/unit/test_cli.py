@@ -1,12 +1,19 @@
-"""CLI parsing and the worker import rule."""
+"""CLI parsing, the worker import rule, and the commands that need the source checkout."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import pytest
 
-from server.cli import load_worker, parse_duration_ms, parse_time_ms
+from server.cli import main
+from server.cli.devtools import import_devtools
+from server.cli.options import EXIT_USAGE, parse_duration_ms, parse_time_ms
+from server.cli.processes import load_worker
+
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def test_durations() -> None:
@@ -35,3 +42,37 @@ def test_worker_targets() -> None:
     ]:
         with pytest.raises(ImportError, match=message):
             load_worker(bad)
+
+
+def _forget_devtools(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "devtools" or m.startswith("devtools.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # whatever the import adds goes again
+
+
+def test_devtools_commands_without_the_checkout_say_what_they_need(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # As in an installed tikk: the devtools package cannot be imported.
+    _forget_devtools(monkeypatch)
+    monkeypatch.setitem(sys.modules, "devtools", None)
+    for argv, example in [
+        (["stack", "up"], "stack up"),
+        (["bench", "--backends", "embedded"], "bench"),
+        (["bench-schedules", "--schedules", "10"], "bench-schedules"),
+    ]:
+        assert main(argv) == EXIT_USAGE
+        err = capsys.readouterr().err
+        assert err.startswith(f"tikk {argv[0]}: this command needs the tikk source checkout")
+        assert "devtools package is not part of the installed tikk" in err
+        assert f"run it from the checkout, e.g. `.venv/bin/tikk {example}` there" in err
+
+
+def test_devtools_are_found_in_the_checkout_the_server_package_comes_from(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As with `.venv/bin/tikk` of an editable install: the checkout itself is not on the path.
+    _forget_devtools(monkeypatch)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != CHECKOUT])
+    import_devtools("stack")
+    assert Path(sys.modules["devtools.stack"].__file__ or "") == CHECKOUT / "devtools" / "stack.py"

@@ -11,7 +11,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from server.status import maps_errors
+from server.api.status import maps_errors
 
 
 class StalledBackend(health_pb2_grpc.HealthServicer):  # type: ignore[misc]

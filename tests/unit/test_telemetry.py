@@ -109,7 +109,7 @@ def test_an_unknown_exporter_is_refused_by_name() -> None:
 def test_a_process_without_telemetry_never_imports_opentelemetry() -> None:
     code = (
         "import sys, asyncio\n"
-        "import server.runtime, server.services, dispatcher.scanner, worker_sdk\n"
+        "import server.runtime, server.api.tasks, dispatcher.scanner, worker_sdk\n"
         "from tikk.telemetry import open_telemetry\n"
         "t = open_telemetry('off', 'x')\n"
         "with t.dispatching([], 0): pass\n"

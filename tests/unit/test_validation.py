@@ -6,7 +6,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from server import validation
+from server.api import validation
 from tests.factories import T0
 from tikk.errors import InvalidArgument
 from tikk.model import TaskState

@@ -231,27 +231,14 @@ def create_task(
     start_timeout = _start_timeout(req, limits)
     # Only when set, so the fingerprints of tasks without one stay what they were.
     extra = (("start_timeout", start_timeout),) if start_timeout else ()
+    digest = fingerprint(ns, tid, q, handler, req.payload, labels, policy, when_spec, *extra)
     return Task(
-        namespace=ns,
-        task_id=tid,
-        queue=q,
-        handler=handler,
-        payload=req.payload,
-        labels=labels,
-        retry=policy or limits.default_retry,
-        state=TaskState.SCHEDULED,
-        attempt=1,
-        due_ms=max(requested, now_ms),
-        scheduled_ms=requested,
-        created_ms=now_ms,
-        updated_ms=now_ms,
-        shard=shard_of(ns, tid, shard_count),
-        fingerprint=fingerprint(
-            ns, tid, q, handler, req.payload, labels, policy, when_spec, *extra
-        ),
-        trace_context=trace_context or {},
-        start_timeout_ms=start_timeout,
-    )
+        namespace=ns, task_id=tid, queue=q, handler=handler, payload=req.payload, labels=labels,
+        retry=policy or limits.default_retry, state=TaskState.SCHEDULED, attempt=1,
+        due_ms=max(requested, now_ms), scheduled_ms=requested, created_ms=now_ms,
+        updated_ms=now_ms, shard=shard_of(ns, tid, shard_count), fingerprint=digest,
+        trace_context=trace_context or {}, start_timeout_ms=start_timeout,
+    )  # fmt: skip
 
 
 def _start_timeout(req: tasks_pb2.CreateTaskRequest, limits: Limits) -> int:

@@ -47,8 +47,10 @@ def numeric(code: grpc.StatusCode) -> int:
     return value
 
 
+# The context every servicer method gets.
+Ctx = grpc.aio.ServicerContext[Any, Any]
 R = TypeVar("R")
-Method = Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[R]]
+Method = Callable[[Any, Any, Ctx], Awaitable[R]]
 
 
 # How long before the caller's deadline a call that is still waiting for a backend gives up,
@@ -61,7 +63,7 @@ def maps_errors(method: Method[R]) -> Method[R]:
     call whose backend does not answer before the caller's deadline is UNAVAILABLE."""
 
     @functools.wraps(method)
-    async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
+    async def wrapper(self: Any, request: Any, context: Ctx) -> R:
         try:
             async with asyncio.timeout(_budget_s(context)):
                 return await method(self, request, context)
@@ -79,6 +81,6 @@ def maps_errors(method: Method[R]) -> Method[R]:
     return wrapper
 
 
-def _budget_s(context: grpc.aio.ServicerContext[Any, Any]) -> float | None:
+def _budget_s(context: Ctx) -> float | None:
     remaining = context.time_remaining()
     return None if remaining is None else max(0.05, remaining - _DEADLINE_MARGIN_S)

@@ -1,0 +1,149 @@
+"""``tikk.v1.HistoryService``: runs, dead letters and schedule occurrences, and their
+protobuf form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from history.run_history import OccurrenceQuery, RunQuery
+from server.api import validation
+from server.api.messages import task_to_proto
+from server.api.status import Ctx, maps_errors
+from server.results import Lifecycle
+from tikk.errors import InvalidArgument
+from tikk.model import RunRecord, RunStatus
+from tikk.paging import page_size
+from tikk.schedules.model import OccurrenceRecord
+from tikk.settings import Settings
+from tikk.timestamps import to_duration, to_timestamp
+from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2
+
+_HOUR_MS = 3_600_000
+_OCCURRENCE_RANGE_MS = 30 * 86_400_000
+
+
+class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[misc]
+    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
+        self._lc = lifecycle
+        self._limits = settings.limits
+
+    @maps_errors
+    async def ListTaskRuns(
+        self, request: history_pb2.ListTaskRunsRequest, context: Ctx
+    ) -> history_pb2.ListRunsResponse:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._limits)
+        size = page_size(request.page_size)
+        page = await self._lc.history.list_for_task(ns, tid, size, request.page_token)
+        return _runs(page.items, page.next_token)
+
+    @maps_errors
+    async def ListRuns(
+        self, request: history_pb2.ListRunsRequest, context: Ctx
+    ) -> history_pb2.ListRunsResponse:
+        ns = validation.namespace(request.namespace)
+        queue = validation.queue(request.queue, self._limits)
+        status = validation.run_status(request.status)
+        start, end = _time_range(request, self._lc.clock.now_ms(), _HOUR_MS)
+        query = RunQuery(ns, queue, start, end, RunStatus(status) if status else None)
+        size = page_size(request.page_size)
+        page = await self._lc.history.list_by_queue(query, size, request.page_token)
+        return _runs(page.items, page.next_token)
+
+    @maps_errors
+    async def GetRun(self, request: history_pb2.GetRunRequest, context: Ctx) -> history_pb2.Run:
+        ns = validation.namespace(request.namespace)
+        if not request.run_id:
+            raise InvalidArgument("run_id", "must not be empty")
+        return run_to_proto(await self._lc.history.get(ns, request.run_id))
+
+    @maps_errors
+    async def ListDeadLetters(
+        self, request: history_pb2.ListDeadLettersRequest, context: Ctx
+    ) -> history_pb2.ListDeadLettersResponse:
+        ns = validation.namespace(request.namespace)
+        queue = validation.queue(request.queue, self._limits) if request.queue else ""
+        size = page_size(request.page_size)
+        now = self._lc.clock.now_ms()
+        page = await self._lc.store.list_dead_letters(ns, queue, size, request.page_token, now)
+        return history_pb2.ListDeadLettersResponse(
+            tasks=[task_to_proto(t) for t in page.items], next_page_token=page.next_token
+        )
+
+    @maps_errors
+    async def RedriveTask(
+        self, request: history_pb2.RedriveTaskRequest, context: Ctx
+    ) -> tasks_pb2.Task:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._limits)
+        return task_to_proto(await self._lc.redrive(ns, tid))
+
+    @maps_errors
+    async def ListScheduleOccurrences(
+        self, request: history_pb2.ListScheduleOccurrencesRequest, context: Ctx
+    ) -> history_pb2.ListScheduleOccurrencesResponse:
+        ns = validation.namespace(request.namespace)
+        if not request.schedule_id:
+            raise InvalidArgument("schedule_id", "must not be empty")
+        start, end = _time_range(request, self._lc.clock.now_ms(), _OCCURRENCE_RANGE_MS)
+        outcome = validation.occurrence_outcome(request.outcome)
+        query = OccurrenceQuery(ns, request.schedule_id, start, end, outcome)
+        size = page_size(request.page_size)
+        page = await self._lc.history.list_occurrences(query, size, request.page_token)
+        return history_pb2.ListScheduleOccurrencesResponse(
+            occurrences=[occurrence_to_proto(r) for r in page.items],
+            next_page_token=page.next_token,
+        )
+
+
+def _time_range(request: Any, now_ms: int, default_span_ms: int) -> tuple[int, int]:
+    """[start_time, end_time) of a history query: by default the span up to now."""
+    end = validation.optional_timestamp_ms(request, "end_time")
+    end = now_ms + 1 if end is None else end
+    start = validation.optional_timestamp_ms(request, "start_time")
+    start = end - default_span_ms if start is None else start
+    if start >= end:
+        raise InvalidArgument("start_time", "must be before end_time")
+    return start, end
+
+
+def _runs(items: list[RunRecord], token: str) -> history_pb2.ListRunsResponse:
+    return history_pb2.ListRunsResponse(
+        runs=[run_to_proto(r) for r in items], next_page_token=token
+    )
+
+
+def run_to_proto(r: RunRecord) -> history_pb2.Run:
+    return history_pb2.Run(
+        namespace=r.namespace,
+        run_id=r.run_id,
+        task_id=r.task_id,
+        queue=r.queue,
+        handler=r.handler,
+        attempt=r.attempt,
+        status=int(r.status),  # type: ignore[arg-type]
+        scheduled_time=to_timestamp(r.scheduled_ms),
+        due_time=to_timestamp(r.due_ms),
+        fired_time=to_timestamp(r.fired_ms),
+        start_time=to_timestamp(r.started_ms),
+        finish_time=to_timestamp(r.finished_ms),
+        worker_id=r.worker_id,
+        error_type=r.error_type,
+        error_message=r.error_message,
+        output=r.output,
+        idempotency_key=r.idempotency_key,
+    )
+
+
+def occurrence_to_proto(r: OccurrenceRecord) -> history_pb2.ScheduleOccurrence:
+    return history_pb2.ScheduleOccurrence(
+        namespace=r.namespace,
+        schedule_id=r.schedule_id,
+        nominal_time=to_timestamp(r.nominal_ms),
+        fire_time=to_timestamp(r.fire_ms),
+        outcome=int(r.outcome),  # type: ignore[arg-type]
+        decide_time=to_timestamp(r.decided_ms),
+        lateness=to_duration(r.lateness_ms),
+        task_id=r.task_id,
+        reason=r.reason,
+    )

@@ -1,0 +1,191 @@
+"""``tikk.v1.TaskService``: create, read, cancel and list tasks; list the ready queues."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from dispatcher.ready_queue import QueueBacklog
+from server.api import validation
+from server.api.messages import task_to_proto
+from server.api.status import Ctx, code_of, maps_errors, numeric
+from server.results import Lifecycle
+from tikk.errors import InvalidArgument, TikkError
+from tikk.model import Task
+from tikk.paging import decode_token, encode_token, page_size
+from tikk.settings import Settings
+from tikk.telemetry import Telemetry
+from tikk.timestamps import to_duration
+from tikk.v1 import tasks_pb2, tasks_pb2_grpc
+
+
+class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
+    def __init__(
+        self, lifecycle: Lifecycle, settings: Settings, telemetry: Telemetry | None = None
+    ) -> None:
+        self._lc = lifecycle
+        self._settings = settings
+        self._telemetry = telemetry or Telemetry()
+
+    def _validate(self, req: tasks_pb2.CreateTaskRequest, trace: dict[str, str]) -> Task:
+        now = self._lc.clock.now_ms()
+        limits, shards = self._settings.limits, self._settings.shard_count
+        return validation.create_task(req, limits, shards, now, trace)
+
+    def _span(self, method: str, context: Ctx) -> contextlib.AbstractContextManager[dict[str, str]]:
+        metadata = context.invocation_metadata() or ()
+        return self._telemetry.call_span(f"tikk.v1.TaskService/{method}", metadata)
+
+    @maps_errors
+    async def CreateTask(
+        self, request: tasks_pb2.CreateTaskRequest, context: Ctx
+    ) -> tasks_pb2.CreateTaskResponse:
+        with self._span("CreateTask", context) as trace:
+            task = self._validate(request, trace)
+            # Before storing: a task accepted for a queue that cannot take it would be lost.
+            await self._lc.queue.prepare([task.queue])
+            task, created = await self._lc.create(task)
+        return tasks_pb2.CreateTaskResponse(task=task_to_proto(task), created=created)
+
+    async def CreateTasks(
+        self, request_iterator: AsyncIterator[tasks_pb2.CreateTasksRequest], context: Ctx
+    ) -> tasks_pb2.CreateTasksResponse:
+        response = tasks_pb2.CreateTasksResponse()
+        index = 0
+        try:
+            # One span for the stream: every task it creates joins that span's trace.
+            with self._span("CreateTasks", context) as trace:
+                async for chunk in request_iterator:
+                    await self._create_chunk(chunk, index, response, trace)
+                    index += len(chunk.tasks)
+        except TikkError as exc:
+            # A backend failure mid-stream: everything before this chunk is stored and was
+            # counted; report the failure rather than a partial success.
+            await context.abort(code_of(exc), f"after {index} items: {exc}")
+        return response
+
+    async def _create_chunk(
+        self,
+        chunk: tasks_pb2.CreateTasksRequest,
+        first: int,
+        out: tasks_pb2.CreateTasksResponse,
+        trace: dict[str, str],
+    ) -> None:
+        # Requests without an id get fresh server-assigned ones, which need no existence check.
+        given: list[tuple[int, Task]] = []
+        assigned: list[tuple[int, Task]] = []
+        for offset, req in enumerate(chunk.tasks):
+            try:
+                task = self._validate(req, trace)
+                (given if req.task_id else assigned).append((first + offset, task))
+            except InvalidArgument as exc:
+                _item(out, first + offset, exc, req.task_id)
+        refused = await self._prepare_each({t.queue for _, t in [*given, *assigned]})
+        for items, new_ids in ((given, False), (assigned, True)):
+            kept = _drop_refused(items, refused, out, ids_given=not new_ids)
+            outcomes = await self._lc.create_many([t for _, t in kept], new_ids=new_ids)
+            for (index, task), outcome in zip(kept, outcomes, strict=True):
+                if isinstance(outcome, TikkError):
+                    _item(out, index, outcome, task.task_id)
+                    continue
+                out.results.append(
+                    tasks_pb2.CreateTasksItemResult(
+                        index=index, task_id=outcome[0].task_id, created=outcome[1]
+                    )
+                )
+                out.accepted += 1
+        out.results.sort(key=lambda r: r.index)
+
+    async def _prepare_each(self, queues: set[str]) -> dict[str, TikkError]:
+        """Prepare each of ``queues`` on its own, so that one that fails holds up no other;
+        returns the error of each that failed."""
+        ordered = sorted(queues)
+        outcomes = await asyncio.gather(
+            *(self._lc.queue.prepare([q]) for q in ordered), return_exceptions=True
+        )
+        refused: dict[str, TikkError] = {}
+        for queue, outcome in zip(ordered, outcomes, strict=True):
+            if isinstance(outcome, TikkError):
+                refused[queue] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return refused
+
+    @maps_errors
+    async def GetTask(self, request: tasks_pb2.GetTaskRequest, context: Ctx) -> tasks_pb2.Task:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._settings.limits)
+        return task_to_proto(await self._lc.store.get(ns, tid))
+
+    @maps_errors
+    async def CancelTask(
+        self, request: tasks_pb2.CancelTaskRequest, context: Ctx
+    ) -> tasks_pb2.Task:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._settings.limits)
+        return task_to_proto(await self._lc.cancel(ns, tid))
+
+    @maps_errors
+    async def ListTasks(
+        self, request: tasks_pb2.ListTasksRequest, context: Ctx
+    ) -> tasks_pb2.ListTasksResponse:
+        ns = validation.namespace(request.namespace)
+        queue = validation.queue(request.queue, self._settings.limits)
+        state = validation.task_state(request.state)
+        size = page_size(request.page_size)
+        page = await self._lc.store.list_tasks(ns, queue, state, size, request.page_token)
+        return tasks_pb2.ListTasksResponse(
+            tasks=[task_to_proto(t) for t in page.items], next_page_token=page.next_token
+        )
+
+    @maps_errors
+    async def ListQueues(
+        self, request: tasks_pb2.ListQueuesRequest, context: Ctx
+    ) -> tasks_pb2.ListQueuesResponse:
+        size = page_size(request.page_size)
+        token = decode_token(request.page_token, (str,))
+        after = str(token[0]) if token else ""
+        backlog = [b for b in await self._lc.queue.backlog() if b.queue > after]
+        now = self._lc.clock.now_ms()
+        page = backlog[:size]
+        more = len(backlog) > size
+        return tasks_pb2.ListQueuesResponse(
+            queues=[_queue_to_proto(b, now) for b in page],
+            next_page_token=encode_token(page[-1].queue) if more else "",
+        )
+
+
+def _queue_to_proto(b: QueueBacklog, now_ms: int) -> tasks_pb2.QueueInfo:
+    info = tasks_pb2.QueueInfo(name=b.queue, waiting=b.waiting)
+    if b.oldest_enqueued_ms is not None:
+        info.oldest_waiting_age.CopyFrom(to_duration(max(0, now_ms - b.oldest_enqueued_ms)))
+    if b.consumers is not None:
+        info.consumers = b.consumers
+    return info
+
+
+def _drop_refused(
+    items: list[tuple[int, Task]],
+    refused: dict[str, TikkError],
+    out: tasks_pb2.CreateTasksResponse,
+    *,
+    ids_given: bool,
+) -> list[tuple[int, Task]]:
+    """``items`` whose queue was prepared; the others get their queue's error as result."""
+    kept = []
+    for index, task in items:
+        if task.queue in refused:
+            _item(out, index, refused[task.queue], task.task_id if ids_given else "")
+        else:
+            kept.append((index, task))
+    return kept
+
+
+def _item(out: tasks_pb2.CreateTasksResponse, index: int, exc: TikkError, task_id: str) -> None:
+    out.results.append(
+        tasks_pb2.CreateTasksItemResult(
+            index=index, code=numeric(code_of(exc)), message=str(exc), task_id=task_id
+        )
+    )
+    out.rejected += 1

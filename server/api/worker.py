@@ -1,0 +1,121 @@
+"""``tikk.v1.WorkerService``: a worker's configuration, and the stream of its run results
+(protobuf results become ``RunReport`` for the lifecycle)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import grpc
+
+from server.api import validation
+from server.api.status import Ctx, code_of, maps_errors, numeric
+from server.results import Lifecycle
+from tikk import delivery_codec
+from tikk.errors import InvalidArgument, TikkError
+from tikk.model import ResultKind, RunReport
+from tikk.settings import Settings
+from tikk.timestamps import to_duration
+from tikk.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger("tikk.server")
+# Results of one worker stream being recorded at once.
+_RESULTS_IN_FLIGHT = 256
+
+
+class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
+    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
+        self._lc = lifecycle
+        self._settings = settings
+
+    @maps_errors
+    async def GetWorkerConfig(
+        self, request: worker_pb2.GetWorkerConfigRequest, context: Ctx
+    ) -> worker_pb2.GetWorkerConfigResponse:
+        return worker_pb2.GetWorkerConfigResponse(
+            queue_url=self._settings.queue_url,
+            visibility_timeout=to_duration(self._settings.visibility_timeout_ms),
+        )
+
+    async def ReportResults(
+        self, request_iterator: AsyncIterator[worker_pb2.RunResult], context: Ctx
+    ) -> AsyncIterator[worker_pb2.ResultAck]:
+        """Results are recorded concurrently (bounded) and acknowledged as each completes, so
+        one slow write does not hold back the worker's other results."""
+        acks: asyncio.Queue[worker_pb2.ResultAck | None] = asyncio.Queue()
+        reader = asyncio.create_task(self._record_all(request_iterator, acks))
+        try:
+            while (ack := await acks.get()) is not None:
+                yield ack
+        finally:
+            reader.cancel()
+
+    async def _record_all(
+        self,
+        results: AsyncIterator[worker_pb2.RunResult],
+        acks: asyncio.Queue[worker_pb2.ResultAck | None],
+    ) -> None:
+        limit = asyncio.Semaphore(_RESULTS_IN_FLIGHT)
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            async for result in results:
+                await limit.acquire()
+                task = asyncio.create_task(self._record_one(result, acks))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+                task.add_done_callback(lambda _: limit.release())
+            if pending:
+                await asyncio.wait(pending)
+        finally:
+            acks.put_nowait(None)
+
+    async def _record_one(
+        self, result: worker_pb2.RunResult, acks: asyncio.Queue[worker_pb2.ResultAck | None]
+    ) -> None:
+        try:
+            report = self._report(result)
+            if report.kind is ResultKind.STARTED:
+                acks.put_nowait(await self._start(report))
+                return
+            await self._lc.record_result(report)
+            acks.put_nowait(worker_pb2.ResultAck(run_id=result.run_id))
+        except TikkError as exc:
+            log.warning("result %s not recorded: %s", result.run_id, exc)
+            acks.put_nowait(
+                worker_pb2.ResultAck(
+                    run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
+                )
+            )
+
+    async def _start(self, report: RunReport) -> worker_pb2.ResultAck:
+        """A worker's request to start an attempt that has a start timeout."""
+        if await self._lc.claim_start(report):
+            return worker_pb2.ResultAck(run_id=report.run_id)
+        return worker_pb2.ResultAck(
+            run_id=report.run_id,
+            code=numeric(grpc.StatusCode.FAILED_PRECONDITION),
+            message="the attempt's start timeout ran out: it was dead-lettered; do not run it",
+        )
+
+    def _report(self, r: worker_pb2.RunResult) -> RunReport:
+        if not r.run_id:
+            raise InvalidArgument("run_id", "must not be empty")
+        try:
+            kind = ResultKind(r.kind)
+        except ValueError:
+            raise InvalidArgument("kind", f"unknown result kind {r.kind}") from None
+        delivery = delivery_codec.from_proto(r.delivery, self._settings.shard_count)
+        return RunReport(
+            run_id=r.run_id,
+            entry=delivery.entry,
+            fired_ms=delivery.fired_ms,
+            kind=kind,
+            started_ms=validation.timestamp_ms(r.start_time, "start_time"),
+            finished_ms=validation.timestamp_ms(r.finish_time, "finish_time"),
+            worker_id=r.worker_id,
+            error_type=r.error_type,
+            error_message=r.error_message,
+            output=r.output,
+            retry_after_ms=r.retry_after.ToMilliseconds() if r.HasField("retry_after") else None,
+        )

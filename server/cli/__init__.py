@@ -1,0 +1,41 @@
+"""The ``tikk`` command line: run the processes, and talk to a server as a client.
+
+Exit codes: 0 ok, 1 the server refused the request, 2 bad usage, 3 server unreachable,
+4 the worker module could not be loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from server.cli import devtools, processes, queues, schedules, tasks
+from server.cli.options import EXIT_USAGE
+from tikk.errors import InvalidArgument
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tikk", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    # In this order in the help: the processes, the tools, then the client commands.
+    for commands in (processes, devtools, tasks, schedules, queues):
+        commands.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    logging.basicConfig(
+        level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except InvalidArgument as exc:
+        # A bad option value found while starting (a URL, an exporter): say which, no trace.
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return code

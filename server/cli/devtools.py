@@ -1,0 +1,138 @@
+"""``stack``, ``bench`` and ``bench-schedules``: tools for developing tikk.
+
+They run ``devtools.stack``, ``devtools.bench`` and ``devtools.bench_schedules``, which are not
+part of the installed package (they need ``infra/`` and the rest of the source checkout). A
+tikk installed from a checkout in editable mode finds them there; elsewhere these commands say
+so and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, backend_options, settings
+
+Command = Callable[[argparse.Namespace], int]
+# server/cli/devtools.py → the root of the checkout it comes from, if it is one.
+_CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def needs_checkout(command: str, example: str) -> str:
+    """What a devtools command says when it runs without the source checkout."""
+    return (
+        f"tikk {command}: this command needs the tikk source checkout (its devtools package "
+        f"is not part of the installed tikk); run it from the checkout, e.g. "
+        f"`.venv/bin/tikk {example}` there"
+    )
+
+
+def import_devtools(module: str) -> None:
+    """Import ``devtools.<module>``; when it is not on the path but the checkout this package
+    runs from has it (an editable install run as ``.venv/bin/tikk``), from there."""
+    name = f"devtools.{module}"
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        here = str(_CHECKOUT)
+        if exc.name not in ("devtools", name) or here in sys.path:
+            raise
+        if not (_CHECKOUT / "devtools" / "__init__.py").is_file():
+            raise
+        sys.path.append(here)
+        importlib.import_module(name)
+
+
+def _from_checkout(module: str, example: str, run: Command) -> Command:
+    """``run`` once ``devtools.<module>`` is imported; without it, exit code 2 and why."""
+
+    @functools.wraps(run)
+    def checked(args: argparse.Namespace) -> int:
+        try:
+            import_devtools(module)
+        except ModuleNotFoundError as exc:
+            if exc.name not in ("devtools", f"devtools.{module}"):
+                raise
+            print(needs_checkout(args.command, example), file=sys.stderr)
+            return EXIT_USAGE
+        return run(args)
+
+    return checked
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from devtools.bench import BenchConfig, print_results, run_one
+
+    results = []
+    for backend in args.backends.split(","):
+        cfg = BenchConfig(
+            backend, args.tasks, args.rate, args.stored, args.workers, args.dispatchers, args.shards
+        )
+        print(
+            f"bench: {backend}: {cfg.tasks} tasks at {cfg.rate:g}/s (+{cfg.stored} stored) ...",
+            flush=True,
+        )
+        results.append(run_one(cfg))
+        print_results(results[-1:])
+    print_results(results)
+    return EXIT_OK
+
+
+def _run_bench_schedules(args: argparse.Namespace) -> int:
+    from devtools.bench_schedules import print_result, run
+
+    print_result(asyncio.run(run(settings(args), args.schedules, args.lead)))
+    return EXIT_OK
+
+
+def _run_stack(args: argparse.Namespace) -> int:
+    from devtools import stack
+
+    try:
+        if args.action == "up":
+            stack.up(args.services or None, fresh=args.fresh)
+            print("\nbackend URLs for tikk:")
+            for name, url in stack.URLS.items():
+                print(f"  --{name.removesuffix('_url').replace('_', '-')} {url}")
+        elif args.action == "down":
+            stack.down()
+        else:
+            return EXIT_OK if stack.status() else EXIT_REFUSED
+    except stack.StackError as exc:
+        print(f"tikk stack: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """``bench``, ``bench-schedules`` and ``stack``."""
+    p = sub.add_parser("bench", help="measure ingest rate and fire lateness")
+    p.add_argument("--backends", default="embedded,stack", help="comma list: embedded, stack")
+    p.add_argument("--tasks", type=int, default=20_000)
+    p.add_argument("--rate", type=float, default=2_000.0, help="fires per second")
+    p.add_argument("--stored", type=int, default=0, help="extra tasks due tomorrow")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--dispatchers", type=int, default=2, help="stack only")
+    p.add_argument("--shards", type=int, default=64)
+    p.set_defaults(func=_from_checkout("bench", "bench", _run_bench))
+
+    p = sub.add_parser(
+        "bench-schedules", help="N schedules firing at one instant: step rate and lateness"
+    )
+    backend_options(p)
+    p.add_argument("--schedules", type=int, default=10_000)
+    p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
+    run = _from_checkout("bench_schedules", "bench-schedules", _run_bench_schedules)
+    p.set_defaults(func=run)
+
+    p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("services", nargs="*", help="cassandra, kafka, zookeeper (default: all)")
+    p.add_argument("--fresh", action="store_true", help="wipe the services' data first")
+    p.set_defaults(func=_from_checkout("stack", "stack up", _run_stack))

@@ -1,0 +1,91 @@
+"""What the sub-commands share: exit codes, value parsers, and option groups."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from datetime import UTC, datetime
+
+from tikk.settings import Settings, embedded_urls
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IMPORT = 0, 1, 2, 3, 4
+DEFAULT_SERVER = os.environ.get("TIKK_SERVER", "127.0.0.1:7070")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``250ms``, ``30s``, ``5m``, ``1h30m``, ``2d`` → milliseconds."""
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r} (e.g. 30s, 5m, 1h30m)")
+    return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+
+
+def parse_time_ms(text: str) -> int:
+    """An ISO-8601 instant; without an offset it is taken as UTC."""
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"bad time {text!r} (ISO-8601 expected)") from exc
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return int(value.timestamp() * 1000)
+
+
+def settings(args: argparse.Namespace) -> Settings:
+    """The settings of a process from its backend options (``backend_options``)."""
+    urls = embedded_urls(args.data_dir)
+    return Settings(
+        store_url=args.store or urls["store_url"],
+        history_url=args.history or urls["history_url"],
+        queue_url=args.queue or urls["queue_url"],
+        ownership_url=getattr(args, "ownership", None) or "",
+        ownership_session_timeout_ms=args.session_timeout,
+        shard_count=args.shards,
+        listen=getattr(args, "listen", "127.0.0.1:7070"),
+        visibility_timeout_ms=getattr(args, "visibility_timeout", 60_000),
+    )
+
+
+def backend_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-dir", default="data", help="where the embedded SQLite files live")
+    p.add_argument("--store", help="task store URL (default: sqlite under --data-dir)")
+    p.add_argument("--history", help="run history URL (default: sqlite under --data-dir)")
+    p.add_argument("--queue", help="ready queue URL (default: local:// under --data-dir)")
+    p.add_argument(
+        "--ownership",
+        help="shard ownership URL, e.g. zk://127.0.0.1:12181/tikk "
+        "(default: this process owns every shard)",
+    )
+    p.add_argument(
+        "--session-timeout",
+        type=parse_duration_ms,
+        default=10_000,
+        help="ZooKeeper session timeout of a dispatcher (e.g. 10s)",
+    )
+    p.add_argument("--shards", type=int, default=256, help="shard count (fixed per store)")
+    otel_option(p)
+
+
+def otel_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--otel",
+        default=os.environ.get("TIKK_OTEL", "off"),
+        metavar="EXPORTER",
+        help="OpenTelemetry export: off, console, console:PATH, otlp, otlp:URL "
+        "(default: $TIKK_OTEL or off)",
+    )
+
+
+def client_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", default=DEFAULT_SERVER, help="address of a tikk server")
+    p.add_argument("--namespace", default="", help="namespace (default: 'default')")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+
+
+def paging(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--page-token", default="")

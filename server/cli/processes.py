@@ -1,0 +1,247 @@
+"""The long-lived processes: ``dev``, ``server``, ``dispatcher``, ``worker``; and ``migrate``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from server.cli.options import (
+    DEFAULT_SERVER,
+    EXIT_IMPORT,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    backend_options,
+    otel_option,
+    parse_duration_ms,
+    settings,
+)
+from tikk.errors import TikkError
+from tikk.telemetry import Providers, open_telemetry
+
+if TYPE_CHECKING:
+    from worker_sdk import Worker
+
+_OUR_PACKAGES = {"tikk", "server", "dispatcher", "worker_sdk", "history"}
+
+
+def load_worker(target: str) -> Any:
+    """Import ``module:attribute``. The module is looked up after our own packages, so a
+    user's file cannot shadow tikk's, and a name that collides is refused clearly."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImportError(f"worker target must be MODULE:ATTRIBUTE, got {target!r}")
+    if module_name.split(".")[0] in _OUR_PACKAGES:
+        raise ImportError(f"worker module {module_name!r} collides with a tikk package name")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.append(cwd)
+    obj = getattr(importlib.import_module(module_name), attr, None)
+    from worker_sdk import Worker
+
+    if not isinstance(obj, Worker):
+        raise ImportError(f"{target} is not a worker_sdk.Worker")
+    return obj
+
+
+def _run_dev(args: argparse.Namespace) -> int:
+    return _serve(args, dispatcher=True)
+
+
+def _run_server(args: argparse.Namespace) -> int:
+    return _serve(args, dispatcher=False)
+
+
+def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
+    from server.runtime import install_stop_signals, serve
+
+    try:
+        workers = [load_worker(t) for t in args.worker]
+    except ImportError as exc:
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_IMPORT
+    config = settings(args)
+
+    telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
+    for worker in workers:
+        _trace_worker(worker, telemetry.providers)
+
+    def ready(port: int) -> None:
+        host = config.listen.rpartition(":")[0] or "127.0.0.1"
+        print(f"tikk {args.command} listening on {host}:{port}", flush=True)
+        print(f"  store {config.store_url}\n  queue {config.queue_url}", flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await serve(
+            config, stop, dispatcher=dispatcher, workers=workers, on_ready=ready,
+            telemetry=telemetry,
+        )  # fmt: skip
+
+    return _run_process(args.command, main, telemetry)
+
+
+def _run_process(name: str, main: Callable[[], Any], telemetry: Any) -> int:
+    """Run a long-lived process; a refusal at start-up (a store created with another shard
+    count, say) is one clear line and exit code 1, not a traceback."""
+    try:
+        asyncio.run(main())
+    except TikkError as exc:
+        print(f"tikk {name}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    finally:
+        telemetry.shutdown()
+    return EXIT_OK
+
+
+def _trace_worker(worker: Worker, providers: Providers | None) -> None:
+    """Give a worker without telemetry of its own the process's providers."""
+    from worker_sdk.telemetry import NoTelemetry, RunTelemetry
+
+    if providers is not None and type(worker.telemetry) is NoTelemetry:
+        worker.telemetry = RunTelemetry(providers.tracer_provider, providers.meter_provider)
+
+
+def _run_dispatcher(args: argparse.Namespace) -> int:
+    from server.runtime import install_stop_signals, run_dispatcher
+
+    telemetry = open_telemetry(args.otel, "tikk-dispatcher")
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        print("tikk dispatcher running", flush=True)
+        await run_dispatcher(settings(args), stop, telemetry=telemetry)
+
+    return _run_process("dispatcher", main, telemetry)
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    from server.runtime import install_stop_signals
+
+    try:
+        worker = load_worker(args.target)
+    except ImportError as exc:
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_IMPORT
+
+    def seconds(ms: int | None) -> float | None:
+        return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
+
+    try:
+        worker.set_failover(
+            session_timeout_s=seconds(args.session_timeout),
+            heartbeat_interval_s=seconds(args.heartbeat_interval),
+            report_timeout_s=seconds(args.report_timeout),
+        )
+    except ValueError as exc:
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+    telemetry = open_telemetry(args.otel, "tikk-worker")
+    _trace_worker(worker, telemetry.providers)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        done: int = await worker.run(args.server, burst=args.burst, stop=stop)
+        return done
+
+    try:
+        done = asyncio.run(main())
+    finally:
+        telemetry.shutdown()
+    print(f"tikk worker finished {done} runs", flush=True)
+    return EXIT_OK
+
+
+def _run_migrate(args: argparse.Namespace) -> int:
+    from server.wiring import migrate
+    from tikk.clock import SystemClock
+
+    try:
+        applied = migrate(settings(args), args.replication, SystemClock().now_ms())
+    except TikkError as exc:
+        print(f"tikk migrate: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    for step in applied:
+        print(f"applied {step}")
+    print("schema is up to date" if not applied else f"{len(applied)} step(s) applied")
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """``dev``, ``server``, ``dispatcher``, ``worker`` and ``migrate``."""
+    for name, fn, help_text in [
+        ("dev", _run_dev, "all in one: API server + dispatcher (+ workers), embedded"),
+        ("server", _run_server, "the API server"),
+    ]:
+        p = sub.add_parser(name, help=help_text)
+        backend_options(p)
+        p.add_argument("--listen", default="127.0.0.1:7070", help="host:port (port 0 = any)")
+        p.add_argument(
+            "--visibility-timeout",
+            type=parse_duration_ms,
+            default=60_000,
+            help="how long a worker may hold a task before redelivery (e.g. 60s)",
+        )
+        p.add_argument(
+            "--worker",
+            action="append",
+            default=[],
+            metavar="MODULE:ATTR",
+            help="also run this worker in-process (repeatable)",
+        )
+        p.set_defaults(func=fn)
+
+    p = sub.add_parser("dispatcher", help="a dispatcher: moves due tasks to the ready queue")
+    backend_options(p)
+    p.set_defaults(func=_run_dispatcher)
+    _worker_command(sub)
+    _migrate_command(sub)
+
+
+def _worker_command(sub: Any) -> None:
+    p = sub.add_parser("worker", help="run a worker_sdk.Worker")
+    p.add_argument("target", metavar="MODULE:ATTR")
+    p.add_argument("--server", default=DEFAULT_SERVER)
+    p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    p.add_argument(
+        "--session-timeout",
+        type=parse_duration_ms,
+        metavar="DURATION",
+        help="Kafka consumer-group session: a killed worker's partitions move after about "
+        "this long (default 6s, the brokers' minimum)",
+    )
+    p.add_argument(
+        "--heartbeat-interval",
+        type=parse_duration_ms,
+        metavar="DURATION",
+        help="Kafka consumer-group heartbeat, under a third of the session (default 1s)",
+    )
+    p.add_argument(
+        "--report-timeout",
+        type=parse_duration_ms,
+        metavar="DURATION",
+        help="results unacknowledged this long: stop consuming so others take over, "
+        "resume when the server acknowledges again (default 15s)",
+    )
+    otel_option(p)
+    p.set_defaults(func=_run_worker)
+
+
+def _migrate_command(sub: Any) -> None:
+    p = sub.add_parser("migrate", help="create or upgrade the Cassandra schema")
+    backend_options(p)
+    p.add_argument(
+        "--replication",
+        default="{'class': 'SimpleStrategy', 'replication_factor': 1}",
+        help="keyspace replication map (used when the keyspace is created)",
+    )
+    p.set_defaults(func=_run_migrate)
