@@ -108,8 +108,10 @@ SELECT_BY_QUEUE = (
     " AND task_id > ? LIMIT ?"
 )
 SET_STATE = "UPDATE tasks SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
-SET_STATE_DUE = (
+# Finishing a half-done move: conditional, like the move itself, so that one of the two wins.
+FINISH_MOVE = (
     "UPDATE tasks SET state = ?, due_ms = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+    " IF state = ? AND attempt = ? AND due_ms = ?"
 )
 SELECT_CURSOR = "SELECT second, epoch FROM cursors WHERE ring = 0 AND shard = ?"
 SELECT_CURSORS = "SELECT shard, second, epoch FROM cursors WHERE ring = 0"
@@ -365,31 +367,42 @@ class CassandraTaskStore:
 
         async def one(e: DueEntry) -> TaskState | None:
             async with limit:
-                rows = await self._db.execute(SELECT_TASK, [e.namespace, e.task_id])
-                if not rows:
-                    return None
-                t = rows[0]
-                if t.attempt != e.attempt:
-                    return None
-                if t.due_ms == e.due_ms and t.state == TaskState.SCHEDULED:
-                    await self._db.execute(
-                        SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
-                    )
-                elif t.due_ms < e.due_ms and t.state == TaskState.SCHEDULED:
-                    # A move half done (``move_due`` writes the new row before the task
-                    # row): finish it, or the task would be left with no row to fire it.
-                    await self._db.execute(SET_STATE_DUE, [
-                        int(TaskState.DISPATCHED), e.due_ms, now_ms, e.namespace, e.task_id,
-                    ])  # fmt: skip
-                elif t.due_ms != e.due_ms or t.state != TaskState.DISPATCHED:
-                    return None
-                if e.start_timeout_ms:
+                state = await self._claim(e, now_ms)
+                if state is not None and e.start_timeout_ms:
                     await self._db.execute(INSERT_DUE, due_values(e.start_deadline(), now_ms))
-                return TaskState(t.state)
+                return state
 
         states = await asyncio.gather(*(one(e) for e in entries))
         ready = [e for e, state in zip(entries, states, strict=True) if state is not None]
         return Claimed(ready, sum(state is TaskState.DISPATCHED for state in states))
+
+    async def _claim(self, e: DueEntry, now_ms: int) -> TaskState | None:
+        """Claim the task of row ``e`` (SCHEDULED → DISPATCHED); the state it was in, or None
+        if the row does not fire it."""
+        for _ in range(2):
+            rows = await self._db.execute(SELECT_TASK, [e.namespace, e.task_id])
+            if not rows or rows[0].attempt != e.attempt:
+                return None
+            t = rows[0]
+            if t.state == TaskState.DISPATCHED:
+                return TaskState.DISPATCHED if t.due_ms == e.due_ms else None
+            if t.state != TaskState.SCHEDULED or t.due_ms > e.due_ms:
+                return None
+            if t.due_ms == e.due_ms:
+                await self._db.execute(
+                    SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
+                )
+                return TaskState.SCHEDULED
+            # A move half done (``move_due`` writes the new row before the task row): finish
+            # it, or the task would be left with no row to fire it. The server may be
+            # finishing it at the same moment; if it won, read again and claim as usual.
+            done = await self._db.execute(FINISH_MOVE, [
+                int(TaskState.DISPATCHED), e.due_ms, now_ms, e.namespace, e.task_id,
+                int(TaskState.SCHEDULED), e.attempt, t.due_ms,
+            ])  # fmt: skip
+            if done and done[0][0]:
+                return TaskState.SCHEDULED
+        return None
 
     async def claim_start(self, entry: DueEntry, now_ms: int) -> bool:
         return await self._claim_start(entry, "started", now_ms)
