@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,8 @@ try:
     )
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
+
+log = logging.getLogger("tikk.dispatcher")
 
 # A topic creation or backlog read that takes longer fails, rather than holding up a create.
 _REQUEST_TIMEOUT_S = 10.0
@@ -136,10 +139,16 @@ class KafkaReadyQueue:
         return self._config
 
     async def start(self) -> None:
+        """Connect now if Kafka answers. A Kafka that does not is no reason to refuse to
+        start (a server restarted during a Kafka outage must still answer, UNAVAILABLE for
+        what needs the queue): each call connects again until it does."""
         self._started = True
-        with _unavailable("start"):
-            await self._admin_client()
-            await self._producer_client()
+        try:
+            with _unavailable("start"):
+                await self._admin_client()
+                await self._producer_client()
+        except BackendUnavailable as exc:
+            log.warning("Kafka is not reachable yet (%s); connecting again on use", exc)
 
     async def prepare(self, queues: Collection[str]) -> None:
         c = self._config
