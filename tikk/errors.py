@@ -50,6 +50,11 @@ class Conflict(TikkError):
     (a schedule's ``expected_version`` no longer matches). Read again and retry."""
 
 
+class ResourceExhausted(TikkError):
+    """The request is over a limit of the service (items per stream or batch); the message
+    names the limit and what to do instead."""
+
+
 class StaleOwner(TikkError):
     """An owner presented a fencing epoch older than the one recorded for the shard."""
 

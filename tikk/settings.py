@@ -30,6 +30,11 @@ class Limits:
     min_schedule_interval_ms: int = 1_000
     max_fires_per_day: int = 86_400
     max_preview: int = 1_000
+    # Bulk loads: CreateTasks answers a whole stream with one message, so it is capped; an
+    # ImportTasks batch is answered by one message too, and a stream holds a few in flight.
+    max_create_tasks_per_stream: int = 100_000
+    max_import_batch: int = 5_000
+    import_window: int = 4
     default_retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 

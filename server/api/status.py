@@ -17,6 +17,7 @@ from tikk.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    ResourceExhausted,
     StaleOwner,
     TikkError,
 )
@@ -29,6 +30,7 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
     (Conflict, grpc.StatusCode.ABORTED),
+    (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StaleOwner, grpc.StatusCode.ABORTED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
 ]

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 from dispatcher.ready_queue import QueueBacklog
 from server.api import validation
+from server.api.imports import answer_in_order, import_batch
 from server.api.messages import task_to_proto
 from server.api.status import Ctx, code_of, maps_errors, numeric
 from server.results import Lifecycle
-from tikk.errors import InvalidArgument, TikkError
+from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import Task
 from tikk.paging import decode_token, encode_token, page_size
 from tikk.settings import Settings
@@ -52,22 +53,38 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         self, request_iterator: AsyncIterator[tasks_pb2.CreateTasksRequest], context: Ctx
     ) -> tasks_pb2.CreateTasksResponse:
         response = tasks_pb2.CreateTasksResponse()
-        index = 0
+        index, cap = 0, self._settings.limits.max_create_tasks_per_stream
         try:
             # One span for the stream: every task it creates joins that span's trace.
             with self._span("CreateTasks", context) as trace:
                 async for chunk in request_iterator:
-                    await self._create_chunk(chunk, index, response, trace)
-                    index += len(chunk.tasks)
+                    items = chunk.tasks[: max(0, cap - index)]
+                    await self._create_chunk(items, index, response, trace)
+                    index += len(items)
+                    if len(items) < len(chunk.tasks):
+                        _item(response, index, _over_stream_cap(cap, index), "")
+                        break
         except TikkError as exc:
             # A backend failure mid-stream: everything before this chunk is stored and was
             # counted; report the failure rather than a partial success.
             await context.abort(code_of(exc), f"after {index} items: {exc}")
         return response
 
+    async def ImportTasks(
+        self, request_iterator: AsyncIterator[tasks_pb2.ImportTasksRequest], context: Ctx
+    ) -> AsyncIterator[tasks_pb2.ImportTasksResponse]:
+        limits = self._settings.limits
+        with self._span("ImportTasks", context) as trace:
+
+            async def one(batch: tasks_pb2.ImportTasksRequest) -> tasks_pb2.ImportTasksResponse:
+                return await import_batch(batch, limits.max_import_batch, self._create_chunk, trace)
+
+            async for answer in answer_in_order(request_iterator, one, limits.import_window):
+                yield answer
+
     async def _create_chunk(
         self,
-        chunk: tasks_pb2.CreateTasksRequest,
+        chunk: Sequence[tasks_pb2.CreateTaskRequest],
         first: int,
         out: tasks_pb2.CreateTasksResponse,
         trace: dict[str, str],
@@ -75,7 +92,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         # Requests without an id get fresh server-assigned ones, which need no existence check.
         given: list[tuple[int, Task]] = []
         assigned: list[tuple[int, Task]] = []
-        for offset, req in enumerate(chunk.tasks):
+        for offset, req in enumerate(chunk):
             try:
                 task = self._validate(req, trace)
                 (given if req.task_id else assigned).append((first + offset, task))
@@ -189,3 +206,10 @@ def _item(out: tasks_pb2.CreateTasksResponse, index: int, exc: TikkError, task_i
         )
     )
     out.rejected += 1
+
+
+def _over_stream_cap(cap: int, index: int) -> TikkError:
+    return ResourceExhausted(
+        f"CreateTasks takes at most {cap:,} items per stream; item {index} and any after it "
+        "were not read: send them again, or use ImportTasks for loads of any size"
+    )

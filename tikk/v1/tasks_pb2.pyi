@@ -158,6 +158,30 @@ class CreateTasksResponse(_message.Message):
     rejected: int
     def __init__(self, results: _Optional[_Iterable[_Union[CreateTasksItemResult, _Mapping]]] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ...) -> None: ...
 
+class ImportTasksRequest(_message.Message):
+    __slots__ = ("tasks", "batch_id")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[CreateTaskRequest]
+    batch_id: int
+    def __init__(self, tasks: _Optional[_Iterable[_Union[CreateTaskRequest, _Mapping]]] = ..., batch_id: _Optional[int] = ...) -> None: ...
+
+class ImportTasksResponse(_message.Message):
+    __slots__ = ("batch_id", "results", "accepted", "rejected", "code", "message")
+    BATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REJECTED_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    batch_id: int
+    results: _containers.RepeatedCompositeFieldContainer[CreateTasksItemResult]
+    accepted: int
+    rejected: int
+    code: int
+    message: str
+    def __init__(self, batch_id: _Optional[int] = ..., results: _Optional[_Iterable[_Union[CreateTasksItemResult, _Mapping]]] = ..., accepted: _Optional[int] = ..., rejected: _Optional[int] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class GetTaskRequest(_message.Message):
     __slots__ = ("namespace", "task_id")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

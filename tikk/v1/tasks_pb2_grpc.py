@@ -44,6 +44,11 @@ class TaskServiceStub:
                 request_serializer=tikk_dot_v1_dot_tasks__pb2.CreateTasksRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_tasks__pb2.CreateTasksResponse.FromString,
                 _registered_method=True)
+        self.ImportTasks = channel.stream_stream(
+                '/tikk.v1.TaskService/ImportTasks',
+                request_serializer=tikk_dot_v1_dot_tasks__pb2.ImportTasksRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_tasks__pb2.ImportTasksResponse.FromString,
+                _registered_method=True)
         self.GetTask = channel.unary_unary(
                 '/tikk.v1.TaskService/GetTask',
                 request_serializer=tikk_dot_v1_dot_tasks__pb2.GetTaskRequest.SerializeToString,
@@ -76,7 +81,19 @@ class TaskServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateTasks(self, request_iterator, context):
-        """Bulk load: every item gets a result, failures are reported per item and never dropped.
+        """Bulk load for small loads: every item gets a result, failures are reported per item and
+        never dropped. At most 100,000 items per stream: the item past that is refused with
+        RESOURCE_EXHAUSTED and nothing after it is read (use ImportTasks for more).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportTasks(self, request_iterator, context):
+        """Bulk import of any size: the server answers each batch as soon as it is durable and reads
+        the next batches only as fast as the store takes them (at most a few batches in flight),
+        so a fast client is paced by the store. A broken stream loses nothing: a batch that got no
+        answer may be sent again (with client task ids it creates nothing twice).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -123,6 +140,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.CreateTasks,
                     request_deserializer=tikk_dot_v1_dot_tasks__pb2.CreateTasksRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_tasks__pb2.CreateTasksResponse.SerializeToString,
+            ),
+            'ImportTasks': grpc.stream_stream_rpc_method_handler(
+                    servicer.ImportTasks,
+                    request_deserializer=tikk_dot_v1_dot_tasks__pb2.ImportTasksRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_tasks__pb2.ImportTasksResponse.SerializeToString,
             ),
             'GetTask': grpc.unary_unary_rpc_method_handler(
                     servicer.GetTask,
@@ -199,6 +221,33 @@ class TaskService:
             '/tikk.v1.TaskService/CreateTasks',
             tikk_dot_v1_dot_tasks__pb2.CreateTasksRequest.SerializeToString,
             tikk_dot_v1_dot_tasks__pb2.CreateTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportTasks(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tikk.v1.TaskService/ImportTasks',
+            tikk_dot_v1_dot_tasks__pb2.ImportTasksRequest.SerializeToString,
+            tikk_dot_v1_dot_tasks__pb2.ImportTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,
