@@ -1,4 +1,4 @@
-"""``task`` (create, get, cancel, list) and ``runs`` (a task's or a queue's run history)."""
+"""``task`` (create, get, cancel, list, import) and ``runs`` (a task's or a queue's run history)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from server.cli import imports
 from server.cli.client import client, lines, show, task_line, ts
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
 from tikk.timestamps import to_duration, to_timestamp
@@ -146,6 +147,7 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
         "--state", choices=["scheduled", "dispatched", "succeeded", "dead_lettered", "cancelled"]
     )
     p.set_defaults(func=client(_task_list))
+    imports.register(sub)
 
 
 def _run_commands(parent: argparse.ArgumentParser) -> None:

@@ -105,3 +105,28 @@ def test_cli_errors_have_exit_codes(split: tuple[str, Path]) -> None:
     )
     assert cancel["task"]["state"] == "TASK_STATE_SCHEDULED"
     assert tikk_json(address, "task", "cancel", "later")["state"] == "TASK_STATE_CANCELLED"
+
+
+def test_import_a_file_with_rejects_then_again_without_creating_twice(
+    split: tuple[str, Path],
+) -> None:
+    address, tmp = split
+    source, rejects = tmp / "tasks.jsonl", tmp / "rejects.jsonl"
+    rows = [json.dumps({"task_id": f"imp-{i}", "queue": "later", "handler": "record",
+                        "run_at": "2030-01-01T00:00:00Z"}) for i in range(2_500)]  # fmt: skip
+    rows[10] = "{not json"
+    rows[1_500] = json.dumps({"task_id": "bad-queue", "queue": "a.b", "handler": "record"})
+    source.write_text("\n".join(rows) + "\n")
+    args = ["task", "import", str(source), "--batch-size", "1000", "--rejects", str(rejects)]
+    done = tikk(address, *args)
+    assert done.returncode == 0, done.stderr
+    assert "2,498 accepted (2,498 created), 2 rejected" in done.stdout
+    refused = [json.loads(line) for line in rejects.read_text().splitlines()]
+    assert [(r["line"], r["code"]) for r in refused] == [
+        (11, "INVALID_ARGUMENT"), (1501, "INVALID_ARGUMENT"),
+    ]  # fmt: skip
+    again = tikk(address, *args, "--skip", "2000")
+    assert again.returncode == 0, again.stderr
+    assert "500 accepted (0 created), 0 rejected" in again.stdout
+    listed = tikk_json(address, "task", "list", "--queue", "later", "--limit", "1000")
+    assert len(listed["tasks"]) == 1000
