@@ -80,9 +80,10 @@ def _wait_port(log: Path, proc: subprocess.Popen[bytes], timeout: float = 60) ->
 
 def _requests(
     n: int, first_due: int, rate: float, queue: str
-) -> Iterator[tasks_pb2.CreateTasksRequest]:
+) -> Iterator[tasks_pb2.ImportTasksRequest]:
     for start in range(0, n, _CHUNK):
-        yield tasks_pb2.CreateTasksRequest(
+        yield tasks_pb2.ImportTasksRequest(
+            batch_id=start,
             tasks=[
                 tasks_pb2.CreateTaskRequest(
                     queue=queue,
@@ -90,14 +91,14 @@ def _requests(
                     run_at=to_timestamp(first_due + int(i * 1000 / rate)),
                 )
                 for i in range(start, min(n, start + _CHUNK))
-            ]
+            ],
         )
 
 
 def _ingest(
     address: str, n: int, *, first_due: int, rate: float, queue: str, streams: int = 4
 ) -> float:
-    """Load ``n`` tasks over ``streams`` concurrent client streams; returns tasks/s."""
+    """Load ``n`` tasks over ``streams`` concurrent ``ImportTasks`` streams; returns tasks/s."""
     share = [n // streams + (1 if i < n % streams else 0) for i in range(streams)]
     errors: list[BaseException] = []
 
@@ -108,9 +109,9 @@ def _ingest(
             try:
                 due = first_due + int(offset * 1000 / rate)
                 gen = _requests(share[index], due, rate, queue)
-                resp = stub.CreateTasks(gen, timeout=3600)
-                if resp.rejected:
-                    errors.append(RuntimeError(f"{resp.rejected} tasks rejected"))
+                for answer in stub.ImportTasks(gen, timeout=3600):
+                    if answer.code or answer.rejected:
+                        errors.append(RuntimeError(f"batch {answer.batch_id} refused in part"))
             except grpc.RpcError as exc:
                 errors.append(exc)
 
