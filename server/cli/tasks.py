@@ -9,8 +9,8 @@ from typing import Any
 
 import grpc
 
-from server.cli import imports
 from server.cli.client import client, lines, show, task_line, ts
+from server.cli.imports import register as register_import
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
@@ -147,7 +147,7 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
         "--state", choices=["scheduled", "dispatched", "succeeded", "dead_lettered", "cancelled"]
     )
     p.set_defaults(func=client(_task_list))
-    imports.register(sub)
+    register_import(sub)
 
 
 def _run_commands(parent: argparse.ArgumentParser) -> None:
