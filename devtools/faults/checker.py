@@ -393,9 +393,10 @@ def recovery(
     for kind in sorted(by_kind, key=str):
         windows = by_kind[kind]
         resumes = [r for w in windows if (r := _resume_ms(times, w)) is not None]
-        delays = [d for w in windows if (d := _worst_delay(firsts, w, after_ms)) is not None]
+        worst = {id(w): _worst_delay(firsts, w, after_ms) for w in windows}
+        delays = [d for d in worst.values() if d is not None]
         alone = [w for w in windows if _isolated(w, faults, after_ms)]
-        alone_delays = [d for w in alone if (d := _worst_delay(firsts, w, after_ms)) is not None]
+        alone_delays = [d for w in alone if (d := worst[id(w)]) is not None]
         again = [d for w in windows for d in _redeliveries(starts, w)]
         catch_ups = [c for w in windows if (c := _catch_up(firsts, w, after_ms)) is not None]
         out.append(
