@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,7 @@ from server.wiring import (
     build,
     open_backends,
 )
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
 from tikk.errors import InvalidArgument
 from tikk.settings import Settings
 from tikk.store.cassandra.schedules import CassandraScheduleStore
@@ -56,3 +59,28 @@ async def test_construction_opens_nothing_and_start_opens_the_files(tmp_path: Pa
         assert backends.store.shard_count == settings.shard_count
     finally:
         await backends.close()
+
+
+class CountingSession(CassandraSession):
+    """The session's sharing, with the driver's blocking connect and shutdown counted."""
+
+    connects = shutdowns = 0
+
+    def connect(self) -> None:
+        time.sleep(0.05)  # long enough for a second start to arrive meanwhile
+        self.connects += 1
+        self._session = object()
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+        self._session = None
+
+
+async def test_a_shared_session_connects_once_and_shuts_down_with_its_last_user() -> None:
+    session = CountingSession(CassandraConfig.from_url("cassandra://127.0.0.1:1/ks"))
+    await asyncio.gather(session.start(), session.start())
+    assert session.connects == 1
+    await session.close()
+    assert session.shutdowns == 0
+    await session.close()
+    assert session.shutdowns == 1

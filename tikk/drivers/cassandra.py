@@ -80,12 +80,15 @@ class CassandraSession:
         self._session: Session | None = None
         self._prepared: dict[str, PreparedStatement] = {}
         self._users = 0
+        # Backends of one process may start at once; only the first connects.
+        self._starting = asyncio.Lock()
 
     async def start(self) -> None:
         """Connect on the first call; later calls only count another user."""
-        if self._users == 0 and self._session is None:
-            await asyncio.to_thread(self.connect)
-        self._users += 1
+        async with self._starting:
+            if self._session is None:
+                await asyncio.to_thread(self.connect)
+            self._users += 1
 
     async def close(self) -> None:
         """Shut the session down when its last user closes it."""
