@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -144,6 +145,41 @@ class CassandraSession:
         rows = await self._run(batch)
         return bool(rows[0][0]) if rows else True
 
+    def bind(self, cql: str, params: Sequence[Any]) -> Any:
+        """A bound statement, for ``execute_many``."""
+        return self.prepare(cql).bind(params)
+
+    def partition_batches(self, rows: Iterable[PartitionRow]) -> list[Any]:
+        """Unlogged batches, one or more per partition, of ``rows`` (each names its
+        partition): a batch whose rows share a partition is one mutation on one replica set,
+        the cheapest way to write them. Split below Cassandra's default batch size limit."""
+        groups: dict[Hashable, list[PartitionRow]] = {}
+        for row in rows:
+            groups.setdefault(row.partition, []).append(row)
+        out: list[Any] = []
+        for group in groups.values():
+            batch, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+            for row in group:
+                if size and size + row.size > BATCH_BYTES:
+                    out.append(batch)
+                    batch, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0
+                batch.add(self.prepare(row.cql), row.params)
+                size += row.size
+            out.append(batch)
+        return out
+
+    async def execute_many(self, statements: Sequence[Any], window: int = 256) -> list[list[Any]]:
+        """Run ``statements`` (bound or batches) with at most ``window`` in flight; the rows
+        of each, in order. Each next request is sent from the driver's own callback and the
+        event loop wakes once for the lot, which is most of what a statement costs here.
+        Raises ``BackendUnavailable`` for the first failure, once every statement settled."""
+        if not statements:
+            return []
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[list[list[Any]]] = loop.create_future()
+        _Chain(self.session, statements, window, loop, done).start()
+        return await done
+
     async def _run(self, statement: Any) -> list[Any]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[Any]] = loop.create_future()
@@ -169,6 +205,106 @@ class CassandraSession:
         """Blocking shutdown of the driver's connections and threads."""
         self._session = None
         self._cluster.shutdown()
+
+
+# Bytes of the rows of one unlogged batch: under the 50 KiB Cassandra refuses by default.
+BATCH_BYTES = 40_000
+
+
+@dataclass(frozen=True)
+class PartitionRow:
+    """One write for ``partition_batches``: its partition key, statement and an estimate of
+    its size in bytes."""
+
+    partition: Hashable
+    cql: str
+    params: Sequence[Any]
+    size: int
+
+
+class _Chain:
+    """``execute_many``'s state, shared by the event loop thread that starts it and the
+    driver threads whose callbacks settle statements and send the next ones."""
+
+    def __init__(
+        self,
+        session: Session,
+        statements: Sequence[Any],
+        window: int,
+        loop: asyncio.AbstractEventLoop,
+        done: asyncio.Future[list[list[Any]]],
+    ) -> None:
+        self._session = session
+        self._todo = iter(enumerate(statements))
+        self._results: list[list[Any]] = [[] for _ in statements]
+        self._left = len(statements)
+        self._error: BaseException | None = None
+        self._loop, self._done = loop, done
+        self._lock = threading.Lock()
+        self._owed = min(window, len(statements))  # sends owed to free slots
+        self._sending = False
+
+    def start(self) -> None:
+        self._send_owed()
+
+    def _send_owed(self) -> None:
+        """Send one statement per owed slot. Only one thread sends at a time: a callback that
+        runs inside ``execute_async`` (a result that was already there) only adds to the debt,
+        so the stack never grows with the number of statements."""
+        with self._lock:
+            if self._sending:
+                return
+            self._sending = True
+        while True:
+            with self._lock:
+                item = next(self._todo, None) if self._owed else None
+                if item is None:
+                    self._sending = False
+                    return
+                self._owed -= 1
+            self._send(*item)
+
+    def _send(self, index: int, statement: Any) -> None:
+        try:
+            future = self._session.execute_async(statement)
+        except Exception as exc:  # the driver refused it outright (e.g. no connection)
+            self._settle(index, exc)
+            return
+        future.add_callbacks(
+            self._on_rows, self._on_error, callback_args=(index, future), errback_args=(index,)
+        )
+
+    def _on_rows(self, rows: Any, index: int, future: Any) -> None:
+        self._results[index].extend(rows or ())
+        if future.has_more_pages:
+            future.start_fetching_next_page()
+        else:
+            self._settle(index, None)
+
+    def _on_error(self, exc: BaseException, index: int) -> None:
+        self._settle(index, exc)
+
+    def _settle(self, index: int, exc: BaseException | None) -> None:
+        with self._lock:
+            if exc is not None and self._error is None:
+                self._error = exc
+            self._left -= 1
+            self._owed += 1
+            last = self._left == 0
+        if last:
+            self._loop.call_soon_threadsafe(self._finish)
+        else:
+            self._send_owed()
+
+    def _finish(self) -> None:
+        if self._done.done():
+            return
+        if self._error is not None:
+            err = BackendUnavailable(f"cassandra: {self._error}")
+            err.__cause__ = self._error
+            self._done.set_exception(err)
+        else:
+            self._done.set_result(self._results)
 
 
 # Where a statement names a table: DML, and the two forms of DDL migrations use.

@@ -6,11 +6,13 @@ minute) and clustered by (second, task key), ``cursors`` with the owner's fencin
 FILTERING, no secondary indexes.
 
 Consistency without Paxos on the hot path: a task with a client-chosen id is created with a
-lightweight transaction (``IF NOT EXISTS``, which gives idempotent create and ALREADY_EXISTS)
-and then its due row; server-assigned ids are unique and go in one logged batch. A create is
-whole or invisible: if a process dies between the two writes of a client-id create, the RPC
-never returned OK, the half-written task is not found by any read or listing, and the
-client's retry (same id, same content) completes it. Cancel is refused within
+lightweight transaction (``IF NOT EXISTS``, which gives idempotent create and ALREADY_EXISTS),
+then its due row and listing, then a mark that makes it visible; server-assigned ids are
+unique and need no transaction. Creates are written many at a time: task rows concurrently,
+the rows that point at them in one unlogged batch per partition. A create is whole or
+invisible: if a process dies between the writes of a client-id create, the RPC never
+returned OK, the half-written task is not found by any read or listing, and the client's
+retry (same id, same content) completes it. Cancel is refused within
 ``cancel_fence_ms`` of the due time: the dispatcher checks the task row when it fires, and a
 cancel acknowledged at least that long before is visible to that read, whereas a closer one
 might race it without a consensus round per fire.
@@ -20,10 +22,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
-from tikk.drivers.cassandra import CassandraSession
+from tikk.drivers.cassandra import CassandraSession, PartitionRow
 from tikk.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -60,10 +63,10 @@ CREATE_TASK = (
     f"INSERT INTO tasks ({_TASK_COLS}, create_pending) VALUES ({_MARKS}, true)"
     " IF NOT EXISTS USING TTL ?"
 )
-# The same first write for an id the server assigned (fresh, so no transaction is needed).
-CREATE_NEW_TASK = (
-    f"INSERT INTO tasks ({_TASK_COLS}, create_pending) VALUES ({_MARKS}, true) USING TTL ?"
-)
+# An id the server assigned is fresh and nobody knows it before the create returns, so its
+# task row needs neither a transaction nor the marks: a create that dies before its due row
+# leaves a row no listing shows and no client can name, which its TTL removes.
+CREATE_NEW_TASK = f"INSERT INTO tasks ({_TASK_COLS}) VALUES ({_MARKS}) USING TTL ?"
 COMPLETE_CREATE = (
     "UPDATE tasks USING TTL ? SET create_done = true WHERE namespace = ? AND task_id = ?"
 )
@@ -211,54 +214,45 @@ class CassandraTaskStore:
         await self._db.start()
 
     async def create(self, task: Task) -> tuple[Task, bool]:
-        ttl = _ttl_after(task.due_ms, task.created_ms, TASK_RETENTION_S)
-        rows = await self._db.execute(CREATE_TASK, [*task_values(task), ttl])
-        if not rows or rows[0][0]:
-            await self._complete_create(task, ttl)
-            return task, True
-        existing = _task_from_row(rows[0])
-        if existing.fingerprint != task.fingerprint:
-            half = " by a create that was interrupted" if _half_written(rows[0]) else ""
-            raise AlreadyExists(
-                f"task {task.task_id!r} already exists in namespace {task.namespace!r} with "
-                f"different content{half}"
-            )
-        if _half_written(rows[0]):
-            # The same create, retried after it died between its two writes: finish it.
-            await self._complete_create(existing, ttl)
-        return existing, False
-
-    async def _complete_create(self, task: Task, ttl: int) -> None:
-        """The second write of a create: due row, listing and the mark that makes it whole."""
-        await self._db.execute_batch([
-            (INSERT_DUE, due_values(task.entry(), task.created_ms)),
-            _listing_write(task, ttl),
-            (COMPLETE_CREATE, [ttl, task.namespace, task.task_id]),
-        ])  # fmt: skip
+        [outcome] = await self.create_many([task])
+        if isinstance(outcome, TikkError):
+            raise outcome
+        return outcome
 
     async def create_many(
         self, tasks: Sequence[Task], *, new_ids: bool = False
     ) -> list[tuple[Task, bool] | TikkError]:
-        limit = asyncio.Semaphore(_WINDOW)
+        """Task rows first, each in its own partition, all in flight at once; then the rows
+        that point at them (due index, listing) in one unlogged batch per partition. A
+        dispatcher that read a due row whose task it could not find yet would take it for a
+        stale row and drop it, so no pointer is written before its task row is durable."""
+        if new_ids:
+            rows = [self._db.bind(CREATE_NEW_TASK, [*task_values(t), _task_ttl(t)]) for t in tasks]
+            await self._db.execute_many(rows)
+            await self._write_pointers(tasks)
+            return [(t, True) for t in tasks]
+        inserts = [self._db.bind(CREATE_TASK, [*task_values(t), _task_ttl(t)]) for t in tasks]
+        answers = await self._db.execute_many(inserts)
+        outcomes = [_create_outcome(t, rows) for t, rows in zip(tasks, answers, strict=True)]
+        unfinished = [o.task for o in outcomes if isinstance(o, _Unfinished)]
+        await self._write_pointers(unfinished)
+        await self._db.execute_many([
+            self._db.bind(COMPLETE_CREATE, [_task_ttl(t), t.namespace, t.task_id])
+            for t in unfinished
+        ])  # fmt: skip
+        return [o.outcome() if isinstance(o, _Unfinished) else o for o in outcomes]
 
-        async def one(task: Task) -> tuple[Task, bool] | TikkError:
-            async with limit:
-                try:
-                    return await (self._create_new(task) if new_ids else self.create(task))
-                except AlreadyExists as exc:
-                    return exc
-
-        return list(await asyncio.gather(*(one(t) for t in tasks)))
-
-    async def _create_new(self, task: Task) -> tuple[Task, bool]:
-        """A task whose id is known to be fresh: no transaction, but the same two writes. The
-        task row is durable before its due row exists: a dispatcher that read a due row whose
-        task it could not find yet would take it for a stale row and drop it (a logged batch
-        applies its partitions in no guaranteed order, so one batch is not enough)."""
-        ttl = _ttl_after(task.due_ms, task.created_ms, TASK_RETENTION_S)
-        await self._db.execute(CREATE_NEW_TASK, [*task_values(task), ttl])
-        await self._complete_create(task, ttl)
-        return task, True
+    async def _write_pointers(self, tasks: Sequence[Task]) -> None:
+        """The due-index and listing rows of new tasks, batched by partition."""
+        rows: list[PartitionRow] = []
+        for t in tasks:
+            entry = t.entry()
+            due = (t.shard, minute_of_second(entry.second))
+            due_row = due_values(entry, t.created_ms)
+            rows.append(PartitionRow(("due", *due), INSERT_DUE, due_row, _row_bytes(t)))
+            cql, params = _listing_write(t, _task_ttl(t))
+            rows.append(PartitionRow(("listing", t.namespace, t.queue, t.shard), cql, params, 64))
+        await self._db.execute_many(self._db.partition_batches(rows))
 
     async def get(self, namespace: str, task_id: str) -> Task:
         rows = await self._db.execute(SELECT_TASK, [namespace, task_id])
@@ -494,7 +488,7 @@ class CassandraTaskStore:
             )
         again = task.evolve(state=TaskState.SCHEDULED, attempt=1, due_ms=now_ms, updated_ms=now_ms)
         # The task row first (and only from the state read: two re-drives move it once), then
-        # the rows that point at it, for the reason given in _create_new.
+        # the rows that point at it, for the reason given in create_many.
         if not await self._update_if(again, task, now_ms):
             raise FailedPrecondition(f"task {task_id!r} changed while it was re-driven; retry")
         ttl = _ttl_after(again.due_ms, now_ms, TASK_RETENTION_S)
@@ -547,6 +541,46 @@ class CassandraTaskStore:
 
     async def close(self) -> None:
         await self._db.close()
+
+
+@dataclass(frozen=True)
+class _Unfinished:
+    """A create whose task row is written (now, or by an earlier try that died before its
+    other rows): its pointers and completion mark are still to write."""
+
+    task: Task
+    created: bool
+
+    def outcome(self) -> tuple[Task, bool]:
+        return self.task, self.created
+
+
+def _create_outcome(task: Task, rows: list[Any]) -> tuple[Task, bool] | TikkError | _Unfinished:
+    """What the conditional insert of ``task`` found: nothing (created), the same task (done,
+    or half-written by an interrupted try of the same create), or another task."""
+    if not rows or rows[0][0]:
+        return _Unfinished(task, True)
+    existing = _task_from_row(rows[0])
+    half = _half_written(rows[0])
+    if existing.fingerprint != task.fingerprint:
+        by = " by a create that was interrupted" if half else ""
+        return AlreadyExists(
+            f"task {task.task_id!r} already exists in namespace {task.namespace!r} with "
+            f"different content{by}"
+        )
+    return _Unfinished(existing, False) if half else (existing, False)
+
+
+def _task_ttl(t: Task) -> int:
+    return _ttl_after(t.due_ms, t.created_ms, TASK_RETENTION_S)
+
+
+def _row_bytes(t: Task) -> int:
+    """About what a task's due row weighs in a batch (fixed columns plus the variable ones)."""
+    labels = sum(len(k) + len(v) for k, v in t.labels.items())
+    trace = sum(len(k) + len(v) for k, v in t.trace_context.items())
+    variable = len(t.task_id) * 2 + len(t.queue) + len(t.handler) + len(t.schedule_id)
+    return 160 + len(t.payload) + labels + trace + variable
 
 
 def _half_written(row: Any) -> bool:
