@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from history.run_history import OccurrenceQuery, RunQuery
-from tikk.drivers.cassandra import CassandraSession, Migration
+from tikk.drivers.cassandra import CassandraSession, Migration, PartitionRow
 from tikk.errors import NotFound
 from tikk.model import Page, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
@@ -118,17 +118,24 @@ class CassandraRunHistory:
         await self._db.start()
 
     async def append(self, record: RunRecord) -> None:
-        values = _values(record)
-        # Unlogged: the three rows are idempotent copies, and a run is acknowledged to the
-        # worker only after this returns, so a partial write is repeated, never lost.
-        await self._db.execute_batch(
-            [
-                (INSERT_RUN, values),
-                (INSERT_BY_TASK, values),
-                (INSERT_BY_QUEUE, [*values, record.finished_ms // _HOUR_MS]),
-            ],
-            logged=False,
-        )  # fmt: skip
+        await self.append_many([record])
+
+    async def append_many(self, records: Sequence[RunRecord]) -> None:
+        # Unlogged: the three rows of a run are idempotent copies, and a run is acknowledged
+        # to the worker only after this returns, so a partial write is repeated, never lost.
+        # The rows of one queue and hour share a partition and go in one batch.
+        rows: list[PartitionRow] = []
+        for r in records:
+            values, size = _values(r), 200 + len(r.output) + len(r.error_message)
+            hour = r.finished_ms // _HOUR_MS
+            rows += [
+                PartitionRow(("run", r.namespace, r.run_id), INSERT_RUN, values, size),
+                PartitionRow(("task", r.namespace, r.task_id), INSERT_BY_TASK, values, size),
+                PartitionRow(
+                    ("queue", r.namespace, r.queue, hour), INSERT_BY_QUEUE, [*values, hour], size
+                ),
+            ]
+        await self._db.execute_many(self._db.partition_batches(rows))
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         rows = await self._db.execute(SELECT_RUN, [namespace, run_id])

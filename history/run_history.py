@@ -44,6 +44,12 @@ class RunHistory(Protocol):
         (e.g. after a lost acknowledgement) is stored once."""
         ...
 
+    async def append_many(self, records: Sequence[RunRecord]) -> None:
+        """``append`` for each record, written together (a worker's results arrive in
+        bursts). Either every record is stored when this returns, or it raises and may have
+        stored some: appending them again is harmless."""
+        ...
+
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         """One run; raises ``NotFound``."""
         ...

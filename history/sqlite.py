@@ -90,8 +90,17 @@ class SqliteRunHistory:
         self._db = SqliteRunner(path, SCHEMA)
 
     async def append(self, record: RunRecord) -> None:
+        await self.append_many([record])
+
+    async def append_many(self, records: Sequence[RunRecord]) -> None:
         sql = f"INSERT OR IGNORE INTO runs ({_COLUMNS}) VALUES ({','.join('?' * 17)})"
-        await self._db.run(lambda conn: conn.execute(sql, _row(record)))
+        rows = [_row(r) for r in records]
+
+        def work(conn: sqlite3.Connection) -> None:
+            with Transaction(conn):
+                conn.executemany(sql, rows)
+
+        await self._db.run(work)
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         sql = f"SELECT {_COLUMNS} FROM runs WHERE namespace=? AND run_id=?"

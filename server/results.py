@@ -24,6 +24,7 @@ from tikk.errors import NotFound, TikkError
 from tikk.model import (
     DeadLetter,
     Delivery,
+    DueEntry,
     ResultKind,
     RetryAt,
     RunRecord,
@@ -40,7 +41,9 @@ from tikk.telemetry import Telemetry
 
 
 class ScheduleOutcomes(Protocol):
-    async def occurrence_finished(self, task: Task) -> None:
+    async def occurrence_finished(
+        self, namespace: str, schedule_id: str, task_id: str, state: TaskState
+    ) -> None:
         """A schedule's occurrence task reached an end state (success or dead letter)."""
         ...
 
@@ -115,6 +118,9 @@ class Lifecycle:
         """Append the run to the history, then move the task on (success, retry or dead
         letter). Safe to repeat: the history keeps one record per run id, and a repeated or
         stale report leaves the task alone."""
+        if report.kind is ResultKind.SUCCEEDED:
+            await self.record_successes([report])
+            return _run_record(report, RunStatus.SUCCEEDED)
         now = self.clock.now_ms()
         e = report.entry
         status, transition = await self._decide(report, now)
@@ -136,13 +142,32 @@ class Lifecycle:
                 await self.guard.confirm([await self.store.get(e.namespace, e.task_id)])
             elif task.state is TaskState.SCHEDULED:
                 await self.guard.confirm([task])
-            if task is not None and task.schedule_id and self._schedules is not None:
-                await self._schedules.occurrence_finished(task)
+            if task is not None:
+                await self._occurrence_finished(e, task.state)
         if isinstance(transition, RetryAt):
             self._telemetry.retried(e.queue)
         elif isinstance(transition, DeadLetter):
             self._telemetry.dead_lettered(e.queue)
         return record
+
+    async def record_successes(self, reports: Sequence[RunReport]) -> None:
+        """``record_result`` for successful runs, many at once: one history write for the
+        lot and one conditional write per task, with no read (a success needs none)."""
+        now = self.clock.now_ms()
+        await self.history.append_many([_run_record(r, RunStatus.SUCCEEDED) for r in reports])
+        moved = await self.store.succeed_many([r.entry for r in reports], now)
+        for report, done in zip(reports, moved, strict=True):
+            e = report.entry
+            if done:
+                await self._occurrence_finished(e, TaskState.SUCCEEDED)
+                continue
+            # A repeated report: if the first one's retry landed late, it is moved now.
+            with contextlib.suppress(NotFound):
+                await self.guard.confirm([await self.store.get(e.namespace, e.task_id)])
+
+    async def _occurrence_finished(self, e: DueEntry, state: TaskState) -> None:
+        if e.schedule_id and self._schedules is not None:
+            await self._schedules.occurrence_finished(e.namespace, e.schedule_id, e.task_id, state)
 
     async def _decide(self, report: RunReport, now: int) -> tuple[RunStatus, Transition]:
         if report.kind is ResultKind.SUCCEEDED:

@@ -207,17 +207,19 @@ class Schedules:
         )
         return s.spec, found
 
-    async def occurrence_finished(self, task: Task) -> None:
+    async def occurrence_finished(
+        self, namespace: str, schedule_id: str, task_id: str, state: TaskState
+    ) -> None:
         """Count consecutive dead-lettered occurrences; pause at the policy's threshold."""
         now = self.clock.now_ms()
-        if task.state is TaskState.SUCCEEDED:
+        if state is TaskState.SUCCEEDED:
             edit = _succeeded(now)
-        elif task.state is TaskState.DEAD_LETTERED:
-            edit = _dead_lettered(task.task_id, now)
+        elif state is TaskState.DEAD_LETTERED:
+            edit = _dead_lettered(task_id, now)
         else:
             return
         with contextlib.suppress(NotFound):
-            await self.change(task.namespace, task.schedule_id, edit)
+            await self.change(namespace, schedule_id, edit)
 
     def _record(
         self, s: Schedule, task_id: str, nominal_ms: int, outcome: Outcome

@@ -11,6 +11,7 @@ import grpc
 
 from server.api import validation
 from server.api.status import Ctx, code_of, maps_errors, numeric
+from server.batching import Coalescer
 from server.results import Lifecycle
 from tikk import delivery_codec
 from tikk.errors import InvalidArgument, TikkError
@@ -28,6 +29,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
     def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
         self._lc = lifecycle
         self._settings = settings
+        # Successes of every stream are written together (see server.batching).
+        self._successes = Coalescer(lifecycle.record_successes)
 
     @maps_errors
     async def GetWorkerConfig(
@@ -78,7 +81,10 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             if report.kind is ResultKind.STARTED:
                 acks.put_nowait(await self._start(report))
                 return
-            await self._lc.record_result(report)
+            if report.kind is ResultKind.SUCCEEDED:
+                await self._successes.submit(report)
+            else:
+                await self._lc.record_result(report)
             acks.put_nowait(worker_pb2.ResultAck(run_id=result.run_id))
         except TikkError as exc:
             log.warning("result %s not recorded: %s", result.run_id, exc)

@@ -28,6 +28,16 @@ async def test_append_of_the_same_run_twice_stores_one_record(history: RunHistor
     assert len(page.items) == 1
 
 
+async def test_append_many_stores_each_run_once(history: RunHistory) -> None:
+    runs = [make_run(f"r{i}", finished_ms=T0 + i) for i in range(5)]
+    await history.append_many(runs)
+    await history.append_many(runs[3:])  # a burst reported again after a lost ack
+    assert [await history.get("default", r.run_id) for r in runs] == runs
+    page = await history.list_for_task("default", "t1", 10, "")
+    assert [r.run_id for r in page.items] == ["r4", "r3", "r2", "r1", "r0"]
+    await history.append_many([])
+
+
 async def test_runs_of_a_task_newest_first_with_paging(history: RunHistory) -> None:
     for i in range(5):
         await history.append(make_run(f"r{i}", finished_ms=T0 + i * 1000, attempt=i + 1))

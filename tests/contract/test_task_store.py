@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 
@@ -65,6 +66,18 @@ async def test_create_many_reports_each_item(store: TaskStore) -> None:
         True,
     ]
     assert (await store.get("default", "n2")).task_id == "n2"
+
+
+async def test_an_id_twice_in_one_batch_is_created_once(store: TaskStore) -> None:
+    twice, other = make_task("twice"), make_task("twice", payload=b"other")
+    outcomes = await store.create_many([twice, make_task("n1"), twice])
+    # Which of the two copies counts as the create is the backend's choice; one of them is.
+    assert sorted([outcomes[0], outcomes[2]], key=str) == [(twice, False), (twice, True)]
+    [refused] = await store.create_many([other])
+    assert isinstance(refused, AlreadyExists)
+    rows = await read_all(store, twice.shard, twice.due_ms)
+    assert rows.count("twice") == 1
+    assert (await store.get("default", "twice")).payload == twice.payload
 
 
 async def test_read_due_returns_only_the_requested_slice_in_order(store: TaskStore) -> None:
@@ -201,6 +214,26 @@ async def test_finish_attempt_success(store: TaskStore) -> None:
     assert done is not None and done.state is TaskState.SUCCEEDED
     # A duplicate report is stale and changes nothing.
     assert await store.finish_attempt("default", "a", 1, Succeed(), T0 + 2) is None
+
+
+async def test_succeed_many_moves_only_the_attempts_still_dispatched(store: TaskStore) -> None:
+    a, b, c, d = (make_task(t) for t in "abcd")
+    await store.create_many([a, b, c, d])
+    await store.mark_dispatched([a.entry(), b.entry(), c.entry()], T0)
+    retry_at = T0 + 60_000
+    await store.finish_attempt("default", "b", 1, RetryAt(retry_at, "E", "m"), T0 + 1)
+    # a: dispatched; b: moved on to attempt 2; c: a report of another due time; d: scheduled.
+    other_due = dataclasses.replace(c.entry(), due_ms=c.due_ms + 1)
+    moved = await store.succeed_many([a.entry(), b.entry(), other_due, d.entry()], T0 + 2)
+    assert moved == [True, False, False, False]
+    states = [(await store.get("default", t)).state for t in "abcd"]
+    assert states == [TaskState.SUCCEEDED, TaskState.SCHEDULED, TaskState.DISPATCHED,
+                      TaskState.SCHEDULED]  # fmt: skip
+    done = await store.get("default", "a")
+    assert (done.attempt, done.due_ms, done.updated_ms) == (1, a.due_ms, T0 + 2)
+    # Repeating a success is stale and changes nothing.
+    assert await store.succeed_many([a.entry()], T0 + 3) == [False]
+    assert (await store.get("default", "a")).updated_ms == T0 + 2
 
 
 async def test_finish_attempt_retry_writes_future_bucket(store: TaskStore) -> None:

@@ -160,6 +160,9 @@ class CassandraSession:
             groups.setdefault(row.partition, []).append(row)
         out: list[Any] = []
         for group in groups.values():
+            if len(group) == 1:  # a batch of one costs more than the statement alone
+                out.append(self.bind(group[0].cql, group[0].params))
+                continue
             batch, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0
             for row in group:
                 if size and size + row.size > BATCH_BYTES:

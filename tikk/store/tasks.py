@@ -152,6 +152,13 @@ class TaskStore(Protocol):
         """
         ...
 
+    async def succeed_many(self, entries: Sequence[DueEntry], now_ms: int) -> list[bool]:
+        """Record that each of these dispatched attempts succeeded, with one conditional write
+        per task and no read (success is most of what workers report). A task moves to
+        SUCCEEDED if it is still DISPATCHED at the entry's attempt and due time: True. A
+        stale report (a duplicate, or the task moved on) changes nothing: False."""
+        ...
+
     async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
         """Schedule a dead-lettered task again at ``now_ms`` with attempt 1 of a fresh
         occurrence. Raises ``NotFound`` or ``FailedPrecondition`` if not dead-lettered."""

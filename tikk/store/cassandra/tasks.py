@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
 from tikk.drivers.cassandra import CassandraSession, PartitionRow
@@ -83,6 +83,13 @@ UPDATE_TASK_IF = (
     f"UPDATE tasks USING TTL ? SET {', '.join(f'{c} = ?' for c in _SETTABLE)}"
     " WHERE namespace = ? AND task_id = ? IF state = ? AND attempt = ? AND due_ms = ?"
 )
+# Success needs no read: the delivery names the attempt, and the condition makes a stale
+# report a no-op. Its TTL ends with the row's other cells (written for this due time), so
+# the row never outlives them with only these two cells.
+SUCCEED_IF = (
+    "UPDATE tasks USING TTL ? SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+    " IF state = ? AND attempt = ? AND due_ms = ?"
+)
 CLAIM_START = (
     "INSERT INTO start_claims (namespace, task_id, attempt, due_ms, claim, claimed_ms)"
     " VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
@@ -138,6 +145,19 @@ _WINDOW = 256
 
 def _ttl_after(due_ms: int, now_ms: int, retention_s: int) -> int:
     return max(1, min(_MAX_TTL_S, (max(due_ms - now_ms, 0) // 1000) + retention_s))
+
+
+def _success_params(e: DueEntry, now_ms: int) -> list[Any]:
+    return [
+        _ttl_with_row(e.due_ms, now_ms), int(TaskState.SUCCEEDED), now_ms, e.namespace,
+        e.task_id, int(TaskState.DISPATCHED), e.attempt, e.due_ms,
+    ]  # fmt: skip
+
+
+def _ttl_with_row(due_ms: int, now_ms: int) -> int:
+    """The TTL that ends a cell written now no later than the task row written for
+    ``due_ms`` (a late run must not leave cells alive after the row's others expired)."""
+    return max(1, min(_MAX_TTL_S, (due_ms - now_ms) // 1000 + TASK_RETENTION_S))
 
 
 def _listing_write(t: Task, ttl: int) -> tuple[str, list[Any]]:
@@ -256,7 +276,9 @@ class CassandraTaskStore:
 
     async def get(self, namespace: str, task_id: str) -> Task:
         rows = await self._db.execute(SELECT_TASK, [namespace, task_id])
-        if not rows or _half_written(rows[0]):
+        # A row whose state expired (its last cells outlive the others by under a second)
+        # is gone too.
+        if not rows or _half_written(rows[0]) or rows[0].state is None:
             raise NotFound(f"task {task_id!r} not found in namespace {namespace!r}")
         return _task_from_row(rows[0])
 
@@ -357,36 +379,39 @@ class CassandraTaskStore:
         return out
 
     async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> Claimed:
-        limit = asyncio.Semaphore(_WINDOW)
-
-        async def one(e: DueEntry) -> TaskState | None:
-            async with limit:
+        # Every task row read at once, then every claim written at once; only a half-done
+        # move (rare) takes the slow path of its own.
+        reads = [self._db.bind(SELECT_TASK, [e.namespace, e.task_id]) for e in entries]
+        found = await self._db.execute_many(reads)
+        states: list[TaskState | None] = []
+        writes: list[Any] = []
+        for e, rows in zip(entries, found, strict=True):
+            state = _claimable(e, rows[0] if rows else None)
+            if state == "moving":
                 state = await self._claim(e, now_ms)
-                if state is not None and e.start_timeout_ms:
-                    await self._db.execute(INSERT_DUE, due_values(e.start_deadline(), now_ms))
-                return state
-
-        states = await asyncio.gather(*(one(e) for e in entries))
+            elif state is TaskState.SCHEDULED:
+                params = [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
+                writes.append(self._db.bind(SET_STATE, params))
+            if state is not None and e.start_timeout_ms:
+                writes.append(self._db.bind(INSERT_DUE, due_values(e.start_deadline(), now_ms)))
+            states.append(state)
+        await self._db.execute_many(writes)
         ready = [e for e, state in zip(entries, states, strict=True) if state is not None]
         return Claimed(ready, sum(state is TaskState.DISPATCHED for state in states))
 
     async def _claim(self, e: DueEntry, now_ms: int) -> TaskState | None:
-        """Claim the task of row ``e`` (SCHEDULED → DISPATCHED); the state it was in, or None
-        if the row does not fire it."""
+        """Claim the task of row ``e`` (SCHEDULED → DISPATCHED) on its own; the state it was
+        in, or None if the row does not fire it."""
         for _ in range(2):
             rows = await self._db.execute(SELECT_TASK, [e.namespace, e.task_id])
-            if not rows or rows[0].attempt != e.attempt:
-                return None
+            state = _claimable(e, rows[0] if rows else None)
+            if state != "moving":
+                if state is TaskState.SCHEDULED:
+                    await self._db.execute(
+                        SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
+                    )
+                return state
             t = rows[0]
-            if t.state == TaskState.DISPATCHED:
-                return TaskState.DISPATCHED if t.due_ms == e.due_ms else None
-            if t.state != TaskState.SCHEDULED or t.due_ms > e.due_ms:
-                return None
-            if t.due_ms == e.due_ms:
-                await self._db.execute(
-                    SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
-                )
-                return TaskState.SCHEDULED
             # A move half done (``move_due`` writes the new row before the task row): finish
             # it, or the task would be left with no row to fire it. The server may be
             # finishing it at the same moment; if it won, read again and claim as usual.
@@ -479,6 +504,10 @@ class CassandraTaskStore:
         dead = task.state is TaskState.DEAD_LETTERED and task.attempt == attempt
         if retried or dead:
             await self._write_finished(task, now_ms)
+
+    async def succeed_many(self, entries: Sequence[DueEntry], now_ms: int) -> list[bool]:
+        writes = [self._db.bind(SUCCEED_IF, _success_params(e, now_ms)) for e in entries]
+        return [bool(rows and rows[0][0]) for rows in await self._db.execute_many(writes)]
 
     async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
         task = await self.get(namespace, task_id)
@@ -581,6 +610,19 @@ def _row_bytes(t: Task) -> int:
     trace = sum(len(k) + len(v) for k, v in t.trace_context.items())
     variable = len(t.task_id) * 2 + len(t.queue) + len(t.handler) + len(t.schedule_id)
     return 160 + len(t.payload) + labels + trace + variable
+
+
+def _claimable(e: DueEntry, t: Any) -> TaskState | Literal["moving"] | None:
+    """What the task row ``t`` says of firing the due row ``e``: SCHEDULED (claim it),
+    DISPATCHED (already claimed: send again), "moving" (a move to this row is half done),
+    or None (the row is stale)."""
+    if t is None or t.attempt != e.attempt:
+        return None
+    if t.state == TaskState.DISPATCHED:
+        return TaskState.DISPATCHED if t.due_ms == e.due_ms else None
+    if t.state != TaskState.SCHEDULED or t.due_ms > e.due_ms:
+        return None
+    return TaskState.SCHEDULED if t.due_ms == e.due_ms else "moving"
 
 
 def _half_written(row: Any) -> bool:
