@@ -50,7 +50,8 @@ _SERVICES = [
 
 
 class ApiServer:
-    """The tikk API on one port. ``start`` binds and returns the port actually bound."""
+    """The tikk API on one port. ``start`` binds and returns the port actually bound.
+    ``reuse_port``: other processes bind the same port and the kernel spreads connections."""
 
     def __init__(
         self,
@@ -59,6 +60,8 @@ class ApiServer:
         clock: Clock,
         rng: random.Random,
         telemetry: Telemetry | None = None,
+        *,
+        reuse_port: bool = False,
     ) -> None:
         self.settings = settings
         self._report_backlog = (
@@ -67,13 +70,7 @@ class ApiServer:
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
-        limit = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
-        self._server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", limit),
-                ("grpc.max_send_message_length", limit),
-            ]
-        )
+        self._server = grpc.aio.server(options=_server_options(settings, reuse_port))
         schedules = Schedules(
             backends.schedules, backends.store, backends.history, clock, settings.limits,
             queue=backends.queue,
@@ -119,6 +116,19 @@ class ApiServer:
     async def _set_health(self, status: int) -> None:
         for name in ["", *_SERVICES]:
             await self._health.set(name, status)
+
+
+def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int]]:
+    limit = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
+    options = [
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.max_send_message_length", limit),
+    ]
+    if reuse_port:
+        # gRPC sets SO_REUSEPORT on Linux by default; several processes on one port rely on
+        # it, so it is asked for rather than assumed.
+        options.append(("grpc.so_reuseport", 1))
+    return options
 
 
 def _add_services(

@@ -90,12 +90,14 @@ async def serve(
     on_ready: Callable[[int], None] = lambda port: None,
     clock: Clock | None = None,
     telemetry: Telemetry | None = None,
+    reuse_port: bool = False,
 ) -> None:
-    """Serve the API (and optionally dispatch and run workers in-process) until ``stop``."""
+    """Serve the API (and optionally dispatch and run workers in-process) until ``stop``.
+    ``reuse_port``: other processes serve on the same port (see ``server.supervisor``)."""
     clock = clock or SystemClock()
     drivers = Drivers()
     backends = await open_backends(settings, drivers)
-    api = ApiServer(settings, backends, clock, random.Random(), telemetry)
+    api = ApiServer(settings, backends, clock, random.Random(), telemetry, reuse_port=reuse_port)
     port = await api.start()
     background: list[asyncio.Task[object]] = []
     worker_stop = asyncio.Event()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import logging
+import os
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +24,12 @@ from server.cli.options import (
     parse_duration_ms,
     settings,
 )
-from tikk.errors import TikkError
+from tikk.errors import InvalidArgument, TikkError
+from tikk.settings import Settings
 from tikk.telemetry import Providers, open_telemetry
 
 if TYPE_CHECKING:
+    from server.supervisor import Member
     from worker_sdk import Worker
 
 _OUR_PACKAGES = {"tikk", "server", "dispatcher", "worker_sdk", "history"}
@@ -58,33 +63,94 @@ def _run_server(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
+    if args.processes > 1:
+        return _supervise(args, dispatcher)
+    return _serve_process(args, dispatcher, None)
+
+
+def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | None) -> int:
+    """Serve in this process: alone (``member`` None) or as one member of a group, where only
+    the first member runs the in-process parts and the supervisor announces the address."""
     from server.runtime import install_stop_signals, serve
 
+    in_process_parts = member is None or member.role.first
     try:
-        workers = [load_worker(t) for t in args.worker]
+        workers = [load_worker(t) for t in args.worker] if in_process_parts else []
     except ImportError as exc:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_IMPORT
     config = settings(args)
+    if member is not None:
+        config = replace(config, listen=member.role.listen)
 
     telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
     for worker in workers:
         _trace_worker(worker, telemetry.providers)
 
     def ready(port: int) -> None:
-        host = config.listen.rpartition(":")[0] or "127.0.0.1"
-        print(f"tikk {args.command} listening on {host}:{port}", flush=True)
-        print(f"  store {config.store_url}\n  queue {config.queue_url}", flush=True)
+        if member is not None:
+            member.serving(port)
+        else:
+            _announce(args.command, config, port)
 
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
+        if member is not None:
+            member.stop_with_supervisor(stop)
         await serve(
-            config, stop, dispatcher=dispatcher, workers=workers, on_ready=ready,
-            telemetry=telemetry,
+            config, stop, dispatcher=dispatcher and in_process_parts, workers=workers,
+            on_ready=ready, telemetry=telemetry, reuse_port=member is not None,
         )  # fmt: skip
 
     return _run_process(args.command, main, telemetry)
+
+
+def _announce(command: str, config: Settings, port: int) -> None:
+    """The line tests and tools wait for (``listening on HOST:PORT``), then the backends."""
+    host = config.listen.rpartition(":")[0] or "127.0.0.1"
+    print(f"tikk {command} listening on {host}:{port}", flush=True)
+    print(f"  store {config.store_url}\n  queue {config.queue_url}", flush=True)
+
+
+def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
+    """``--processes N``: N members on one port, run by a supervisor in this process."""
+    from server.runtime import install_stop_signals
+    from server.supervisor import StartFailed, Supervisor
+
+    config = settings(args)
+    group = Supervisor(_serve_member, (args, dispatcher), args.processes, config.listen)
+
+    def serving(address: str) -> None:
+        _announce(args.command, config, int(address.rpartition(":")[2]))
+        print(f"  processes {' '.join(map(str, group.pids))}", flush=True)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        install_stop_signals(stop)
+        await group.run(stop, serving)
+
+    try:
+        asyncio.run(main())
+    except StartFailed as failed:
+        print(f"tikk {args.command}: {failed}; no process serves", file=sys.stderr)
+        return failed.code
+    return EXIT_OK
+
+
+def _serve_member(args: argparse.Namespace, dispatcher: bool, member: Member) -> None:
+    """The body of one member, in the fresh interpreter the supervisor started."""
+    # As ``tikk`` does at start; this interpreter did not run it.
+    logging.basicConfig(
+        level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        code = _serve_process(args, dispatcher, member)
+    except InvalidArgument as exc:  # a bad option value found while starting
+        print(f"tikk: {exc}", file=sys.stderr)
+        code = EXIT_USAGE
+    sys.exit(code)
 
 
 def _run_process(name: str, main: Callable[[], Any], telemetry: Any) -> int:
@@ -198,6 +264,14 @@ def register(sub: Any) -> None:
             metavar="MODULE:ATTR",
             help="also run this worker in-process (repeatable)",
         )
+        p.add_argument(
+            "--processes",
+            type=_process_count,
+            default=1,
+            metavar="N",
+            help="serve from N processes on one port (SO_REUSEPORT), under a supervisor that "
+            "restarts them; the dispatcher and --worker run in the first only (default 1)",
+        )
         p.set_defaults(func=fn)
 
     p = sub.add_parser("dispatcher", help="a dispatcher: moves due tasks to the ready queue")
@@ -205,6 +279,16 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_run_dispatcher)
     _worker_command(sub)
     _migrate_command(sub)
+
+
+def _process_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return count
 
 
 def _worker_command(sub: Any) -> None:
