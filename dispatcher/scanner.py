@@ -203,6 +203,7 @@ class Dispatcher:
     async def close(self, now_ms: int) -> None:
         """Stop cleanly: write the cursors as they stand."""
         await self._flush_cursors(now_ms, force=True)
+        self._log_reads(now_ms, force=True)
 
     async def tick(self, now_ms: int) -> int:
         """One step at instant ``now_ms`` (read before any store access, which the sweep
@@ -217,9 +218,11 @@ class Dispatcher:
         next_poll = now_ms + self._settings.poll_interval_ms
         return min(self._held[0][0], next_poll) if self._held else next_poll
 
-    def _log_reads(self, now_ms: int) -> None:
-        """Running totals, not rates: a reader takes the difference of any two lines."""
-        if now_ms - self._last_reads_log_ms < self._settings.reads_log_interval_ms:
+    def _log_reads(self, now_ms: int, force: bool = False) -> None:
+        """Running totals, not rates: a reader takes the difference of any two lines (the
+        last one is written on close, so a window ending at a stop is covered)."""
+        interval = self._settings.reads_log_interval_ms
+        if not force and now_ms - self._last_reads_log_ms < interval:
             return
         self._last_reads_log_ms = now_ms
         log.info(
