@@ -269,8 +269,8 @@ def write_plots(runs: Sequence[dict[str, Any]], out: Path) -> list[Path]:
             points = r["cdf"][kind]
             label = f"{_run_name(r)}: {'start' if kind == 'handler_ms' else 'queue'}"
             ax.plot([max(p[0], 1) for p in points], [p[1] for p in points], style, label=label)
-    ax.set(xscale="log", xlabel="lateness after due, ms (log; 0 drawn at 1)", ylabel="share of tasks",
-           title="Lateness CDF")  # fmt: skip
+    ax.set(xscale="log", xlabel="lateness after due, ms (log; 0 drawn at 1)",
+           ylabel="share of tasks", title="Lateness CDF")  # fmt: skip
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     cdf = out / "lateness_cdf.png"

@@ -148,6 +148,33 @@ def _run_stack(args: argparse.Namespace) -> int:
 
 def register(sub: Any) -> None:
     """``bench``, ``bench-readme``, ``bench-schedules`` and ``stack``."""
+    _bench_command(sub)
+
+    p = sub.add_parser(
+        "bench-readme", help="regenerate the README's performance section from a results.json"
+    )
+    p.add_argument("results", help="a results.json written by tikk bench")
+    p.add_argument("--readme", default="README.md")
+    p.set_defaults(func=_from_checkout("bench_report", "bench-readme", _run_bench_readme))
+
+    p = sub.add_parser(
+        "bench-schedules", help="N schedules firing at one instant: step rate and lateness"
+    )
+    backend_options(p)
+    p.add_argument("--schedules", type=int, default=10_000)
+    p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
+    run = _from_checkout("bench_schedules", "bench-schedules", _run_bench_schedules)
+    p.set_defaults(func=run)
+
+    p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("services", nargs="*", help="cassandra, kafka, zookeeper (default: all)")
+    p.add_argument("--fresh", action="store_true", help="wipe the services' data first")
+    p.set_defaults(func=_from_checkout("stack", "stack up", _run_stack))
+
+
+def _bench_command(sub: Any) -> None:
+    """``bench``: its options (the old ones keep their meaning)."""
     p = sub.add_parser(
         "bench", help="the scale benchmark: ingest, lateness, reads, CPU, memory, disk"
     )
@@ -179,25 +206,3 @@ def register(sub: Any) -> None:
         help="a one-minute check: embedded, 2,000 stored, 500 fired at 50/s, 1 worker",
     )  # fmt: skip
     p.set_defaults(func=_from_checkout("bench", "bench", _run_bench))
-
-    p = sub.add_parser(
-        "bench-readme", help="regenerate the README's performance section from a results.json"
-    )
-    p.add_argument("results", help="a results.json written by tikk bench")
-    p.add_argument("--readme", default="README.md")
-    p.set_defaults(func=_from_checkout("bench_report", "bench-readme", _run_bench_readme))
-
-    p = sub.add_parser(
-        "bench-schedules", help="N schedules firing at one instant: step rate and lateness"
-    )
-    backend_options(p)
-    p.add_argument("--schedules", type=int, default=10_000)
-    p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
-    run = _from_checkout("bench_schedules", "bench-schedules", _run_bench_schedules)
-    p.set_defaults(func=run)
-
-    p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
-    p.add_argument("action", choices=["up", "down", "status"])
-    p.add_argument("services", nargs="*", help="cassandra, kafka, zookeeper (default: all)")
-    p.add_argument("--fresh", action="store_true", help="wipe the services' data first")
-    p.set_defaults(func=_from_checkout("stack", "stack up", _run_stack))
