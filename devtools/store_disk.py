@@ -40,7 +40,7 @@ def cassandra_bytes(keyspace: str, data_root: Path, host: str, port: int) -> Dis
     (a node on another machine, or a stack started from another checkout)."""
     folder = data_root / keyspace
     if not folder.exists():
-        return DiskUse(None, f"{folder} not found", False)
+        return DiskUse(None, "keyspace folder not found (see --cassandra-data)", False)
     flushed = _flush(keyspace, folder, host, port)
     return DiskUse(folder_bytes(folder), f"{keyspace} data folder", flushed)
 

@@ -81,6 +81,7 @@ def _bench_configs(args: argparse.Namespace) -> list[Any]:
             configs.append(BenchConfig(
                 backend, args.tasks, rate, stored, args.workers, args.dispatchers, args.shards,
                 args.ceiling_tasks, tuple(args.server_arg), args.keep_keyspace,
+                *([Path(args.cassandra_data)] if args.cassandra_data else []),
             ))  # fmt: skip
     return configs
 
@@ -98,11 +99,26 @@ def _run_bench(args: argparse.Namespace) -> int:
         print(f"bench: {cfg.backend}: {cfg.stored:,} stored, {cfg.tasks:,} fired at {what} ...",
               flush=True)  # fmt: skip
         runs.append(run_one(cfg))
-    results = results_of(runs, " ".join(["tikk", *sys.argv[1:]]), f"{started:%Y-%m-%dT%H:%M:%SZ}")
+    results = results_of(runs, _command_line(sys.argv[1:]), f"{started:%Y-%m-%dT%H:%M:%SZ}")
     write_outputs(results, out)
     print(render_markdown(results))
     print(f"bench: results in {out}/")
     return EXIT_OK
+
+
+def _command_line(argv: list[str]) -> str:
+    """The command as run, for the report, without ``--out``: where the results went is
+    a local detail, not part of how the figures were made."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("--out="):
+            skip = False
+        elif arg == "--out":
+            skip = True
+        else:
+            kept.append(arg)
+    return " ".join(["tikk", *kept])
 
 
 def _run_bench_readme(args: argparse.Namespace) -> int:
@@ -200,6 +216,10 @@ def _bench_command(sub: Any) -> None:
         " --server-arg=4",
     )  # fmt: skip
     p.add_argument("--keep-keyspace", action="store_true", help="stack: keep the run's data")
+    p.add_argument(
+        "--cassandra-data", metavar="DIR",
+        help="the node's data folder, for bytes on disk (default: the local stack's)",
+    )  # fmt: skip
     p.add_argument("--out", help="results folder (default: bench-results/<UTC time>)")
     p.add_argument(
         "--smoke", action="store_true",

@@ -47,6 +47,7 @@ def test_smoke_writes_every_output(smoke: tuple[Path, dict[str, Any]]) -> None:
     for png in ("lateness_cdf.png", "ingest_rate.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "### Fire phase" in (out / "results.md").read_text()
+    assert "--out" not in results["command"]  # a local path, kept out of the report
     (run,) = results["runs"]
     assert run.keys() >= _RUN_KEYS
     assert run["fire"].keys() >= _FIRE_KEYS
