@@ -13,6 +13,8 @@ Metrics (units in the names' descriptions):
 - ``tikk.due.backlog``         gauge per shard: rows due now that the queue has not yet accepted
 - ``tikk.dispatch.cursor_lag`` gauge per shard, s between now and the shard's cursor (grows
   when a shard is behind, including rows not read yet)
+- ``tikk.dispatch.store_reads``, ``tikk.dispatch.rows_read``  counters of the dispatcher's
+  reads of the due index and the rows they returned (follow what is due, not what is stored)
 - ``tikk.retries``, ``tikk.dead_letters``  counters per queue, counted by the server
 - ``tikk.queue.waiting``, ``tikk.queue.oldest_age_ms``  gauges per ready queue, reported by
   the server: tasks handed to the queue and not yet consumed for good, and the age of the
@@ -89,6 +91,9 @@ class Telemetry:
 
     def retried(self, queue: str) -> None:
         """One failed attempt was scheduled again."""
+
+    def store_read(self, rows: int) -> None:
+        """The dispatcher read the due index once, and got ``rows`` rows."""
 
     def resent(self, count: int) -> None:
         """``count`` deliveries went out for tasks already DISPATCHED: possible duplicates
@@ -203,6 +208,12 @@ class OtelTelemetry(Telemetry):
             "tikk.tasks.dispatched", description="Deliveries handed to the ready queue"
         )
         self._retries = meter.create_counter("tikk.retries", description="Attempts retried")
+        self._store_reads = meter.create_counter(
+            "tikk.dispatch.store_reads", description="Reads of the due index by the dispatcher"
+        )
+        self._rows_read = meter.create_counter(
+            "tikk.dispatch.rows_read", description="Rows the dispatcher's due-index reads returned"
+        )
         self._resent = meter.create_counter(
             "tikk.dispatch.resent", description="Deliveries of tasks already DISPATCHED"
         )
@@ -315,6 +326,11 @@ class OtelTelemetry(Telemetry):
 
     def retried(self, queue: str) -> None:
         self._retries.add(1, {"queue": queue})
+
+    def store_read(self, rows: int) -> None:
+        self._store_reads.add(1)
+        if rows:
+            self._rows_read.add(rows)
 
     def resent(self, count: int) -> None:
         if count:

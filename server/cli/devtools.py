@@ -1,9 +1,9 @@
-"""``stack``, ``bench`` and ``bench-schedules``: tools for developing tikk.
+"""``stack``, ``bench``, ``bench-readme`` and ``bench-schedules``: tools for developing tikk.
 
-They run ``devtools.stack``, ``devtools.bench`` and ``devtools.bench_schedules``, which are not
-part of the installed package (they need ``infra/`` and the rest of the source checkout). A
-tikk installed from a checkout in editable mode finds them there; elsewhere these commands say
-so and exit with code 2.
+They run ``devtools.stack``, ``devtools.bench`` (with ``devtools.bench_report``) and
+``devtools.bench_schedules``, which are not part of the installed package (they need
+``infra/`` and the rest of the source checkout). A tikk installed from a checkout in editable
+mode finds them there; elsewhere these commands say so and exit with code 2.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import functools
 import importlib
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -66,21 +67,72 @@ def _from_checkout(module: str, example: str, run: Command) -> Command:
     return checked
 
 
-def _run_bench(args: argparse.Namespace) -> int:
-    from devtools.bench import BenchConfig, print_results, run_one
+def _bench_configs(args: argparse.Namespace) -> list[Any]:
+    """One run per backend, after a run with ``--baseline-stored`` tasks stored if asked."""
+    from devtools.bench import BenchConfig
 
-    results = []
+    if args.smoke:
+        args.backends, args.stored, args.tasks, args.rate = "embedded", 2_000, 500, 50.0
+        args.workers = 1
+    rate = 0.0 if args.burst else args.rate
+    configs = []
     for backend in args.backends.split(","):
-        cfg = BenchConfig(
-            backend, args.tasks, args.rate, args.stored, args.workers, args.dispatchers, args.shards
-        )
-        print(
-            f"bench: {backend}: {cfg.tasks} tasks at {cfg.rate:g}/s (+{cfg.stored} stored) ...",
-            flush=True,
-        )
-        results.append(run_one(cfg))
-        print_results(results[-1:])
-    print_results(results)
+        for stored in ([args.baseline_stored] if args.baseline_stored else []) + [args.stored]:
+            configs.append(BenchConfig(
+                backend, args.tasks, rate, stored, args.workers, args.dispatchers, args.shards,
+                args.ceiling_tasks, tuple(args.server_arg), args.keep_keyspace,
+                *([Path(args.cassandra_data)] if args.cassandra_data else []),
+            ))  # fmt: skip
+    return configs
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from devtools.bench import results_of, run_one
+    from devtools.bench_report import check_plotting, render_markdown, write_outputs
+
+    check_plotting()  # before a long run, not after it
+    started = datetime.now(UTC)
+    out = Path(args.out or f"bench-results/{started:%Y%m%dT%H%M%SZ}")
+    runs = []
+    for cfg in _bench_configs(args):
+        what = "a burst" if cfg.mode == "burst" else f"{cfg.rate:g}/s"
+        print(f"bench: {cfg.backend}: {cfg.stored:,} stored, {cfg.tasks:,} fired at {what} ...",
+              flush=True)  # fmt: skip
+        runs.append(run_one(cfg))
+    results = results_of(runs, _command_line(sys.argv[1:]), f"{started:%Y-%m-%dT%H:%M:%SZ}")
+    write_outputs(results, out)
+    print(render_markdown(results))
+    print(f"bench: results in {out}/")
+    return EXIT_OK
+
+
+def _command_line(argv: list[str]) -> str:
+    """The command as run, for the report, without ``--out``: where the results went is
+    a local detail, not part of how the figures were made."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("--out="):
+            skip = False
+        elif arg == "--out":
+            skip = True
+        else:
+            kept.append(arg)
+    return " ".join(["tikk", *kept])
+
+
+def _run_bench_readme(args: argparse.Namespace) -> int:
+    from devtools.bench_report import load_results, readme_section, replace_section
+
+    readme = Path(args.readme)
+    try:
+        text = replace_section(readme.read_text(encoding="utf-8"),
+                               readme_section(load_results(Path(args.results))))  # fmt: skip
+    except (OSError, ValueError) as exc:
+        print(f"tikk bench-readme: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    readme.write_text(text, encoding="utf-8")
+    print(f"bench-readme: {readme} regenerated from {args.results}")
     return EXIT_OK
 
 
@@ -111,16 +163,15 @@ def _run_stack(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """``bench``, ``bench-schedules`` and ``stack``."""
-    p = sub.add_parser("bench", help="measure ingest rate and fire lateness")
-    p.add_argument("--backends", default="embedded,stack", help="comma list: embedded, stack")
-    p.add_argument("--tasks", type=int, default=20_000)
-    p.add_argument("--rate", type=float, default=2_000.0, help="fires per second")
-    p.add_argument("--stored", type=int, default=0, help="extra tasks due tomorrow")
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--dispatchers", type=int, default=2, help="stack only")
-    p.add_argument("--shards", type=int, default=64)
-    p.set_defaults(func=_from_checkout("bench", "bench", _run_bench))
+    """``bench``, ``bench-readme``, ``bench-schedules`` and ``stack``."""
+    _bench_command(sub)
+
+    p = sub.add_parser(
+        "bench-readme", help="regenerate the README's performance section from a results.json"
+    )
+    p.add_argument("results", help="a results.json written by tikk bench")
+    p.add_argument("--readme", default="README.md")
+    p.set_defaults(func=_from_checkout("bench_report", "bench-readme", _run_bench_readme))
 
     p = sub.add_parser(
         "bench-schedules", help="N schedules firing at one instant: step rate and lateness"
@@ -136,3 +187,42 @@ def register(sub: Any) -> None:
     p.add_argument("services", nargs="*", help="cassandra, kafka, zookeeper (default: all)")
     p.add_argument("--fresh", action="store_true", help="wipe the services' data first")
     p.set_defaults(func=_from_checkout("stack", "stack up", _run_stack))
+
+
+def _bench_command(sub: Any) -> None:
+    """``bench``: its options (the old ones keep their meaning)."""
+    p = sub.add_parser(
+        "bench", help="the scale benchmark: ingest, lateness, reads, CPU, memory, disk"
+    )
+    p.add_argument("--backends", default="embedded,stack", help="comma list: embedded, stack")
+    p.add_argument("--tasks", type=int, default=20_000, help="tasks fired in the fire phase")
+    p.add_argument("--rate", type=float, default=2_000.0, help="fires per second")
+    p.add_argument("--burst", action="store_true", help="fire every task at one instant")
+    p.add_argument("--stored", type=int, default=0, help="tasks loaded first, due a day later")
+    p.add_argument(
+        "--baseline-stored", type=int, default=0,
+        help="also run with this many stored first (e.g. 10000), to compare against",
+    )  # fmt: skip
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--dispatchers", type=int, default=2, help="stack only")
+    p.add_argument("--shards", type=int, default=64)
+    p.add_argument(
+        "--ceiling-tasks", type=int, default=200_000,
+        help="rows the bare driver writes for the ceiling (at most the run's load)",
+    )  # fmt: skip
+    p.add_argument(
+        "--server-arg", action="append", default=[], metavar="ARG",
+        help="an extra argument for the server command (repeat it), e.g. --server-arg=--processes"
+        " --server-arg=4",
+    )  # fmt: skip
+    p.add_argument("--keep-keyspace", action="store_true", help="stack: keep the run's data")
+    p.add_argument(
+        "--cassandra-data", metavar="DIR",
+        help="the node's data folder, for bytes on disk (default: the local stack's)",
+    )  # fmt: skip
+    p.add_argument("--out", help="results folder (default: bench-results/<UTC time>)")
+    p.add_argument(
+        "--smoke", action="store_true",
+        help="a one-minute check: embedded, 2,000 stored, 500 fired at 50/s, 1 worker",
+    )  # fmt: skip
+    p.set_defaults(func=_from_checkout("bench", "bench", _run_bench))

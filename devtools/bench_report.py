@@ -1,0 +1,300 @@
+"""What ``tikk bench`` writes from its runs: ``results.json``, ``results.md`` (markdown
+tables), ``lateness_cdf.png`` and ``ingest_rate.png``, and the README's performance section
+(between ``README_START`` and ``README_END``), regenerated from a ``results.json``.
+
+Everything here but the plots is pure: it reads the JSON-ready mapping ``devtools.bench``
+builds (``runs``: one mapping per run) and returns text. Plots need matplotlib (the ``bench``
+extra), imported only when plotting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+README_START = "<!-- bench:start -->"
+README_END = "<!-- bench:end -->"
+_CDF_POINTS = 200
+# The targets of the scale benchmark (issue 12, item 6).
+CASSANDRA_RATIO_TARGET, CASSANDRA_INGEST_TARGET = 0.85, 5_000.0
+SAME_WITHIN, RSS_GROWTH_MB = 0.10, 50.0
+
+
+def percentile(ordered: Sequence[int], q: float) -> int | None:
+    """Nearest-rank percentile of an ascending sequence (``q`` in 0..1); None when empty."""
+    if not ordered:
+        return None
+    rank = max(1, -(-len(ordered) * q // 1))  # ceil(n * q), at least the first
+    return ordered[min(len(ordered), int(rank)) - 1]
+
+
+def summarize(ordered: Sequence[int]) -> dict[str, int | None]:
+    return {
+        "count": len(ordered),
+        "p50": percentile(ordered, 0.50),
+        "p99": percentile(ordered, 0.99),
+        "max": ordered[-1] if ordered else None,
+    }
+
+
+def cdf_points(ordered: Sequence[int], points: int = _CDF_POINTS) -> list[list[float]]:
+    """At most ``points`` (value, share of values <= it) pairs of an ascending sequence,
+    always with the largest value, so a plot of them ends at 1."""
+    n = len(ordered)
+    if not n:
+        return []
+    picks = sorted({min(n - 1, (n * i) // points) for i in range(1, points)} | {n - 1})
+    return [[float(ordered[i]), (i + 1) / n] for i in picks]
+
+
+def _num(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _label(run: dict[str, Any]) -> list[str]:
+    rate = "burst" if run["mode"] == "burst" else _num(run["rate"])
+    return [run["backend"], _num(run["stored"]), _num(run["fired"]), rate]
+
+
+def ingest_table(runs: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for r in runs:
+        tikk = (r["load"] or r["fire_ingest"])["per_s"]
+        rows.append([
+            r["backend"], _num(r["stored"]), _num(tikk), _num(r["ceiling"]["per_s"]),
+            _num(r["ceiling"]["tasks"]), _num(r["ingest_ratio"], 2), r["ceiling"]["method"],
+        ])  # fmt: skip
+    header = ["backend", "stored", "tikk ingest/s", "bare driver/s", "driver rows",
+              "tikk ÷ driver", "driver"]  # fmt: skip
+    return _table(header, rows)
+
+
+def fire_table(runs: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for r in runs:
+        f = r["fire"]
+        q, h = f["queue_ms"], f["handler_ms"]
+        rows.append([
+            *_label(r), f"{_num(f['distinct'])} (+{f['duplicates']} dup, {f['missing']} missing)",
+            _num(q["p50"]), _num(q["p99"]), _num(q["max"]),
+            _num(h["p50"]), _num(h["p99"]), _num(h["max"]),
+            _num(f["store_reads_per_s"], 1), _num(f["dispatcher_cpu_pct"], 1),
+        ])  # fmt: skip
+    header = ["backend", "stored", "fired", "rate/s", "ran", "queue p50", "p99", "max",
+              "start p50", "p99", "max", "store reads/s", "dispatcher CPU %"]  # fmt: skip
+    return _table(header, rows)
+
+
+def process_table(runs: Sequence[dict[str, Any]]) -> str:
+    rows = []
+    for r in runs:
+        for p in r["processes"]:
+            per = p["cpu_s_per_1000"]
+            rss = p["rss_mb"]
+            rows.append([
+                r["backend"], _num(r["stored"]), p["name"], p["role"],
+                _num(rss.get("loaded"), 1), _num(rss.get("done"), 1), _num(p["hwm_mb"], 1),
+                _num(per["load"], 3), _num(per["lifecycle"], 3), _num(per["fire"], 3),
+            ])  # fmt: skip
+    header = ["backend", "stored", "process", "role", "RSS after load MB", "RSS at end MB",
+              "peak MB", "CPU-s/1k stored (load)", "CPU-s/1k fired (lifecycle)",
+              "CPU-s/1k fired (fire phase)"]  # fmt: skip
+    return _table(header, rows)
+
+
+def disk_table(runs: Sequence[dict[str, Any]]) -> str:
+    rows = [
+        [r["backend"], _num(r["stored"]), _num(r["disk"]["bytes"]),
+         _num(r["disk"]["bytes_per_task"], 1), r["disk"]["source"],
+         "yes" if r["disk"]["flushed"] else "no"]
+        for r in runs if r.get("disk")
+    ]  # fmt: skip
+    return _table(["backend", "stored", "bytes", "bytes/task", "measured", "flushed"], rows)
+
+
+def _dispatcher_rss(run: dict[str, Any]) -> float | None:
+    """The largest resident set of a dispatching process at the end of the fire phase."""
+    sizes = [p["rss_mb"].get("done") for p in run["processes"] if "dispatcher" in p["role"]]
+    known = [s for s in sizes if s is not None]
+    return max(known) if known else None
+
+
+def _within(big: float | None, base: float | None) -> tuple[str, bool | None]:
+    if big is None or base is None or base == 0:
+        return "n/a", None
+    change = (big - base) / base
+    return f"{change:+.0%}", abs(change) <= SAME_WITHIN
+
+
+def _verdict(ok: bool | None) -> str:
+    return {True: "yes", False: "**no**", None: "n/a"}[ok]
+
+
+def comparison_rows(runs: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Per backend and mode: the run with the most stored against the one with the fewest."""
+    rows = []
+    for key in sorted({(r["backend"], r["mode"]) for r in runs}):
+        group = sorted((r for r in runs if (r["backend"], r["mode"]) == key),
+                       key=lambda r: r["stored"])  # fmt: skip
+        base, big = group[0], group[-1]
+        if base["stored"] == big["stored"]:
+            continue
+        checks = [
+            ("start lateness p99 ms", big["fire"]["handler_ms"]["p99"],
+             base["fire"]["handler_ms"]["p99"]),
+            ("store reads/s", big["fire"]["store_reads_per_s"], base["fire"]["store_reads_per_s"]),
+            ("dispatcher CPU %", big["fire"]["dispatcher_cpu_pct"],
+             base["fire"]["dispatcher_cpu_pct"]),
+        ]  # fmt: skip
+        for name, b, a in checks:
+            change, ok = _within(b, a)
+            rows.append([*key, _num(base["stored"]), _num(big["stored"]), name,
+                         _num(a, 1), _num(b, 1), change, _verdict(ok)])  # fmt: skip
+        a_rss, b_rss = _dispatcher_rss(base), _dispatcher_rss(big)
+        grew = None if a_rss is None or b_rss is None else b_rss - a_rss
+        growth = "n/a" if grew is None else f"{grew:+,.1f} MB"
+        ok = None if grew is None else grew <= RSS_GROWTH_MB
+        rows.append([*key, _num(base["stored"]), _num(big["stored"]), "dispatcher RSS MB",
+                     _num(a_rss, 1), _num(b_rss, 1), growth, _verdict(ok)])  # fmt: skip
+    return rows
+
+
+def comparison_table(runs: Sequence[dict[str, Any]]) -> str:
+    rows = comparison_rows(runs)
+    if not rows:
+        return "No two runs of one backend with different stored counts (see --baseline-stored)."
+    header = ["backend", "mode", "stored (few)", "stored (many)", "figure", "few", "many",
+              "change", "within target"]  # fmt: skip
+    return _table(header, rows)
+
+
+def target_rows(runs: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Ingest against the bare driver: Cassandra's targets, SQLite's share for the record."""
+    rows = []
+    for r in runs:
+        tikk = (r["load"] or r["fire_ingest"])["per_s"]
+        ratio = r["ingest_ratio"]
+        if r["backend"] == "stack":
+            ok = ratio is not None and ratio >= CASSANDRA_RATIO_TARGET
+            ok = ok and tikk >= CASSANDRA_INGEST_TARGET
+            target = f"≥ {CASSANDRA_RATIO_TARGET} and ≥ {CASSANDRA_INGEST_TARGET:,.0f}/s"
+        else:
+            ok, target = None, "(share of bare SQLite, no target)"
+        rows.append([r["backend"], _num(r["stored"]), _num(tikk), _num(ratio, 2), target,
+                     _verdict(ok)])  # fmt: skip
+    return rows
+
+
+TARGET_HEADER = ("backend", "stored", "tikk ingest/s", "tikk ÷ driver", "target", "met")
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The tables of ``results.md`` (also the body of the README section)."""
+    runs = results["runs"]
+    host = results.get("host", {})
+    parts = [
+        f"Run {results.get('started_utc', '?')} on {host.get('cpus', '?')} CPUs, "
+        f"{host.get('mem_gib', '?')} GiB; `{results.get('command', 'tikk bench')}`. "
+        "Lateness in ms (queue: due → handed to the queue; start: due → handler start); "
+        "CPU % is of one core.",
+        "### Ingest through ImportTasks against the bare driver\n\n" + ingest_table(runs),
+        _table(TARGET_HEADER, target_rows(runs)),
+        "### Fire phase\n\n" + fire_table(runs),
+        "### Many stored against few\n\n" + comparison_table(runs),
+        "### Processes: memory and CPU per 1,000 tasks\n\n" + process_table(runs),
+        "### Bytes on disk per stored task\n\n" + disk_table(runs),
+    ]
+    return "\n\n".join(parts) + "\n"
+
+
+def readme_section(results: dict[str, Any]) -> str:
+    """The README's regenerated performance figures, markers included."""
+    return (
+        f"{README_START}\n<!-- Generated by `tikk bench-readme` from a results.json; edit "
+        f"devtools/bench_report.py, not this text. -->\n\n{render_markdown(results)}{README_END}"
+    )
+
+
+def replace_section(readme: str, section: str) -> str:
+    """``readme`` with the text between the markers (markers included) replaced by
+    ``section``. Raises ``ValueError`` unless each marker appears once, start before end."""
+    start, end = readme.find(README_START), readme.find(README_END)
+    if start < 0 or end < start or readme.count(README_START) + readme.count(README_END) != 2:
+        raise ValueError(f"the README must hold {README_START} … {README_END} once, in order")
+    return readme[:start] + section + readme[end + len(README_END) :]
+
+
+def write_outputs(results: dict[str, Any], out: Path) -> list[Path]:
+    """results.json, results.md and the two plots in ``out``; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "results.json", out / "results.md"]
+    written[0].write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    written[1].write_text("# tikk bench\n\n" + render_markdown(results), encoding="utf-8")
+    return written + write_plots(results["runs"], out)
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise ImportError(
+            "the benchmark's plots need matplotlib: pip install 'tikk[bench]'"
+        ) from exc
+    return plt
+
+
+def _run_name(run: dict[str, Any]) -> str:
+    return f"{run['backend']}, {run['stored']:,} stored"
+
+
+def write_plots(runs: Sequence[dict[str, Any]], out: Path) -> list[Path]:
+    """lateness_cdf.png (due → handler start and → queue) and ingest_rate.png."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in runs:
+        for kind, style in (("handler_ms", "-"), ("queue_ms", ":")):
+            points = r["cdf"][kind]
+            label = f"{_run_name(r)}: {'start' if kind == 'handler_ms' else 'queue'}"
+            ax.plot([max(p[0], 1) for p in points], [p[1] for p in points], style, label=label)
+    ax.set(xscale="log", xlabel="lateness after due, ms (log; 0 drawn at 1)",
+           ylabel="share of tasks", title="Lateness CDF")  # fmt: skip
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    cdf = out / "lateness_cdf.png"
+    fig.savefig(cdf, dpi=100)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for r in runs:
+        series = (r["load"] or {}).get("series") or []
+        ax.plot([p[0] for p in series], [p[1] for p in series], label=_run_name(r))
+    ax.set(xlabel="seconds into the load", ylabel="tasks/s acknowledged",
+           title="Ingest rate through ImportTasks")  # fmt: skip
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    rate = out / "ingest_rate.png"
+    fig.savefig(rate, dpi=100)
+    plt.close(fig)
+    return [cdf, rate]
+
+
+def load_results(path: Path) -> dict[str, Any]:
+    results: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return results
+
+
+def check_plotting() -> None:
+    """Raise the ``ImportError`` the plots would, before a long run rather than after it."""
+    _pyplot()

@@ -1,0 +1,43 @@
+"""The benchmark's worker: a no-op handler that records, for every run, the task id, how late
+the handler started and how late the dispatcher handed the task to the queue (ms after due).
+
+Lines ``<task id> <due → handler start> <due → queue>`` are appended to ``$TIKK_BENCH_OUT``;
+the task id lets the benchmark count every fired task once and see duplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from worker_sdk import TaskContext, Worker
+
+worker = Worker(queues=["bench"], concurrency=64)
+_lines: list[str] = []
+_flusher: list[asyncio.Task[None]] = []
+
+
+async def _flush_forever() -> None:
+    # Written in the background, off the handler's path, a few times a second.
+    while True:
+        await asyncio.sleep(0.2)
+        if _lines:
+            text = "".join(_lines)
+            _lines.clear()
+            await asyncio.to_thread(_append, text)
+
+
+def _append(text: str) -> None:
+    with open(os.environ["TIKK_BENCH_OUT"], "a", encoding="utf-8") as f:
+        f.write(text)
+
+
+@worker.handler("noop")
+async def noop(ctx: TaskContext, payload: bytes) -> None:
+    started_ms = time.time_ns() // 1_000_000
+    due_ms = int(ctx.due_time.timestamp() * 1000)
+    fired_ms = int(ctx.fired_time.timestamp() * 1000)
+    _lines.append(f"{ctx.task_id} {started_ms - due_ms} {fired_ms - due_ms}\n")
+    if not _flusher:
+        _flusher.append(asyncio.create_task(_flush_forever()))

@@ -1,0 +1,144 @@
+"""The pure parts of ``tikk bench``: percentiles, the report's tables, the README section,
+and the parsing of what processes report (``/proc`` lines, the dispatcher's read totals)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from devtools.bench_report import (
+    README_END,
+    README_START,
+    cdf_points,
+    comparison_rows,
+    percentile,
+    readme_section,
+    render_markdown,
+    replace_section,
+    summarize,
+    target_rows,
+)
+from devtools.dispatch_reads import ReadTotals, rate_between, totals
+from devtools.proc_stats import parse_stat, parse_status_kib
+
+
+def test_percentile_is_nearest_rank() -> None:
+    values = list(range(1, 101))
+    assert (percentile(values, 0.5), percentile(values, 0.99), percentile(values, 1.0)) == (
+        50, 99, 100,
+    )  # fmt: skip
+    assert percentile([7], 0.99) == 7
+    assert percentile([], 0.5) is None
+    assert summarize([3, 5, 9]) == {"count": 3, "p50": 5, "p99": 9, "max": 9}
+
+
+def test_cdf_points_are_bounded_and_end_at_one() -> None:
+    points = cdf_points(list(range(10_000)), points=50)
+    assert len(points) <= 50
+    assert points[-1] == [9_999.0, 1.0]
+    shares = [p[1] for p in points]
+    assert shares == sorted(shares)
+    assert cdf_points([]) == []
+
+
+def _run(backend: str, stored: int, *, p99: int, reads: float, cpu: float, rss: float,
+         tikk: float = 6_000.0, ratio: float = 0.9) -> dict[str, Any]:  # fmt: skip
+    dispatcher = "server+dispatcher" if backend == "embedded" else "dispatcher"
+    return {
+        "backend": backend, "mode": "spread", "stored": stored, "fired": 1_000, "rate": 100.0,
+        "load": {"tasks": stored, "seconds": 1.0, "per_s": tikk, "series": [[1.0, tikk]]},
+        "fire_ingest": {"tasks": 1_000, "seconds": 0.5, "per_s": 2_000.0},
+        "ceiling": {"method": "driver", "tasks": stored, "seconds": 1.0, "per_s": tikk / ratio},
+        "ingest_ratio": ratio,
+        "fire": {
+            "distinct": 1_000, "duplicates": 0, "missing": 0, "early": 0,
+            "queue_ms": {"count": 1_000, "p50": 3, "p99": 20, "max": 40},
+            "handler_ms": {"count": 1_000, "p50": 10, "p99": p99, "max": p99 + 5},
+            "store_reads_per_s": reads, "dispatcher_cpu_pct": cpu,
+        },
+        "processes": [{
+            "name": "d", "role": dispatcher, "rss_mb": {"loaded": rss, "done": rss},
+            "hwm_mb": rss, "cpu_s_per_1000": {"load": 0.1, "lifecycle": 2.0, "fire": 1.0},
+        }],
+        "disk": {"bytes": stored * 500, "bytes_per_task": 500.0, "source": "x", "flushed": True},
+        "cdf": {"handler_ms": [[10.0, 0.5], [p99, 1.0]], "queue_ms": [[3.0, 1.0]]},
+    }  # fmt: skip
+
+
+def test_many_stored_against_few_flags_what_moved_past_the_targets() -> None:
+    few = _run("stack", 10_000, p99=100, reads=200.0, cpu=20.0, rss=100.0)
+    many = _run("stack", 10_000_000, p99=105, reads=260.0, cpu=21.0, rss=180.0)
+    rows = {row[4]: row for row in comparison_rows([many, few])}
+    assert rows["start lateness p99 ms"][-2:] == ["+5%", "yes"]
+    assert rows["store reads/s"][-2:] == ["+30%", "**no**"]
+    assert rows["dispatcher CPU %"][-1] == "yes"
+    assert rows["dispatcher RSS MB"][-2:] == ["+80.0 MB", "**no**"]
+    # One stored count per backend: nothing to compare.
+    assert comparison_rows([few]) == []
+
+
+def test_cassandra_ingest_target_needs_both_the_share_and_the_rate() -> None:
+    met = _run("stack", 1_000, p99=1, reads=1, cpu=1, rss=1, tikk=6_000, ratio=0.9)
+    slow = _run("stack", 1_000, p99=1, reads=1, cpu=1, rss=1, tikk=4_000, ratio=0.95)
+    low = _run("stack", 1_000, p99=1, reads=1, cpu=1, rss=1, tikk=9_000, ratio=0.5)
+    embedded = _run("embedded", 1_000, p99=1, reads=1, cpu=1, rss=1)
+    verdicts = [row[-1] for row in target_rows([met, slow, low, embedded])]
+    assert verdicts == ["yes", "**no**", "**no**", "n/a"]
+
+
+def test_markdown_holds_every_table() -> None:
+    runs = [_run("embedded", 10_000, p99=50, reads=100.0, cpu=10.0, rss=60.0),
+            _run("embedded", 10_000_000, p99=52, reads=101.0, cpu=10.5, rss=70.0)]  # fmt: skip
+    text = render_markdown({"started_utc": "T", "host": {"cpus": 2, "mem_gib": 8}, "runs": runs})
+    for heading in ("Ingest through ImportTasks", "Fire phase", "Many stored against few",
+                    "Processes", "Bytes on disk"):  # fmt: skip
+        assert f"### {heading}" in text
+    assert "| embedded | 10,000,000 | 1,000 | 100 | 1,000 (+0 dup, 0 missing) |" in text
+    assert "No two runs" not in text
+
+
+def test_readme_section_replaces_only_between_the_markers() -> None:
+    results = {"runs": [_run("embedded", 10, p99=1, reads=1.0, cpu=1.0, rss=1.0)]}
+    readme = f"# tikk\nintro\n{README_START}\nold figures\n{README_END}\n## Next\n"
+    section = readme_section(results)
+    new = replace_section(readme, section)
+    assert new.startswith("# tikk\nintro\n") and new.endswith("\n## Next\n")
+    assert "old figures" not in new and "### Fire phase" in new
+    assert replace_section(new, section) == new  # regenerating is stable
+
+
+@pytest.mark.parametrize(
+    "readme",
+    ["no markers", f"{README_END} {README_START}", f"{README_START}{README_START}{README_END}"],
+)
+def test_readme_without_one_pair_of_markers_is_refused(readme: str) -> None:
+    with pytest.raises(ValueError, match="bench:start"):
+        replace_section(readme, "x")
+
+
+def test_proc_stat_fields_survive_odd_command_names() -> None:
+    # Fields after the command: state ppid ... utime(14) stime(15) cutime(16) cstime(17).
+    rest = "S 41 " + " ".join(["0"] * 9) + " 250 50 7 3 20 0"
+    stat = parse_stat(f"1234 (tikk (w) x) {rest}")
+    assert (stat.ppid, stat.utime, stat.stime, stat.cutime, stat.cstime) == (41, 250, 50, 7, 3)
+    status = "Name:\tpython\nVmHWM:\t  2048 kB\nVmRSS:\t  1024 kB\n"
+    assert parse_status_kib(status, "VmRSS") == 1024 * 1024
+    assert parse_status_kib(status, "VmSwap") == 0
+
+
+def test_read_rate_spans_the_logged_totals_around_the_window() -> None:
+    log = "\n".join([
+        "x INFO tikk.dispatcher: store reads at 1000 ms: 10 reads, 0 rows",
+        "x INFO tikk.dispatcher: store reads at 11000 ms: 110 reads, 50 rows",
+        "x INFO tikk.dispatcher: store reads at 21000 ms: 310 reads, 150 rows",
+        "x INFO tikk.dispatcher: store reads at 31000 ms: 330 reads, 150 rows",
+    ])  # fmt: skip
+    points = totals(log)
+    assert points[1] == ReadTotals(11_000, 110, 50)
+    rate = rate_between(points, 12_000, 20_000)
+    assert rate is not None
+    assert (rate.reads_per_s, rate.rows_per_s, rate.from_ms, rate.to_ms) == (
+        20.0, 10.0, 11_000, 21_000,
+    )  # fmt: skip
+    assert rate_between(points[:1], 0, 1) is None
