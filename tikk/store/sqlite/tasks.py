@@ -32,14 +32,18 @@ _TASK_MARKS = ",".join("?" * len(TASK_COLUMNS))
 _DUE_COLUMNS = ", ".join(DUE_READ_COLUMNS)
 
 
-def _task_row(t: Task) -> tuple[object, ...]:
+def _json(mapping: Mapping[str, str]) -> str:
+    return json.dumps(dict(mapping)) if mapping else "{}"  # most tasks have none
+
+
+def task_row(t: Task) -> tuple[object, ...]:
     r = t.retry
     return (
-        t.namespace, t.task_id, t.queue, t.handler, t.payload, json.dumps(dict(t.labels)),
+        t.namespace, t.task_id, t.queue, t.handler, t.payload, _json(t.labels),
         r.max_attempts, r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter,
         int(t.state), t.attempt, t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms,
         t.shard, t.fingerprint, t.last_error_type, t.last_error_message,
-        json.dumps(dict(t.trace_context)), t.schedule_id, t.start_timeout_ms,
+        _json(t.trace_context), t.schedule_id, t.start_timeout_ms,
     )  # fmt: skip
 
 
@@ -84,17 +88,17 @@ INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_MARKS})"
 _IDS_PER_LOOKUP = 500
 
 
-def _due_row(e: DueEntry) -> tuple[object, ...]:
+def due_row(e: DueEntry) -> tuple[object, ...]:
     return (
         minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace,
-        e.task_id, e.attempt, e.queue, e.handler, e.payload, json.dumps(dict(e.labels)),
-        e.max_attempts, e.scheduled_ms, json.dumps(dict(e.trace_context)), e.schedule_id,
+        e.task_id, e.attempt, e.queue, e.handler, e.payload, _json(e.labels),
+        e.max_attempts, e.scheduled_ms, _json(e.trace_context), e.schedule_id,
         e.start_timeout_ms,
     )  # fmt: skip
 
 
 def insert_due(conn: sqlite3.Connection, e: DueEntry) -> None:
-    conn.execute(INSERT_DUE, _due_row(e))
+    conn.execute(INSERT_DUE, due_row(e))
 
 
 def _delete_due(conn: sqlite3.Connection, t: Task) -> None:
@@ -116,7 +120,7 @@ def _fetch_task(conn: sqlite3.Connection, namespace: str, task_id: str) -> Task:
 
 def _save_task(conn: sqlite3.Connection, t: Task) -> None:
     conn.execute(f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_MARKS})",
-                 _task_row(t))  # fmt: skip
+                 task_row(t))  # fmt: skip
 
 
 def create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
@@ -137,8 +141,8 @@ def create_all(
         outcomes: list[tuple[Task, bool] | TikkError] = [(t, True) for t in tasks]
     else:
         fresh, outcomes = _sort_out(tasks, _existing(conn, tasks))
-    conn.executemany(INSERT_TASK, [_task_row(t) for t in fresh])
-    conn.executemany(INSERT_DUE, [_due_row(t.entry()) for t in fresh])
+    conn.executemany(INSERT_TASK, [task_row(t) for t in fresh])
+    conn.executemany(INSERT_DUE, [due_row(t.entry()) for t in fresh])
     return outcomes
 
 
