@@ -26,8 +26,8 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from tikk.buckets import shard_of
-from tikk.drivers.cassandra import CassandraSession
+from tikk.buckets import minute_of_second, shard_of
+from tikk.drivers.cassandra import CassandraSession, PartitionRow
 from tikk.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
@@ -39,8 +39,6 @@ from tikk.store.schedules import StepWrite
 # Partitions of a namespace's listing. Part of the stored layout: changing it strands
 # existing listing rows.
 LISTING_SHARDS = 16
-# Schedules read or stepped concurrently by the bulk methods.
-_CONCURRENCY = 128
 
 _COLS = "namespace, schedule_id, version, fingerprint, body"
 CREATE_SCHEDULE = f"INSERT INTO schedules ({_COLS}) VALUES (?, ?, ?, ?, ?) IF NOT EXISTS"
@@ -96,7 +94,6 @@ class CassandraScheduleStore:
         # each task carries its own shard.
         self._tasks = CassandraTaskStore(session, shard_count=1)
         self._db = session
-        self._window = asyncio.Semaphore(_CONCURRENCY)
 
     async def start(self) -> None:
         await self._tasks.start()
@@ -179,33 +176,40 @@ class CassandraScheduleStore:
         )
 
     async def step(self, schedule: Schedule, expected_version: int, tasks: Sequence[Task]) -> bool:
-        # AlreadyExists comes back as a value: the occurrence has its task already (created
-        # before the schedule was updated), which stays as it is. Other errors propagate.
-        await self._tasks.create_many(tasks)
-        stored = schedule.evolve(version=expected_version + 1)
-        await self._write_tick(stored)
-        rows = await self._db.execute(UPDATE_SCHEDULE, _update_values(stored, expected_version))
-        return not rows or bool(rows[0][0])
+        [done] = await self.step_many([StepWrite(schedule, expected_version, tasks)])
+        return done
 
     async def get_many(self, keys: Sequence[tuple[str, str]]) -> Sequence[Schedule | None]:
-        async def one(ns: str, sid: str) -> Schedule | None:
-            async with self._window:
-                return await self._find(ns, sid)
-
-        return list(await asyncio.gather(*(one(ns, sid) for ns, sid in keys)))
+        reads = [self._db.bind(SELECT_SCHEDULE, [ns, sid]) for ns, sid in keys]
+        return [_decode(rows[0]) if rows else None for rows in await self._db.execute_many(reads)]
 
     async def step_many(self, steps: Sequence[StepWrite]) -> Sequence[bool]:
-        # Independent partitions: concurrent round trips, bounded.
-        async def one(st: StepWrite) -> bool:
-            async with self._window:
-                return await self.step(st.schedule, st.expected_version, st.tasks)
+        """Each phase for every step at once (a herd of schedules due together is one write
+        of tasks, one of ticks, one of schedules), in the order one step needs: the
+        occurrences' tasks, the next tick, then the schedule, conditional on its version.
+        AlreadyExists comes back as a value: the occurrence has its task already (created
+        before the schedule was updated), which stays as it is. Other errors propagate."""
+        await self._tasks.create_many([t for st in steps for t in st.tasks])
+        stored = [st.schedule.evolve(version=st.expected_version + 1) for st in steps]
+        await self._write_ticks(stored)
+        updates = [
+            self._db.bind(UPDATE_SCHEDULE, _update_values(s, st.expected_version))
+            for s, st in zip(stored, steps, strict=True)
+        ]
+        return [not rows or bool(rows[0][0]) for rows in await self._db.execute_many(updates)]
 
-        return list(await asyncio.gather(*(one(st) for st in steps)))
+    async def _write_ticks(self, schedules: Sequence[Schedule]) -> None:
+        rows = []
+        for s in schedules:
+            tick = s.tick()
+            if tick is not None:
+                partition = ("due", tick.shard, minute_of_second(tick.second))
+                values = due_values(tick, s.updated_ms)
+                rows.append(PartitionRow(partition, INSERT_DUE, values, 300))
+        await self._db.execute_many(self._db.partition_batches(rows))
 
     async def _write_tick(self, s: Schedule) -> None:
-        tick = s.tick()
-        if tick is not None:
-            await self._db.execute(INSERT_DUE, due_values(tick, s.updated_ms))
+        await self._write_ticks([s])
 
     async def close(self) -> None:
         await self._tasks.close()
