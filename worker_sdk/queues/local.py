@@ -4,10 +4,11 @@ the table and the statements on it are ``tikk.queue_contract``'s)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,6 +19,19 @@ from worker_sdk.queues.consumer import Message, decode_delivery
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction around the block (the connection autocommits otherwise, so
+    ``executemany`` alone would be a transaction per row)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class LocalQueueConsumer:
@@ -97,12 +111,16 @@ class LocalQueueConsumer:
             raise
 
     async def commit(self, message: Message) -> None:
-        if not self._closed:
-            await self._run(self._commit, message.receipt)
+        await self.commit_many([message])
+
+    async def commit_many(self, messages: Sequence[Message]) -> None:
+        if messages and not self._closed:
+            await self._run(self._commit_many, [m.receipt for m in messages])
 
     @staticmethod
-    def _commit(conn: sqlite3.Connection, receipt: tuple[int, str]) -> None:
-        conn.execute(LocalQueueSql.COMMIT, receipt)
+    def _commit_many(conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
+        with _transaction(conn):
+            conn.executemany(LocalQueueSql.COMMIT, receipts)
 
     async def extend(self, messages: Sequence[Message]) -> None:
         if not self._closed:
