@@ -5,7 +5,8 @@ answers, so a worker may start before its server) → open the queue consumer �
 stream → fetch and run tasks (at most ``concurrency`` at once) → on stop, fetch no more, let
 in-flight runs finish (up to ``shutdown_timeout_s``), then close the stream and the consumer.
 A message is committed only after the server acknowledged its result; anything not
-acknowledged is delivered again later.
+acknowledged is delivered again later. Acknowledged messages are committed in batches
+(``worker_sdk.commits``); on stop the last batch goes out before the consumer closes.
 
 **A worker that cannot report steps aside.** When results have waited longer than
 ``report_timeout_s`` with nothing acknowledged (the server is gone), the worker fetches no more
@@ -40,6 +41,7 @@ import grpc
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
+from worker_sdk.commits import CommitBatcher
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
 from worker_sdk.queues import open_consumer
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
@@ -200,19 +202,21 @@ class Worker:
                 return self.completed
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
             intake = _Intake(config.queue_url, self.queues, visibility_ms, self.group_timing)
-            results = ResultStream(stub, clock=self._clock)
-            results.start()
+            out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
+            out.results.start()
+            out.commits.start()
             try:
-                await self._loop(intake, results, stop, burst, visibility_ms)
+                await self._loop(intake, out, stop, burst, visibility_ms)
             finally:
-                await results.close()
+                await out.commits.close()  # before the consumers they go to close
+                await out.results.close()
                 await intake.close()
         return self.completed
 
     async def _loop(
         self,
         intake: _Intake,
-        results: ResultStream,
+        out: _Outbound,
         stop: asyncio.Event,
         burst: bool,
         visibility_ms: int,
@@ -221,10 +225,10 @@ class Worker:
         renewer = asyncio.create_task(_renew(inflight, visibility_ms / 3000))
         try:
             while not stop.is_set():
-                if results.waiting_s() > self.report_timeout_s:
-                    await self._step_aside(intake, results, stop)
+                if out.results.waiting_s() > self.report_timeout_s:
+                    await self._step_aside(intake, out, stop)
                     continue
-                started = await self._start_runs(intake, results, inflight)
+                started = await self._start_runs(intake, out, inflight)
                 if burst and not started and not inflight:
                     break
                 if len(inflight) >= self.concurrency:
@@ -241,7 +245,7 @@ class Worker:
     async def _start_runs(
         self,
         intake: _Intake,
-        results: ResultStream,
+        out: _Outbound,
         inflight: dict[asyncio.Task[None], _Held],
     ) -> int:
         """Fetch for the free slots and start a run of each message; how many started. A
@@ -257,26 +261,25 @@ class Worker:
             await asyncio.sleep(1.0)
             return 0
         for message in messages:
-            task = asyncio.create_task(self._process(consumer, results, message))
+            task = asyncio.create_task(self._process(consumer, out, message))
             inflight[task] = _Held(consumer, message)
             task.add_done_callback(inflight.pop)
         return len(messages)
 
-    async def _step_aside(
-        self, intake: _Intake, results: ResultStream, stop: asyncio.Event
-    ) -> None:
+    async def _step_aside(self, intake: _Intake, out: _Outbound, stop: asyncio.Event) -> None:
         """Results went unacknowledged for longer than ``report_timeout_s``: fetch no more and
         close the consumer, so that the queue gives this worker's share to others, until
         results are acknowledged again (or ``stop``). Runs in flight keep reporting."""
         log.warning(
             "no result acknowledged for %.1f s (report timeout %.1f s): pausing; the queue "
             "consumer is closed so that other workers take over",
-            results.waiting_s(),
+            out.results.waiting_s(),
             self.report_timeout_s,
         )
         paused_at = self._clock()
+        await out.commits.flush()  # what was acknowledged is not handed to others again
         await intake.close()
-        while not stop.is_set() and results.waiting_s() > self.report_timeout_s:
+        while not stop.is_set() and out.results.waiting_s() > self.report_timeout_s:
             await _sleep_unless(stop, _CHECK_S)
         if not stop.is_set():
             log.warning(
@@ -285,20 +288,21 @@ class Worker:
                 self._clock() - paused_at,
             )
 
-    async def _process(
-        self, consumer: QueueConsumer, results: ResultStream, message: Message
-    ) -> None:
-        if not await self._may_start(results, message):
-            await _commit(consumer, message)  # dead-lettered by its start timeout: not run
+    async def _process(self, consumer: QueueConsumer, out: _Outbound, message: Message) -> None:
+        """Run ``message`` and report its result until the server records it; only then is the
+        message committed (with the next batch). Its slot frees once the result is recorded:
+        the commit delays no run."""
+        if not await self._may_start(out.results, message):
+            out.commits.add(consumer, message)  # dead-lettered by its start timeout: not run
             return
         result = await self._execute(message)
         while True:
-            ack = await results.report(result)
+            ack = await out.results.report(result)
             if ack.code == grpc.StatusCode.OK.value[0]:
                 break
             log.warning("server refused result of %s (%s), retrying", result.run_id, ack.message)
             await asyncio.sleep(1.0)
-        await _commit(consumer, message)
+        out.commits.add(consumer, message)
         self.completed += 1
 
     async def _may_start(self, results: ResultStream, message: Message) -> bool:
@@ -394,6 +398,15 @@ class _Held:
     message: Message
 
 
+@dataclass(frozen=True)
+class _Outbound:
+    """Where a run's outcome goes: its result to the server, then its message to be
+    committed once the server acknowledged the result."""
+
+    results: ResultStream
+    commits: CommitBatcher
+
+
 class _Intake:
     """The worker's current queue consumer, opened and started on first use. ``close`` puts it
     down (the worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
@@ -463,15 +476,6 @@ async def _renew(inflight: dict[asyncio.Task[None], _Held], every: float) -> Non
         for consumer, messages in by_consumer.items():
             with contextlib.suppress(Exception):
                 await consumer.extend(messages)
-
-
-async def _commit(consumer: QueueConsumer, message: Message) -> None:
-    """Remove a message whose result is recorded. A failure is logged only: the message is
-    then delivered again (at-least-once; its idempotency key lets a handler notice)."""
-    try:
-        await consumer.commit(message)
-    except Exception as exc:
-        log.warning("committing %s failed; it may run again: %s", message.delivery.task_id, exc)
 
 
 async def _until_one_finishes(
