@@ -43,6 +43,7 @@ from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.commits import CommitBatcher
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
+from worker_sdk.inflight import Held, InFlight
 from worker_sdk.queues import open_consumer
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
 from worker_sdk.results import Backoff, ResultStream
@@ -81,14 +82,6 @@ def _check_queue_name(queue: str) -> None:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _ts_ms(ms: int) -> Any:
-    from google.protobuf.timestamp_pb2 import Timestamp
-
-    ts = Timestamp()
-    ts.FromMilliseconds(ms)
-    return ts
 
 
 def _dt(ts: Any) -> datetime:
@@ -221,8 +214,9 @@ class Worker:
         burst: bool,
         visibility_ms: int,
     ) -> None:
-        inflight: dict[asyncio.Task[None], _Held] = {}
-        renewer = asyncio.create_task(_renew(inflight, visibility_ms / 3000))
+        inflight = InFlight(self.concurrency)
+        renewer = asyncio.create_task(inflight.renew(visibility_ms / 3000))
+        stopping = asyncio.create_task(_call_when_set(stop, inflight.wake))
         try:
             while not stop.is_set():
                 if out.results.waiting_s() > self.report_timeout_s:
@@ -231,39 +225,37 @@ class Worker:
                 started = await self._start_runs(intake, out, inflight)
                 if burst and not started and not inflight:
                     break
-                if len(inflight) >= self.concurrency:
-                    await _until_one_finishes(inflight, stop)
+                if not inflight.free:
+                    # Wake early to notice results that go unacknowledged (``_step_aside``).
+                    await inflight.until_free(1, _CHECK_S)
                 elif not started:
                     await _sleep_unless(stop, self._poll_interval_s)
-            if inflight:
-                await asyncio.wait(list(inflight), timeout=self._shutdown_timeout_s)
+            await inflight.drain(self._shutdown_timeout_s)
         finally:
             renewer.cancel()
-            for task in list(inflight):
-                task.cancel()
+            stopping.cancel()
+            inflight.cancel()
 
     async def _start_runs(
         self,
         intake: _Intake,
         out: _Outbound,
-        inflight: dict[asyncio.Task[None], _Held],
+        inflight: InFlight,
     ) -> int:
         """Fetch for the free slots and start a run of each message; how many started. A
         queue that is briefly unreachable is retried, not fatal to the worker."""
-        free = self.concurrency - len(inflight)
-        if free < 1:
+        if inflight.free < 1:
             return 0
         try:
             consumer = await intake.consumer()
-            messages = await consumer.fetch(free)
+            messages = await consumer.fetch(inflight.free)
         except BackendUnavailable as exc:
             log.warning("fetching from the queue failed, retrying: %s", exc)
             await asyncio.sleep(1.0)
             return 0
         for message in messages:
-            task = asyncio.create_task(self._process(consumer, out, message))
-            inflight[task] = _Held(consumer, message)
-            task.add_done_callback(inflight.pop)
+            run = asyncio.create_task(self._process(consumer, out, message))
+            inflight.add(run, Held(consumer, message))
         return len(messages)
 
     async def _step_aside(self, intake: _Intake, out: _Outbound, stop: asyncio.Event) -> None:
@@ -313,8 +305,9 @@ class Worker:
             return True
         claim = worker_pb2.RunResult(
             run_id=uuid.uuid4().hex, delivery=d, kind=worker_pb2.RESULT_KIND_STARTED,
-            worker_id=self.worker_id, start_time=_ts_ms(_now_ms()),
+            worker_id=self.worker_id,
         )  # fmt: skip
+        claim.start_time.FromMilliseconds(_now_ms())
         while True:
             ack = await results.report(claim)
             if ack.code in (grpc.StatusCode.OK.value[0], _REFUSED):
@@ -327,9 +320,8 @@ class Worker:
         d = message.delivery
         run_id = uuid.uuid4().hex
         started = _now_ms()
-        result = worker_pb2.RunResult(
-            run_id=run_id, delivery=d, worker_id=self.worker_id, start_time=_ts_ms(started)
-        )
+        result = worker_pb2.RunResult(run_id=run_id, delivery=d, worker_id=self.worker_id)
+        result.start_time.FromMilliseconds(started)
         fn = self._handlers.get(d.handler)
         with self.telemetry.run(message, started) as finish:
             if message.delivery_count > self._max_deliveries:
@@ -343,7 +335,7 @@ class Worker:
                 _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason)
             else:
                 await self._invoke(fn, self._context(message, run_id), result)
-            result.finish_time.CopyFrom(_ts_ms(_now_ms()))
+            result.finish_time.FromMilliseconds(_now_ms())
             finish(result)
         return result
 
@@ -387,15 +379,6 @@ class Worker:
             worker_id=self.worker_id,
             delivery_count=message.delivery_count,
         )
-
-
-@dataclass(frozen=True)
-class _Held:
-    """A message being worked on and the consumer it came from: its commit and lease renewals
-    go to that consumer, even after the worker moved on to a fresh one."""
-
-    consumer: QueueConsumer
-    message: Message
 
 
 @dataclass(frozen=True)
@@ -465,35 +448,16 @@ async def _worker_config(
     return None
 
 
-async def _renew(inflight: dict[asyncio.Task[None], _Held], every: float) -> None:
-    """Extend the leases of the messages in flight, each through the consumer it came from
-    (a closed one does nothing: its messages go to others anyway)."""
-    while True:
-        await asyncio.sleep(every)
-        by_consumer: dict[QueueConsumer, list[Message]] = {}
-        for held in list(inflight.values()):
-            by_consumer.setdefault(held.consumer, []).append(held.message)
-        for consumer, messages in by_consumer.items():
-            with contextlib.suppress(Exception):
-                await consumer.extend(messages)
-
-
-async def _until_one_finishes(
-    inflight: dict[asyncio.Task[None], _Held], stop: asyncio.Event
-) -> None:
-    """Every slot is busy: wake when one frees, on stop, or after ``_CHECK_S`` so that the
-    worker notices when it cannot report."""
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([stopper, *inflight], timeout=_CHECK_S, return_when="FIRST_COMPLETED")
-    finally:
-        stopper.cancel()
+async def _call_when_set(event: asyncio.Event, call: Callable[[], None]) -> None:
+    await event.wait()
+    call()
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        async with asyncio.timeout(seconds):  # no task per sleep, unlike wait_for
+            await stop.wait()
 
 
 def _given(value: float | None, current: float) -> float:
