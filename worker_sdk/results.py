@@ -1,9 +1,11 @@
 """Streaming run results to the server over one long-lived ``ReportResults`` call.
 
-Each result waits for its acknowledgement. Whatever ends a call (the server closing it, a
-broken connection, a write after the call finished, any error of the reader), the stream logs
-it, waits a short bounded backoff, opens a new call and sends every unacknowledged result
-again: the server records a run once however often it arrives (results carry a ``run_id``).
+Each result waits for its acknowledgement. Results reported while the stream is busy writing
+wait in an outbox and are written together when it is free again, so that a burst costs one
+wake-up, not one per result. Whatever ends a call (the server closing it, a broken connection,
+a write after the call finished, any error of the reader), the stream logs it, waits a short
+bounded backoff, opens a new call and sends every unacknowledged result again: the server
+records a run once however often it arrives (results carry a ``run_id``).
 Only ``close`` ends the stream.
 
 ``waiting_s`` says how long results have been waiting while the server acknowledged nothing,
@@ -79,7 +81,8 @@ class ResultStream:
         self._backoff = backoff or Backoff()
         self._clock = clock
         self._pending: dict[str, _Waiting] = {}
-        self._outbox: asyncio.Queue[worker_pb2.RunResult] = asyncio.Queue()
+        self._outbox: list[worker_pb2.RunResult] = []  # reported, not yet written
+        self._queued = asyncio.Event()  # set when the outbox is not empty
         self._task: asyncio.Task[None] | None = None
         self._last_ack = clock()
 
@@ -90,7 +93,8 @@ class ResultStream:
         """Send ``result`` and wait for the server's acknowledgement of it."""
         future: asyncio.Future[worker_pb2.ResultAck] = asyncio.get_running_loop().create_future()
         self._pending[result.run_id] = _Waiting(result, future, self._clock())
-        self._outbox.put_nowait(result)
+        self._outbox.append(result)
+        self._queued.set()
         return await future
 
     def waiting_s(self) -> float:
@@ -100,7 +104,9 @@ class ResultStream:
         long one result waits; a server that is gone lets this grow."""
         if not self._pending:
             return 0.0
-        oldest = min(waiting.since for waiting in self._pending.values())
+        # The first in insertion order waits longest: entries are added as they are reported
+        # and only ever removed (a refused result is reported again as a new entry).
+        oldest = next(iter(self._pending.values())).since
         return max(0.0, self._clock() - max(oldest, self._last_ack))
 
     async def close(self) -> None:
@@ -136,31 +142,35 @@ class ResultStream:
         )
 
     async def _serve(self, call: Any) -> None:
-        while not self._outbox.empty():  # everything pending is re-sent below
-            self._outbox.get_nowait()
+        self._outbox.clear()  # everything pending is re-sent first
         reader = asyncio.create_task(self._read(call))
         try:
-            for waiting in list(self._pending.values()):
-                await call.write(waiting.result)
+            batch = [waiting.result for waiting in self._pending.values()]
             while True:
-                result = await self._next_result(reader)
-                if result.run_id in self._pending:
-                    await call.write(result)
+                for result in batch:
+                    if result.run_id in self._pending:  # not acknowledged meanwhile
+                        await call.write(result)
+                batch = await self._next_batch(reader)
         finally:
             reader.cancel()
 
-    async def _next_result(self, reader: asyncio.Task[None]) -> worker_pb2.RunResult:
-        """The next result to send; raises what ended the call if ``reader`` finished first
-        (or meanwhile: a result taken then is still pending and goes out on the next call)."""
-        getter = asyncio.ensure_future(self._outbox.get())
-        try:
-            await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            getter.cancel()
+    async def _next_batch(self, reader: asyncio.Task[None]) -> list[worker_pb2.RunResult]:
+        """Everything reported since the last batch, waiting for one result if there is none:
+        a burst is written in one go rather than one wake-up per result. Raises what ended the
+        call if ``reader`` finished (a result taken then is still pending and goes out on the
+        next call)."""
+        if not self._outbox:
+            self._queued.clear()
+            queued = asyncio.ensure_future(self._queued.wait())
+            try:
+                await asyncio.wait({queued, reader}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                queued.cancel()
         if reader.done():
             reader.result()
             raise _StreamEnded("the server closed the result stream")
-        return getter.result()
+        batch, self._outbox = self._outbox, []
+        return batch
 
     async def _read(self, call: Any) -> None:
         async for ack in call:

@@ -5,7 +5,8 @@ answers, so a worker may start before its server) → open the queue consumer �
 stream → fetch and run tasks (at most ``concurrency`` at once) → on stop, fetch no more, let
 in-flight runs finish (up to ``shutdown_timeout_s``), then close the stream and the consumer.
 A message is committed only after the server acknowledged its result; anything not
-acknowledged is delivered again later.
+acknowledged is delivered again later. Acknowledged messages are committed in batches
+(``worker_sdk.commits``); on stop the last batch goes out before the consumer closes.
 
 **A worker that cannot report steps aside.** When results have waited longer than
 ``report_timeout_s`` with nothing acknowledged (the server is gone), the worker fetches no more
@@ -40,7 +41,9 @@ import grpc
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
+from worker_sdk.commits import CommitBatcher
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
+from worker_sdk.inflight import Held, InFlight
 from worker_sdk.queues import open_consumer
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
 from worker_sdk.results import Backoff, ResultStream
@@ -57,6 +60,7 @@ _ERROR_MESSAGE_LIMIT = 4096
 # The server's answer to a start whose timeout ran out (google.rpc.Code FAILED_PRECONDITION).
 _REFUSED = grpc.StatusCode.FAILED_PRECONDITION.value[0]
 _CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
+_GATHER_S = 0.01  # how long a full worker waits for more slots to free before it fetches
 _CONFIG_TIMEOUT_S = 10.0  # one GetWorkerConfig attempt
 # gRPC reconnects with backoff of its own, by default growing to 2 minutes; capped, a worker
 # finds a restarted server within about a second.
@@ -79,14 +83,6 @@ def _check_queue_name(queue: str) -> None:
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def _ts_ms(ms: int) -> Any:
-    from google.protobuf.timestamp_pb2 import Timestamp
-
-    ts = Timestamp()
-    ts.FromMilliseconds(ms)
-    return ts
 
 
 def _dt(ts: Any) -> datetime:
@@ -200,83 +196,86 @@ class Worker:
                 return self.completed
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
             intake = _Intake(config.queue_url, self.queues, visibility_ms, self.group_timing)
-            results = ResultStream(stub, clock=self._clock)
-            results.start()
+            out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
+            out.results.start()
+            out.commits.start()
             try:
-                await self._loop(intake, results, stop, burst, visibility_ms)
+                await self._loop(intake, out, stop, burst, visibility_ms)
             finally:
-                await results.close()
+                await out.commits.close()  # before the consumers they go to close
+                await out.results.close()
                 await intake.close()
         return self.completed
 
     async def _loop(
         self,
         intake: _Intake,
-        results: ResultStream,
+        out: _Outbound,
         stop: asyncio.Event,
         burst: bool,
         visibility_ms: int,
     ) -> None:
-        inflight: dict[asyncio.Task[None], _Held] = {}
-        renewer = asyncio.create_task(_renew(inflight, visibility_ms / 3000))
+        inflight = InFlight(self.concurrency)
+        renewer = asyncio.create_task(inflight.renew(visibility_ms / 3000))
+        stopping = asyncio.create_task(_call_when_set(stop, inflight.wake))
         try:
             while not stop.is_set():
-                if results.waiting_s() > self.report_timeout_s:
-                    await self._step_aside(intake, results, stop)
+                if out.results.waiting_s() > self.report_timeout_s:
+                    await self._step_aside(intake, out, stop)
                     continue
-                started = await self._start_runs(intake, results, inflight)
+                started = await self._start_runs(intake, out, inflight)
                 if burst and not started and not inflight:
                     break
-                if len(inflight) >= self.concurrency:
-                    await _until_one_finishes(inflight, stop)
+                if not inflight.free:
+                    # Wake early to notice results that go unacknowledged (``_step_aside``).
+                    await inflight.until_free(1, _CHECK_S)
+                    # Then gather freed slots a moment: a burst is leased in batches, not a
+                    # queue transaction per message, at a cost of at most _GATHER_S of delay.
+                    await inflight.until_free(max(1, self.concurrency // 4), _GATHER_S)
                 elif not started:
                     await _sleep_unless(stop, self._poll_interval_s)
-            if inflight:
-                await asyncio.wait(list(inflight), timeout=self._shutdown_timeout_s)
+            await inflight.drain(self._shutdown_timeout_s)
         finally:
             renewer.cancel()
-            for task in list(inflight):
-                task.cancel()
+            stopping.cancel()
+            inflight.cancel()
 
     async def _start_runs(
         self,
         intake: _Intake,
-        results: ResultStream,
-        inflight: dict[asyncio.Task[None], _Held],
+        out: _Outbound,
+        inflight: InFlight,
     ) -> int:
         """Fetch for the free slots and start a run of each message; how many started. A
         queue that is briefly unreachable is retried, not fatal to the worker."""
-        free = self.concurrency - len(inflight)
-        if free < 1:
+        if inflight.free < 1:
             return 0
         try:
             consumer = await intake.consumer()
-            messages = await consumer.fetch(free)
+            messages = await consumer.fetch(inflight.free)
         except BackendUnavailable as exc:
             log.warning("fetching from the queue failed, retrying: %s", exc)
             await asyncio.sleep(1.0)
             return 0
         for message in messages:
-            task = asyncio.create_task(self._process(consumer, results, message))
-            inflight[task] = _Held(consumer, message)
-            task.add_done_callback(inflight.pop)
+            run = asyncio.create_task(self._process(consumer, out, message))
+            inflight.add(run, Held(consumer, message))
         return len(messages)
 
-    async def _step_aside(
-        self, intake: _Intake, results: ResultStream, stop: asyncio.Event
-    ) -> None:
+    async def _step_aside(self, intake: _Intake, out: _Outbound, stop: asyncio.Event) -> None:
         """Results went unacknowledged for longer than ``report_timeout_s``: fetch no more and
         close the consumer, so that the queue gives this worker's share to others, until
         results are acknowledged again (or ``stop``). Runs in flight keep reporting."""
         log.warning(
             "no result acknowledged for %.1f s (report timeout %.1f s): pausing; the queue "
             "consumer is closed so that other workers take over",
-            results.waiting_s(),
+            out.results.waiting_s(),
             self.report_timeout_s,
         )
         paused_at = self._clock()
+        await out.commits.flush()  # what was acknowledged is not handed to others again
         await intake.close()
-        while not stop.is_set() and results.waiting_s() > self.report_timeout_s:
+        while not stop.is_set() and out.results.waiting_s() > self.report_timeout_s:
             await _sleep_unless(stop, _CHECK_S)
         if not stop.is_set():
             log.warning(
@@ -285,20 +284,21 @@ class Worker:
                 self._clock() - paused_at,
             )
 
-    async def _process(
-        self, consumer: QueueConsumer, results: ResultStream, message: Message
-    ) -> None:
-        if not await self._may_start(results, message):
-            await _commit(consumer, message)  # dead-lettered by its start timeout: not run
+    async def _process(self, consumer: QueueConsumer, out: _Outbound, message: Message) -> None:
+        """Run ``message`` and report its result until the server records it; only then is the
+        message committed (with the next batch). Its slot frees once the result is recorded:
+        the commit delays no run."""
+        if not await self._may_start(out.results, message):
+            out.commits.add(consumer, message)  # dead-lettered by its start timeout: not run
             return
         result = await self._execute(message)
         while True:
-            ack = await results.report(result)
+            ack = await out.results.report(result)
             if ack.code == grpc.StatusCode.OK.value[0]:
                 break
             log.warning("server refused result of %s (%s), retrying", result.run_id, ack.message)
             await asyncio.sleep(1.0)
-        await _commit(consumer, message)
+        out.commits.add(consumer, message)
         self.completed += 1
 
     async def _may_start(self, results: ResultStream, message: Message) -> bool:
@@ -309,8 +309,9 @@ class Worker:
             return True
         claim = worker_pb2.RunResult(
             run_id=uuid.uuid4().hex, delivery=d, kind=worker_pb2.RESULT_KIND_STARTED,
-            worker_id=self.worker_id, start_time=_ts_ms(_now_ms()),
+            worker_id=self.worker_id,
         )  # fmt: skip
+        claim.start_time.FromMilliseconds(_now_ms())
         while True:
             ack = await results.report(claim)
             if ack.code in (grpc.StatusCode.OK.value[0], _REFUSED):
@@ -321,11 +322,10 @@ class Worker:
 
     async def _execute(self, message: Message) -> worker_pb2.RunResult:
         d = message.delivery
-        run_id = uuid.uuid4().hex
+        run_id = os.urandom(16).hex()  # as random as uuid4().hex, without a UUID object per run
         started = _now_ms()
-        result = worker_pb2.RunResult(
-            run_id=run_id, delivery=d, worker_id=self.worker_id, start_time=_ts_ms(started)
-        )
+        result = worker_pb2.RunResult(run_id=run_id, delivery=d, worker_id=self.worker_id)
+        result.start_time.FromMilliseconds(started)
         fn = self._handlers.get(d.handler)
         with self.telemetry.run(message, started) as finish:
             if message.delivery_count > self._max_deliveries:
@@ -339,7 +339,7 @@ class Worker:
                 _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason)
             else:
                 await self._invoke(fn, self._context(message, run_id), result)
-            result.finish_time.CopyFrom(_ts_ms(_now_ms()))
+            result.finish_time.FromMilliseconds(_now_ms())
             finish(result)
         return result
 
@@ -386,12 +386,12 @@ class Worker:
 
 
 @dataclass(frozen=True)
-class _Held:
-    """A message being worked on and the consumer it came from: its commit and lease renewals
-    go to that consumer, even after the worker moved on to a fresh one."""
+class _Outbound:
+    """Where a run's outcome goes: its result to the server, then its message to be
+    committed once the server acknowledged the result."""
 
-    consumer: QueueConsumer
-    message: Message
+    results: ResultStream
+    commits: CommitBatcher
 
 
 class _Intake:
@@ -452,44 +452,16 @@ async def _worker_config(
     return None
 
 
-async def _renew(inflight: dict[asyncio.Task[None], _Held], every: float) -> None:
-    """Extend the leases of the messages in flight, each through the consumer it came from
-    (a closed one does nothing: its messages go to others anyway)."""
-    while True:
-        await asyncio.sleep(every)
-        by_consumer: dict[QueueConsumer, list[Message]] = {}
-        for held in list(inflight.values()):
-            by_consumer.setdefault(held.consumer, []).append(held.message)
-        for consumer, messages in by_consumer.items():
-            with contextlib.suppress(Exception):
-                await consumer.extend(messages)
-
-
-async def _commit(consumer: QueueConsumer, message: Message) -> None:
-    """Remove a message whose result is recorded. A failure is logged only: the message is
-    then delivered again (at-least-once; its idempotency key lets a handler notice)."""
-    try:
-        await consumer.commit(message)
-    except Exception as exc:
-        log.warning("committing %s failed; it may run again: %s", message.delivery.task_id, exc)
-
-
-async def _until_one_finishes(
-    inflight: dict[asyncio.Task[None], _Held], stop: asyncio.Event
-) -> None:
-    """Every slot is busy: wake when one frees, on stop, or after ``_CHECK_S`` so that the
-    worker notices when it cannot report."""
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait([stopper, *inflight], timeout=_CHECK_S, return_when="FIRST_COMPLETED")
-    finally:
-        stopper.cancel()
+async def _call_when_set(event: asyncio.Event, call: Callable[[], None]) -> None:
+    await event.wait()
+    call()
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+        async with asyncio.timeout(seconds):  # no task per sleep, unlike wait_for
+            await stop.wait()
 
 
 def _given(value: float | None, current: float) -> float:

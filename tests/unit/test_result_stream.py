@@ -50,6 +50,20 @@ async def report_all(stream: ResultStream, results: list[worker_pb2.RunResult]) 
     return {ack.run_id for ack in acks if ack.code == 0}
 
 
+async def test_a_burst_goes_out_on_one_call_each_result_once(
+    server: WorkerServer, stream: ResultStream
+) -> None:
+    """Results reported while earlier ones are being written wait and go out together; none
+    is lost, written twice or left waiting."""
+    results = [result() for _ in range(2000)]
+    assert await report_all(stream, results) == {r.run_id for r in results}
+    assert server.calls == 1
+    assert len(server.received) == 2000 and set(server.received.values()) == {1}
+    assert stream.waiting_s() == 0.0
+    more = [result() for _ in range(10)]  # a quiet stream wakes for the next one
+    assert await report_all(stream, more) == {r.run_id for r in more}
+
+
 async def test_calls_finished_or_aborted_half_way_lose_no_result(
     server: WorkerServer, stream: ResultStream
 ) -> None:

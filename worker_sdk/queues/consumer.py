@@ -93,7 +93,18 @@ class QueueConsumer(Protocol):
     async def commit(self, message: Message) -> None:
         """The message is done (the server acknowledged its result): remove it. A lease that
         already ran out is not an error; the message may then be delivered again. After
-        ``close`` it does nothing (the message goes to whoever reads it next)."""
+        ``close`` it does nothing (the message goes to whoever reads it next). Idempotent.
+        Raises ``BackendUnavailable`` if the queue cannot be reached (the message is then
+        delivered again)."""
+        ...
+
+    async def commit_many(self, messages: Sequence[Message]) -> None:
+        """``commit`` of each of ``messages`` (any order, any of the consumer's queues) in one
+        transaction or request where the backend has one: how a Worker commits, since one
+        statement or request per message would cost more than the rest of a run. What
+        ``commit`` says of each message holds: the rules for run-out leases, ``close`` and
+        idempotence are the same. Raises ``BackendUnavailable``; then none or only some are
+        committed, and the rest are delivered again."""
         ...
 
     async def extend(self, messages: Sequence[Message]) -> None:

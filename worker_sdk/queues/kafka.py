@@ -10,7 +10,8 @@ consumer per queue. It creates missing topics as the producer does.
 ``PartitionLedger`` (``worker_sdk.queues.kafka_ledger``) per assigned partition notes what was
 handed out and what is done, and the offset committed is the oldest message not yet done (one
 past the newest, when all are): it never passes an unfinished message, never moves back.
-Commits queued behind one another coalesce into one request.
+``commit_many`` (a Worker's batch) is one request per queue, over every partition whose
+offset moved; commits queued behind one another coalesce into one request.
 
 **Rebalances.** On revocation what is done is committed and the partitions' ledgers dropped;
 their unfinished messages, and finished ones behind those, go to the new owner (at-least-once).
@@ -41,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,22 +167,31 @@ class _QueueLane:
         ledger = self.ledgers.get((receipt.topic, receipt.partition))
         return ledger is not None and ledger.epoch == receipt.epoch
 
-    async def commit(self, receipt: _Receipt) -> None:
-        if not self._current(receipt):
-            return  # handed out in an earlier assignment: the partition was re-read since
-        if self.ledgers[(receipt.topic, receipt.partition)].finish(receipt.offset):
-            await self._flush([(receipt.topic, receipt.partition)], past=receipt.offset)
+    async def commit(self, receipts: Iterable[_Receipt]) -> None:
+        """Note ``receipts`` done in their ledgers, then commit the partitions whose offset
+        moved, all in one request. A receipt of an earlier assignment does nothing: the
+        partition was re-read (or is someone else's) since."""
+        newest: dict[Partition, int] = {}  # per partition, the newest offset finished here
+        for r in receipts:
+            tp = (r.topic, r.partition)
+            if self._current(r) and self.ledgers[tp].finish(r.offset):
+                newest[tp] = max(r.offset, newest.get(tp, r.offset))
+        if newest:
+            await self._flush(newest, past=newest)
 
-    async def _flush(self, partitions: Iterable[Partition], past: int | None = None) -> None:
-        """Commit every ledger target of ``partitions`` that moved, in one request. With
-        ``past``, a partition whose commit went past that offset while this call waited for
-        the lock is left alone: that commit covered this caller's message already."""
+    async def _flush(
+        self, partitions: Iterable[Partition], past: Mapping[Partition, int] | None = None
+    ) -> None:
+        """Commit every ledger target of ``partitions`` that moved, in one request. A partition
+        whose commit went past its offset in ``past`` while this call waited for the lock is
+        left alone: that commit covered this caller's messages already."""
+        past = past or {}
         async with self._commit_lock:
             targets = [
                 (tp, ledger, target)
                 for tp in partitions
                 if (ledger := self.ledgers.get(tp))
-                and not (past is not None and ledger.covers(past))
+                and not (tp in past and ledger.covers(past[tp]))
                 and (target := ledger.target())
             ]
             if not targets:
@@ -350,12 +360,16 @@ class KafkaQueueConsumer:
         return await _sweep(lanes, max_messages) or await _wait(lanes, max_messages)
 
     async def commit(self, message: Message) -> None:
-        receipt = message.receipt
-        if not isinstance(receipt, _Receipt):
-            return  # not one of ours: nothing of ours to commit
+        await self.commit_many([message])
+
+    async def commit_many(self, messages: Sequence[Message]) -> None:
+        """One commit request per queue among ``messages`` (a queue is a group of its own)."""
+        # A receipt of another kind is not ours: nothing of ours to commit.
+        receipts = [m.receipt for m in messages if isinstance(m.receipt, _Receipt)]
         for lane in self._lanes:
-            if lane.queue == receipt.queue:
-                await lane.commit(receipt)
+            mine = [r for r in receipts if r.queue == lane.queue]
+            if mine:
+                await lane.commit(mine)
 
     async def extend(self, messages: Sequence[Message]) -> None:
         """Nothing to renew: no per-message lease (see the module docstring)."""

@@ -4,10 +4,11 @@ the table and the statements on it are ``tikk.queue_contract``'s)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,6 +19,19 @@ from worker_sdk.queues.consumer import Message, decode_delivery
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction around the block (the connection autocommits otherwise, so
+    ``executemany`` alone would be a transaction per row)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
 
 
 class LocalQueueConsumer:
@@ -52,6 +66,10 @@ class LocalQueueConsumer:
         try:
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
             conn.execute("PRAGMA busy_timeout=30000")
+            # Without a sync per transaction: a power loss may undo the last leases and
+            # commits, and each such message is delivered again, which at-least-once allows.
+            # (The WAL keeps a process crash from losing anything.)
+            conn.execute("PRAGMA synchronous=NORMAL")
         except sqlite3.OperationalError as exc:
             raise BackendUnavailable(f"local queue: {exc}") from exc
         self._conn = conn
@@ -79,40 +97,45 @@ class LocalQueueConsumer:
 
     def _fetch(self, conn: sqlite3.Connection, max_messages: int) -> list[Message]:
         now = _now_ms()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            rows = conn.execute(
-                LocalQueueSql.visible(len(self._queues)), [*self._queues, now, max_messages]
-            ).fetchall()
-            out = []
-            for msg_id, body, deliveries in rows:
-                lease = uuid.uuid4().hex
-                conn.execute(LocalQueueSql.LEASE, (now + self._visibility_ms, lease, msg_id))
-                message = Message(decode_delivery(body), int(deliveries) + 1, (msg_id, lease), body)
-                out.append(message)
-            conn.execute("COMMIT")
-            return out
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
+        # One token for the whole batch: a receipt is (id, lease), unique per message and
+        # lease, so a token per message would only cost a random draw each.
+        lease = uuid.uuid4().hex
+        visible = LocalQueueSql.visible(len(self._queues))
+        # Look before taking the write lock: an idle worker polls often, and the dispatcher
+        # writing to the queue should not wait behind polls that find nothing.
+        if not conn.execute(visible, [*self._queues, now, 1]).fetchone():
+            return []
+        with _transaction(conn):
+            rows = conn.execute(visible, [*self._queues, now, max_messages]).fetchall()
+            until = now + self._visibility_ms
+            conn.executemany(LocalQueueSql.LEASE, [(until, lease, row[0]) for row in rows])
+        return [
+            Message(decode_delivery(body), int(deliveries) + 1, (msg_id, lease), body)
+            for msg_id, body, deliveries in rows
+        ]
 
     async def commit(self, message: Message) -> None:
-        if not self._closed:
-            await self._run(self._commit, message.receipt)
+        await self.commit_many([message])
+
+    async def commit_many(self, messages: Sequence[Message]) -> None:
+        if messages and not self._closed:
+            await self._run(self._commit_many, [m.receipt for m in messages])
 
     @staticmethod
-    def _commit(conn: sqlite3.Connection, receipt: tuple[int, str]) -> None:
-        conn.execute(LocalQueueSql.COMMIT, receipt)
+    def _commit_many(conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
+        with _transaction(conn):
+            conn.executemany(LocalQueueSql.COMMIT, receipts)
 
     async def extend(self, messages: Sequence[Message]) -> None:
-        if not self._closed:
+        if messages and not self._closed:
             await self._run(self._extend, [m.receipt for m in messages])
 
     def _extend(self, conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
         until = _now_ms() + self._visibility_ms
-        conn.executemany(
-            LocalQueueSql.EXTEND, [(until, msg_id, lease) for msg_id, lease in receipts]
-        )
+        with _transaction(conn):
+            conn.executemany(
+                LocalQueueSql.EXTEND, [(until, msg_id, lease) for msg_id, lease in receipts]
+            )
 
     async def close(self) -> None:
         def shut(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,70 @@
+"""The slots of a Worker's runs: waiting for slots to free, and being woken to stop."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tikk.v1 import worker_pb2
+from worker_sdk.inflight import Held, InFlight
+from worker_sdk.queues.consumer import Message
+from worker_sdk.queues.local import LocalQueueConsumer
+
+HELD = Held(LocalQueueConsumer("unused.db", ["q"], 1000), Message(worker_pb2.Delivery(), 1, None))
+
+
+async def settle() -> None:
+    """Let every callback and task that is ready run (runs ending, waiters waking)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def run(gate: asyncio.Event) -> None:
+    await gate.wait()
+
+
+def runs_until(inflight: InFlight, gates: list[asyncio.Event]) -> None:
+    """One run per gate, each ending when its gate is set."""
+    for gate in gates:
+        inflight.add(asyncio.create_task(run(gate)), HELD)
+
+
+async def test_until_free_returns_once_enough_runs_ended() -> None:
+    inflight = InFlight(3)
+    gates = [asyncio.Event() for _ in range(3)]
+    runs_until(inflight, gates)
+    assert (len(inflight), inflight.free) == (3, 0)
+    waiter = asyncio.create_task(inflight.until_free(2, 3600))
+    gates[0].set()
+    await settle()
+    assert inflight.free == 1 and not waiter.done()  # one slot is not enough
+    gates[1].set()
+    async with asyncio.timeout(10):
+        await waiter
+    assert inflight.free == 2
+    gates[2].set()
+    await inflight.drain(10)
+    assert len(inflight) == 0
+
+
+async def test_wake_ends_every_wait_from_then_on() -> None:
+    inflight = InFlight(1)
+    gate = asyncio.Event()
+    runs_until(inflight, [gate])
+    waiter = asyncio.create_task(inflight.until_free(1, 3600))
+    await settle()
+    assert not waiter.done()
+    inflight.wake()  # the worker is asked to stop
+    async with asyncio.timeout(10):
+        await waiter
+        await inflight.until_free(1, 3600)  # later waits do not sleep either
+    assert inflight.free == 0
+    inflight.cancel()
+    await settle()
+    assert len(inflight) == 0 and not gate.is_set()
+
+
+def test_a_worker_needs_a_slot() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        InFlight(0)
