@@ -31,18 +31,25 @@ class WorkerServer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
     """``received`` counts every arrival of each run id; ``acked`` holds the run ids
     acknowledged, ``acked_tasks`` the task ids of their deliveries.
 
-    ``script`` says how each new ``ReportResults`` call behaves, one entry per call in order
-    (later calls behave normally): ``("finish", n)`` acknowledges nothing and ends the call
-    with OK after ``n`` results, ``("abort", n)`` ends it with UNAVAILABLE after ``n``.
+    ``script`` says how each new result call behaves, one entry per call in order (later
+    calls behave normally): ``("finish", n)`` acknowledges nothing and ends the call with OK
+    after ``n`` results, ``("abort", n)`` ends it with UNAVAILABLE after ``n``.
+
+    ``batches``: whether ``ReportResultBatches`` is served (else it answers UNIMPLEMENTED, as
+    a server without it would); ``batch_messages`` counts the batch messages received.
     """
 
-    def __init__(self, queue_url: str = "local://unused.db", port: int = 0) -> None:
+    def __init__(
+        self, queue_url: str = "local://unused.db", port: int = 0, *, batches: bool = True
+    ) -> None:
         self.queue_url = queue_url
         self.port = port or free_port()
         self.received: Counter[str] = Counter()
         self.acked: set[str] = set()
         self.acked_tasks: set[str] = set()
         self.calls = 0
+        self.batches = batches
+        self.batch_messages = 0
         self.script: list[tuple[str, int]] = []
         self._server: grpc.aio.Server | None = None
 
@@ -70,6 +77,21 @@ class WorkerServer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
         response = worker_pb2.GetWorkerConfigResponse(queue_url=self.queue_url)
         response.visibility_timeout.FromMilliseconds(60_000)
         return response
+
+    async def ReportResultBatches(
+        self, request_iterator: AsyncIterator[worker_pb2.RunResultBatch], context: Any
+    ) -> AsyncIterator[worker_pb2.ResultAckBatch]:
+        if not self.batches:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no result batches here")
+
+        async def each() -> AsyncIterator[worker_pb2.RunResult]:
+            async for batch in request_iterator:
+                self.batch_messages += 1
+                for r in batch.results:
+                    yield r
+
+        async for ack in self.ReportResults(each(), context):
+            yield worker_pb2.ResultAckBatch(acks=[ack])
 
     async def ReportResults(
         self, request_iterator: AsyncIterator[worker_pb2.RunResult], context: Any

@@ -1,4 +1,5 @@
-"""Streaming run results to the server over one long-lived ``ReportResults`` call.
+"""Streaming run results to the server over one long-lived ``ReportResultBatches`` call
+(``ReportResults``, one result per message, with a server that has no batches).
 
 Each result waits for its acknowledgement. Results reported while the stream is busy writing
 wait in an outbox and are written together when it is free again, so that a burst costs one
@@ -27,6 +28,8 @@ import grpc
 from tikk.v1 import worker_pb2
 
 log = logging.getLogger("tikk.worker")
+# Results per batch message: a burst in few messages, each well under gRPC's size limit.
+_PER_MESSAGE = 256
 
 
 class _StreamEnded(Exception):
@@ -85,6 +88,7 @@ class ResultStream:
         self._queued = asyncio.Event()  # set when the outbox is not empty
         self._task: asyncio.Task[None] | None = None
         self._last_ack = clock()
+        self._batched = True  # until a server says it has no ReportResultBatches
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tikk-result-stream")
@@ -121,7 +125,7 @@ class ResultStream:
     async def _run(self) -> None:
         """Serve one call after another until cancelled: any failure ends only the call."""
         while True:
-            call = self._stub.ReportResults()
+            call = self._stub.ReportResultBatches() if self._batched else self._stub.ReportResults()
             try:
                 await self._serve(call)
             except asyncio.CancelledError:
@@ -129,6 +133,10 @@ class ResultStream:
                     raise  # close(): the only way out
                 self._lost("the call was cancelled")  # by gRPC, e.g. its channel went away
             except Exception as exc:  # whatever ended the call, the next one re-sends
+                if self._batched and await _unimplemented(call):
+                    log.info("the server takes no result batches; one result per message")
+                    self._batched = False
+                    continue
                 self._lost(_describe(exc))
             finally:
                 call.cancel()
@@ -147,12 +155,21 @@ class ResultStream:
         try:
             batch = [waiting.result for waiting in self._pending.values()]
             while True:
-                for result in batch:
-                    if result.run_id in self._pending:  # not acknowledged meanwhile
-                        await call.write(result)
+                await self._write(call, [r for r in batch if r.run_id in self._pending])
                 batch = await self._next_batch(reader)
         finally:
             reader.cancel()
+
+    async def _write(self, call: Any, results: list[worker_pb2.RunResult]) -> None:
+        """Write ``results`` (those not acknowledged meanwhile): in batch messages, or one by
+        one on a ``ReportResults`` call."""
+        if not self._batched:
+            for result in results:
+                await call.write(result)
+            return
+        for first in range(0, len(results), _PER_MESSAGE):
+            chunk = results[first : first + _PER_MESSAGE]
+            await call.write(worker_pb2.RunResultBatch(results=chunk))
 
     async def _next_batch(self, reader: asyncio.Task[None]) -> list[worker_pb2.RunResult]:
         """Everything reported since the last batch, waiting for one result if there is none:
@@ -173,12 +190,13 @@ class ResultStream:
         return batch
 
     async def _read(self, call: Any) -> None:
-        async for ack in call:
+        async for answer in call:
             self._last_ack = self._clock()
             self._backoff.reset()
-            waiting = self._pending.pop(ack.run_id, None)
-            if waiting is not None and not waiting.future.done():
-                waiting.future.set_result(ack)
+            for ack in answer.acks if self._batched else [answer]:
+                waiting = self._pending.pop(ack.run_id, None)
+                if waiting is not None and not waiting.future.done():
+                    waiting.future.set_result(ack)
 
 
 def _being_cancelled() -> bool:
@@ -186,6 +204,15 @@ def _being_cancelled() -> bool:
     for a call it cancelled itself)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+async def _unimplemented(call: Any) -> bool:
+    """Whether ``call`` (ended) was refused as a method the server does not have."""
+    try:
+        code = await asyncio.wait_for(call.code(), 1.0)
+    except Exception:  # no status to be had: treat as any other loss
+        return False
+    return bool(code == grpc.StatusCode.UNIMPLEMENTED)
 
 
 def _describe(exc: Exception) -> str:

@@ -10,10 +10,8 @@ be sent again, and with client task ids that creates nothing twice.
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from server.api.status import code_of, numeric
 from tikk.errors import ResourceExhausted, TikkError
@@ -27,24 +25,6 @@ CreateChunk = Callable[
     [Sequence[tasks_pb2.CreateTaskRequest], int, tasks_pb2.CreateTasksResponse, dict[str, str]],
     Awaitable[None],
 ]
-
-
-async def answer_in_order(
-    requests: AsyncIterator[In], handle: Callable[[In], Coroutine[Any, Any, Out]], window: int
-) -> AsyncIterator[Out]:
-    """``handle`` each request, up to ``window`` at once, yielding the answers in request
-    order; no request is read while ``window`` are unanswered."""
-    pending: deque[asyncio.Task[Out]] = deque()
-    try:
-        async for request in requests:
-            pending.append(asyncio.create_task(handle(request)))
-            if len(pending) >= window:
-                yield await pending.popleft()
-        while pending:
-            yield await pending.popleft()
-    finally:
-        for task in pending:
-            task.cancel()
 
 
 async def import_batch(

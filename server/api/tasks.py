@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator, Sequence
 
 from dispatcher.ready_queue import QueueBacklog
 from server.api import validation
-from server.api.imports import answer_in_order, import_batch
+from server.api.imports import import_batch
 from server.api.messages import task_to_proto
 from server.api.status import Ctx, code_of, maps_errors, numeric
+from server.batching import answer_in_order
 from server.results import Lifecycle
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import Task

@@ -11,7 +11,7 @@ import grpc
 
 from server.api import validation
 from server.api.status import Ctx, code_of, maps_errors, numeric
-from server.batching import Coalescer
+from server.batching import Coalescer, answer_in_order
 from server.results import Lifecycle
 from tikk import delivery_codec
 from tikk.errors import InvalidArgument, TikkError
@@ -23,6 +23,8 @@ from tikk.v1 import worker_pb2, worker_pb2_grpc
 log = logging.getLogger("tikk.server")
 # Results of one worker stream being recorded at once.
 _RESULTS_IN_FLIGHT = 256
+# Batches of one ReportResultBatches stream being recorded at once.
+_BATCHES_IN_FLIGHT = 8
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
@@ -73,25 +75,39 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         finally:
             acks.put_nowait(None)
 
+    async def ReportResultBatches(
+        self, request_iterator: AsyncIterator[worker_pb2.RunResultBatch], context: Ctx
+    ) -> AsyncIterator[worker_pb2.ResultAckBatch]:
+        """A batch's results are recorded together and acknowledged in one message; up to
+        ``_BATCHES_IN_FLIGHT`` batches of a stream are recorded at once."""
+
+        async def one(batch: worker_pb2.RunResultBatch) -> worker_pb2.ResultAckBatch:
+            acks = await asyncio.gather(*(self._settle(r) for r in batch.results))
+            return worker_pb2.ResultAckBatch(acks=acks)
+
+        async for answer in answer_in_order(request_iterator, one, _BATCHES_IN_FLIGHT):
+            yield answer
+
     async def _record_one(
         self, result: worker_pb2.RunResult, acks: asyncio.Queue[worker_pb2.ResultAck | None]
     ) -> None:
+        acks.put_nowait(await self._settle(result))
+
+    async def _settle(self, result: worker_pb2.RunResult) -> worker_pb2.ResultAck:
+        """Record one result; its acknowledgement, with the reason if it was refused."""
         try:
             report = self._report(result)
             if report.kind is ResultKind.STARTED:
-                acks.put_nowait(await self._start(report))
-                return
+                return await self._start(report)
             if report.kind is ResultKind.SUCCEEDED:
                 await self._successes.submit(report)
             else:
                 await self._lc.record_result(report)
-            acks.put_nowait(worker_pb2.ResultAck(run_id=result.run_id))
+            return worker_pb2.ResultAck(run_id=result.run_id)
         except TikkError as exc:
             log.warning("result %s not recorded: %s", result.run_id, exc)
-            acks.put_nowait(
-                worker_pb2.ResultAck(
-                    run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
-                )
+            return worker_pb2.ResultAck(
+                run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
             )
 
     async def _start(self, report: RunReport) -> worker_pb2.ResultAck:

@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from server.api.imports import answer_in_order
 from server.app import ApiServer
+from server.batching import answer_in_order
 from server.wiring import Backends, open_backends
 from tikk.clock import SystemClock
 from tikk.settings import Limits, Settings, embedded_urls

@@ -21,9 +21,9 @@ def result() -> worker_pb2.RunResult:
     return worker_pb2.RunResult(run_id=uuid.uuid4().hex, kind=worker_pb2.RESULT_KIND_SUCCEEDED)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[WorkerServer]:
-    s = WorkerServer()
+@pytest.fixture(params=[True, False], ids=["batches", "one-by-one"])
+async def server(request: pytest.FixtureRequest) -> AsyncIterator[WorkerServer]:
+    s = WorkerServer(batches=request.param)
     await s.start()
     yield s
     await s.stop()
@@ -58,6 +58,8 @@ async def test_a_burst_goes_out_on_one_call_each_result_once(
     results = [result() for _ in range(2000)]
     assert await report_all(stream, results) == {r.run_id for r in results}
     assert server.calls == 1
+    if server.batches:  # in few messages, not one per result
+        assert 8 <= server.batch_messages < 200
     assert len(server.received) == 2000 and set(server.received.values()) == {1}
     assert stream.waiting_s() == 0.0
     more = [result() for _ in range(10)]  # a quiet stream wakes for the next one
@@ -76,6 +78,8 @@ async def test_calls_finished_or_aborted_half_way_lose_no_result(
     print(f"{server.calls} calls, {sum(server.received.values())} sends for 40 results")
 
 
+# Only one result per message can be written between the end of a call and its report.
+@pytest.mark.parametrize("server", [False], indirect=True, ids=["one-by-one"])
 async def test_a_write_after_the_call_finished_reconnects(
     server: WorkerServer, channel: grpc.aio.Channel, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -44,6 +44,11 @@ class WorkerServiceStub:
                 request_serializer=tikk_dot_v1_dot_worker__pb2.RunResult.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_worker__pb2.ResultAck.FromString,
                 _registered_method=True)
+        self.ReportResultBatches = channel.stream_stream(
+                '/tikk.v1.WorkerService/ReportResultBatches',
+                request_serializer=tikk_dot_v1_dot_worker__pb2.RunResultBatch.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_worker__pb2.ResultAckBatch.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -62,6 +67,15 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportResultBatches(self, request_iterator, context):
+        """The same in batches, what the Python worker uses: each batch's results are recorded
+        together and acknowledged in one message once all of them are durable (or refused, each
+        with its own code). A worker may fall back to ReportResults on UNIMPLEMENTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -74,6 +88,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ReportResults,
                     request_deserializer=tikk_dot_v1_dot_worker__pb2.RunResult.FromString,
                     response_serializer=tikk_dot_v1_dot_worker__pb2.ResultAck.SerializeToString,
+            ),
+            'ReportResultBatches': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReportResultBatches,
+                    request_deserializer=tikk_dot_v1_dot_worker__pb2.RunResultBatch.FromString,
+                    response_serializer=tikk_dot_v1_dot_worker__pb2.ResultAckBatch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -130,6 +149,33 @@ class WorkerService:
             '/tikk.v1.WorkerService/ReportResults',
             tikk_dot_v1_dot_worker__pb2.RunResult.SerializeToString,
             tikk_dot_v1_dot_worker__pb2.ResultAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportResultBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/tikk.v1.WorkerService/ReportResultBatches',
+            tikk_dot_v1_dot_worker__pb2.RunResultBatch.SerializeToString,
+            tikk_dot_v1_dot_worker__pb2.ResultAckBatch.FromString,
             options,
             channel_credentials,
             insecure,
