@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import functools
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -122,17 +123,26 @@ def _command_line(argv: list[str]) -> str:
 
 
 def _run_bench_readme(args: argparse.Namespace) -> int:
-    from devtools.bench_report import load_results, readme_section, replace_section
+    from devtools.bench_report import (
+        load_results,
+        merge_results,
+        readme_section,
+        replace_section,
+        write_plots,
+    )  # fmt: skip
 
     readme = Path(args.readme)
     try:
-        text = replace_section(readme.read_text(encoding="utf-8"),
-                               readme_section(load_results(Path(args.results))))  # fmt: skip
-    except (OSError, ValueError) as exc:
+        results = merge_results([load_results(Path(r)) for r in args.results])
+        plots = write_plots(results["runs"], Path(args.plots)) if args.plots else []
+        shown = [os.path.relpath(p, readme.resolve().parent) for p in plots]
+        section = readme_section(results, shown)
+        text = replace_section(readme.read_text(encoding="utf-8"), section)
+    except (OSError, ValueError, KeyError) as exc:
         print(f"tikk bench-readme: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     readme.write_text(text, encoding="utf-8")
-    print(f"bench-readme: {readme} regenerated from {args.results}")
+    print(f"bench-readme: {readme} regenerated from {', '.join(args.results)}")
     return EXIT_OK
 
 
@@ -169,7 +179,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser(
         "bench-readme", help="regenerate the README's performance section from a results.json"
     )
-    p.add_argument("results", help="a results.json written by tikk bench")
+    p.add_argument("results", nargs="+", help="results.json files written by tikk bench")
+    p.add_argument("--plots", help="also draw the plots of all runs into this folder and show "
+                   "them in the section (e.g. docs/bench)")  # fmt: skip
     p.add_argument("--readme", default="README.md")
     p.set_defaults(func=_from_checkout("bench_report", "bench-readme", _run_bench_readme))
 

@@ -12,6 +12,7 @@ from devtools.bench_report import (
     README_START,
     cdf_points,
     comparison_rows,
+    merge_results,
     percentile,
     readme_section,
     render_markdown,
@@ -106,6 +107,23 @@ def test_readme_section_replaces_only_between_the_markers() -> None:
     assert new.startswith("# tikk\nintro\n") and new.endswith("\n## Next\n")
     assert "old figures" not in new and "### Fire phase" in new
     assert replace_section(new, section) == new  # regenerating is stable
+
+
+def test_results_of_separate_runs_merge_into_one_report() -> None:
+    embedded = {
+        "command": "tikk bench --backends embedded",
+        "started_utc": "a",
+        "runs": [_run("embedded", 10, p99=1, reads=1.0, cpu=1.0, rss=1.0)],
+    }
+    stack = {"command": "tikk bench --backends stack", "started_utc": "b",
+             "runs": [_run("stack", 10, p99=1, reads=1.0, cpu=1.0, rss=1.0)]}  # fmt: skip
+    merged = merge_results([embedded, stack])
+    assert [r["backend"] for r in merged["runs"]] == ["embedded", "stack"]
+    assert merged["command"] == "tikk bench --backends embedded; tikk bench --backends stack"
+    section = readme_section(merged, ["docs/bench/lateness_cdf.png"])
+    assert "| stack |" in section and "![lateness cdf](docs/bench/lateness_cdf.png)" in section
+    with pytest.raises(ValueError):
+        merge_results([])
 
 
 @pytest.mark.parametrize(
