@@ -13,6 +13,7 @@ import grpc
 import pytest
 
 from tests.e2e.conftest import Stack, eventually
+from tests.e2e.test_cli import tikk
 from tikk.client import (
     AlreadyExistsError,
     AsyncClient,
@@ -372,3 +373,12 @@ def test_a_quarter_million_tasks_in_one_stream_come_back_by_id(stack: Stack, ns:
         assert expected == count
         stored = {t.id for t in tikk.list_tasks("bulk", state="scheduled", page_size=1_000)}
     assert stored == {f"m-{n}" for n in range(count)}
+
+
+def test_the_cli_import_runs_on_the_client_and_says_where_to_resume(tmp_path: Path) -> None:
+    source = tmp_path / "tasks.jsonl"
+    source.write_text('{"task_id": "a", "queue": "q", "handler": "h"}\n')
+    args = ["task", "import", str(source), "--rejects", str(tmp_path / "rejects.jsonl")]
+    down = tikk(f"127.0.0.1:{free_port()}", *args)
+    assert down.returncode == 3, down.stderr
+    assert "resume with --skip 0" in down.stderr and "UNAVAILABLE" in down.stderr

@@ -88,6 +88,7 @@ class ImportInterrupted(ClientError):
             f"item {next_index:,} ({cause.details})",
         )
         self.retriable = cause.retriable
+        self.cause = cause
         self.answered = answered
         self.next_index = next_index
 
