@@ -111,13 +111,13 @@ class BlockingFeed:
             self._slots.acquire()
             if self._stopped.is_set():
                 return
-            chunk = self._take()
+            chunk = self._next_chunk()
             if chunk:
                 yield self._ledger.batch(chunk)
             if len(chunk) < self._size or self.input_error is not None:
                 return
 
-    def _take(self) -> list[tasks_pb2.CreateTaskRequest]:
+    def _next_chunk(self) -> list[tasks_pb2.CreateTaskRequest]:
         chunk: list[tasks_pb2.CreateTaskRequest] = []
         try:
             for item in itertools.islice(self._items, self._size):
@@ -153,13 +153,13 @@ class AsyncFeed:
             await self._slots.acquire()
             if self._stopped:
                 return
-            chunk = await self._take()
+            chunk = await self._next_chunk()
             if chunk:
                 yield self._ledger.batch(chunk)
             if len(chunk) < self._size or self.input_error is not None:
                 return
 
-    async def _take(self) -> list[tasks_pb2.CreateTaskRequest]:
+    async def _next_chunk(self) -> list[tasks_pb2.CreateTaskRequest]:
         chunk: list[tasks_pb2.CreateTaskRequest] = []
         try:
             while len(chunk) < self._size:

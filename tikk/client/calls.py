@@ -11,7 +11,14 @@ from typing import Any, Generic, Literal, TypeVar
 
 from tikk.client.results import Backfilled, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
-from tikk.client.wire import enum_name, schedule, schedule_spec, task_request, time_range, timestamp
+from tikk.client.wire import (
+    enum_name,
+    schedule_message,
+    spec_message,
+    task_request,
+    time_range,
+    timestamp,
+)
 from tikk.v1 import (
     history_pb2,
     history_pb2_grpc,
@@ -135,14 +142,16 @@ class Calls:
         return Paged("history", "ListRuns", request, lambda page: page.runs)
 
     def create_schedule(self, definition: ScheduleDefinition) -> Unary[schedules_pb2.Schedule]:
-        request = schedules_pb2.CreateScheduleRequest(schedule=schedule(definition, self.namespace))
+        request = schedules_pb2.CreateScheduleRequest(
+            schedule=schedule_message(definition, self.namespace)
+        )
         return Unary("schedules", "CreateSchedule", request)
 
     def update_schedule(
         self, definition: ScheduleDefinition, expected_version: str
     ) -> Unary[schedules_pb2.Schedule]:
         request = schedules_pb2.UpdateScheduleRequest(
-            schedule=schedule(definition, self.namespace), expected_version=expected_version
+            schedule=schedule_message(definition, self.namespace), expected_version=expected_version
         )
         return Unary("schedules", "UpdateSchedule", request)
 
@@ -202,7 +211,7 @@ class Calls:
     ) -> Unary[list[schedules_pb2.PreviewedOccurrence]]:
         request = schedules_pb2.PreviewScheduleRequest(count=count)
         if isinstance(target, Recurrence):
-            request.spec.CopyFrom(schedule_spec(target))
+            request.spec.CopyFrom(spec_message(target))
         else:
             request.schedule.CopyFrom(
                 schedules_pb2.GetScheduleRequest(namespace=self.namespace, schedule_id=target)

@@ -55,7 +55,7 @@ def enum_name(enum: Any, prefix: str, value: str | int | None) -> str:
     return name
 
 
-def retry_policy(r: RetryOptions) -> tasks_pb2.RetryPolicy:
+def retry_message(r: RetryOptions) -> tasks_pb2.RetryPolicy:
     msg = tasks_pb2.RetryPolicy(
         max_attempts=r.max_attempts, multiplier=r.multiplier, jitter=r.jitter
     )
@@ -90,13 +90,13 @@ def _spec_request(task: TaskSpec, namespace: str) -> tasks_pb2.CreateTaskRequest
     elif task.delay is not None:
         req.delay.CopyFrom(duration(task.delay))
     if task.retry is not None:
-        req.retry_policy.CopyFrom(retry_policy(task.retry))
+        req.retry_policy.CopyFrom(retry_message(task.retry))
     if task.start_timeout is not None:
         req.start_timeout.CopyFrom(duration(task.start_timeout))
     return req
 
 
-def schedule_spec(r: Recurrence) -> schedules_pb2.ScheduleSpec:
+def spec_message(r: Recurrence) -> schedules_pb2.ScheduleSpec:
     spec = schedules_pb2.ScheduleSpec(cron=r.cron, timezone=r.timezone, max_runs=r.max_runs)
     _set_durations(spec, interval=r.every, phase=r.phase, jitter=r.jitter)
     if r.start is not None:
@@ -106,14 +106,14 @@ def schedule_spec(r: Recurrence) -> schedules_pb2.ScheduleSpec:
     return spec
 
 
-def schedule(d: ScheduleDefinition, namespace: str) -> schedules_pb2.Schedule:
+def schedule_message(d: ScheduleDefinition, namespace: str) -> schedules_pb2.Schedule:
     msg = schedules_pb2.Schedule(
-        namespace=namespace, id=d.schedule_id, spec=schedule_spec(d.recurrence), queue=d.queue,
+        namespace=namespace, id=d.schedule_id, spec=spec_message(d.recurrence), queue=d.queue,
         handler=d.handler, payload=payload_bytes(d.payload), labels=dict(d.labels),
         policy=_policy(d),
     )  # fmt: skip
     if d.retry is not None:
-        msg.retry_policy.CopyFrom(retry_policy(d.retry))
+        msg.retry_policy.CopyFrom(retry_message(d.retry))
     return msg
 
 
