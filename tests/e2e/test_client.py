@@ -80,8 +80,7 @@ async def test_tasks_through_the_asyncio_client(stack: Stack, ns: str) -> None:
             TaskSpec("e2e", "record", "hi", task_id="now", labels={"team": "a"})
         )
         assert made.created and made.task.labels == {"team": "a"}
-        done = eventually(lambda: _state(stack, ns, "now") == tasks_pb2.TASK_STATE_SUCCEEDED)
-        assert done
+        eventually(lambda: _state(stack, ns, "now") == tasks_pb2.TASK_STATE_SUCCEEDED)
         with pytest.raises(FailedPreconditionError):
             await tikk.cancel_task("now")
         for n in range(3):
@@ -233,7 +232,12 @@ async def test_an_unreachable_server_is_unavailable_and_retriable() -> None:
     async with AsyncClient(address, timeout=5) as tikk:
         with pytest.raises(UnavailableError) as down:
             await tikk.get_task("x")
+        with pytest.raises(ImportInterrupted) as cut:
+            [r async for r in tikk.import_tasks(specs(0, 10))]
     assert down.value.retriable and isinstance(down.value, ClientError)
+    assert (cut.value.code, cut.value.answered, cut.value.next_index) == (
+        grpc.StatusCode.UNAVAILABLE, 0, 0,
+    )  # fmt: skip
     with Client(address, timeout=5) as blocking, pytest.raises(ImportInterrupted) as broken:
         list(blocking.import_tasks([later("x")]))
     assert (broken.value.code, broken.value.next_index) == (grpc.StatusCode.UNAVAILABLE, 0)
