@@ -1,9 +1,9 @@
 """``tikk task import FILE``: JSON lines (one ``CreateTaskRequest`` each, in protobuf's JSON
-mapping) through the ``ImportTasks`` stream, with progress, a file of rejects and resume.
+mapping) through the client's ``import_tasks``, with progress, a file of rejects and resume.
 
-Lines are acknowledged in order (the server answers batches in the order sent), so after an
-interruption ``--skip N`` resumes right after the last acknowledged line; with task ids in
-the file nothing is created twice even if a batch was stored but not yet acknowledged.
+Lines are answered in order (the server answers batches in the order sent), so after an
+interruption ``--skip N`` resumes right after the last answered line; with task ids in the
+file nothing is created twice even if a batch was stored but not yet answered.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -20,17 +21,19 @@ from typing import IO, Any
 import grpc
 from google.protobuf import json_format
 
-from server.cli.client import client
-from server.cli.options import client_options
-from tikk.v1 import tasks_pb2, tasks_pb2_grpc
-
-_OK = grpc.StatusCode.OK.value[0]
-_CODE_NAMES = {c.value[0]: c.name for c in grpc.StatusCode}
+from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, client_options
+from tikk.client import Client, ClientError, ImportInterrupted, ImportResult
+from tikk.v1 import tasks_pb2
 
 
 @dataclass
 class Progress:
-    """What the import has sent and what the server has answered, by input line (from 1)."""
+    """What the import has read and what the server has answered, by input line (from 1).
+
+    The client reads the input on a thread of its own: that side only appends to ``sent``
+    and ``unparsed``; every count and every write to the rejects file happens on the
+    caller's thread, in line order.
+    """
 
     total_bytes: int | None
     started: float = field(default_factory=time.monotonic)
@@ -39,8 +42,10 @@ class Progress:
     accepted: int = 0
     created: int = 0
     rejected: int = 0
-    # batch id (its first line) -> the line of each task sent in it
-    lines: dict[int, list[int]] = field(default_factory=dict)
+    # The line of each task sent and not yet answered, oldest first.
+    sent: deque[int] = field(default_factory=deque)
+    # Lines that did not parse (never sent), with the reason, not yet written as rejects.
+    unparsed: deque[tuple[int, str]] = field(default_factory=deque)
     _shown: float = 0.0
 
     def show(self, out: IO[str], *, final: bool = False) -> None:
@@ -63,12 +68,10 @@ def _reject(rejects: IO[str], line: int, code: str, message: str, task_id: str =
     rejects.write(json.dumps(entry) + "\n")
 
 
-def _batches(
-    source: IO[str], args: argparse.Namespace, progress: Progress, rejects: IO[str]
-) -> Iterator[tasks_pb2.ImportTasksRequest]:
-    """Batches of the input's tasks; a line that does not parse is a reject, not sent."""
-    batch: list[tasks_pb2.CreateTaskRequest] = []
-    lines: list[int] = []
+def _tasks(
+    source: IO[str], args: argparse.Namespace, progress: Progress
+) -> Iterator[tasks_pb2.CreateTaskRequest]:
+    """The input's tasks; a line that does not parse is noted as a reject, not sent."""
     for number, text in enumerate(source, start=1):
         progress.read_bytes += len(text.encode())
         if number <= args.skip or not text.strip():
@@ -76,64 +79,66 @@ def _batches(
         try:
             req = json_format.Parse(text, tasks_pb2.CreateTaskRequest())
         except json_format.ParseError as exc:
-            _reject(rejects, number, "INVALID_ARGUMENT", f"not a CreateTaskRequest: {exc}")
-            progress.rejected += 1
+            progress.unparsed.append((number, f"not a CreateTaskRequest: {exc}"))
             continue
-        req.namespace = req.namespace or args.namespace
-        batch.append(req)
-        lines.append(number)
-        if len(batch) == args.batch_size:
-            yield _sent(batch, lines, progress)
-            batch, lines = [], []
-    if batch:
-        yield _sent(batch, lines, progress)
+        progress.sent.append(number)
+        yield req
 
 
-def _sent(
-    batch: list[tasks_pb2.CreateTaskRequest], lines: list[int], progress: Progress
-) -> tasks_pb2.ImportTasksRequest:
-    progress.lines[lines[0]] = lines
-    return tasks_pb2.ImportTasksRequest(batch_id=lines[0], tasks=batch)
+def _write_unparsed(progress: Progress, rejects: IO[str], before: int | None = None) -> None:
+    """Write the rejects of the lines that did not parse (those before line ``before``)."""
+    while progress.unparsed and (before is None or progress.unparsed[0][0] < before):
+        number, message = progress.unparsed.popleft()
+        _reject(rejects, number, "INVALID_ARGUMENT", message)
+        progress.rejected += 1
 
 
-def _take(answer: tasks_pb2.ImportTasksResponse, progress: Progress, rejects: IO[str]) -> None:
-    """Count one batch's answer and write its rejects."""
-    lines = progress.lines.pop(answer.batch_id)
-    if answer.code != _OK:
-        for line in lines:
-            _reject(rejects, line, _CODE_NAMES.get(answer.code, str(answer.code)), answer.message)
-        progress.rejected += len(lines)
-    for r in answer.results:
-        if r.code == _OK:
-            progress.accepted += 1
-            progress.created += r.created
-        else:
-            code = _CODE_NAMES.get(r.code, str(r.code))
-            _reject(rejects, lines[r.index], code, r.message, r.task_id)
-            progress.rejected += 1
-    progress.acknowledged_line = lines[-1]
+def _take(result: ImportResult, progress: Progress, rejects: IO[str]) -> None:
+    """Count one task's answer and write it as a reject if it was refused."""
+    line = progress.sent.popleft()
+    _write_unparsed(progress, rejects, before=line)
+    if result.ok:
+        progress.accepted += 1
+        progress.created += result.created
+    else:
+        _reject(rejects, line, result.code.name, result.message, result.task_id)
+        progress.rejected += 1
+    progress.acknowledged_line = line
 
 
-def _import(args: argparse.Namespace, ch: grpc.Channel) -> None:
+def _import(args: argparse.Namespace) -> None:
     source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     size = None if args.file == "-" else os.path.getsize(args.file)
     progress = Progress(total_bytes=size)
-    stub = tasks_pb2_grpc.TaskServiceStub(ch)
-    with source, open(args.rejects, "a", encoding="utf-8") as rejects:
+    client = Client(args.server, namespace=args.namespace)
+    with client, source, open(args.rejects, "a", encoding="utf-8") as rejects:
+        results = client.import_tasks(_tasks(source, args, progress), batch_size=args.batch_size)
         try:
-            for answer in stub.ImportTasks(_batches(source, args, progress, rejects)):
-                _take(answer, progress, rejects)
+            for result in results:
+                _take(result, progress, rejects)
                 progress.show(sys.stderr)
-        except grpc.RpcError:
+        except ImportInterrupted:
             progress.show(sys.stderr, final=True)
             resume = max(progress.acknowledged_line, args.skip)
             print(f"tikk: stopped; every line up to {resume} is done: resume with --skip {resume}",
                   file=sys.stderr)  # fmt: skip
             raise
+        _write_unparsed(progress, rejects)
     progress.show(sys.stderr, final=True)
     where = f" (see {args.rejects})" if progress.rejected else ""
     print(f"imported: {progress.accepted:,} accepted ({progress.created:,} created), "
           f"{progress.rejected:,} rejected{where}")  # fmt: skip
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The command: a refusal is exit code 1, an unreachable server 3."""
+    try:
+        _import(args)
+    except ClientError as exc:
+        cause = exc.cause if isinstance(exc, ImportInterrupted) else exc
+        print(f"tikk: {cause.code.name}: {cause.details}", file=sys.stderr)
+        return EXIT_UNREACHABLE if exc.code is grpc.StatusCode.UNAVAILABLE else EXIT_REFUSED
+    return EXIT_OK
 
 
 def register(sub: Any) -> None:
@@ -147,4 +152,4 @@ def register(sub: Any) -> None:
         "--skip", type=int, default=0, metavar="N",
         help="resume: skip the first N lines (as printed when an import stopped)",
     )  # fmt: skip
-    p.set_defaults(func=client(_import))
+    p.set_defaults(func=_run)

@@ -1,0 +1,56 @@
+"""The Python client of tikk: typed methods over one gRPC channel, blocking (``Client``) or
+asyncio (``AsyncClient``)::
+
+    from datetime import UTC, datetime, timedelta
+    from tikk.client import Client, TaskSpec
+
+    with Client("127.0.0.1:7070", namespace="billing") as tikk:
+        tikk.create_task(TaskSpec("email", "send_welcome", b"{}", delay=timedelta(minutes=5)))
+        for result in tikk.import_tasks(TaskSpec("email", "remind", task_id=f"r-{n}",
+                                                 run_at=datetime(2030, 1, 1, tzinfo=UTC))
+                                        for n in range(1_000_000)):
+            ...
+
+Arguments are Python values (``specs``); single objects come back as their tikk.v1 messages
+(``Task``, ``Run``, ``Schedule``), composite answers as small dataclasses (``results``), and
+failures as the ``errors`` tree.
+"""
+
+from tikk.client.async_client import AsyncClient
+from tikk.client.errors import (
+    AlreadyExistsError,
+    ClientError,
+    ConflictError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    ImportInterrupted,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    UnavailableError,
+)
+from tikk.client.results import Backfilled, ImportResult, TaskCreated
+from tikk.client.specs import Recurrence, RetryOptions, ScheduleDefinition, TaskSpec
+from tikk.client.sync_client import Client
+
+__all__ = [
+    "AlreadyExistsError",
+    "AsyncClient",
+    "Backfilled",
+    "Client",
+    "ClientError",
+    "ConflictError",
+    "DeadlineExceededError",
+    "FailedPreconditionError",
+    "ImportInterrupted",
+    "ImportResult",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "Recurrence",
+    "ResourceExhaustedError",
+    "RetryOptions",
+    "ScheduleDefinition",
+    "TaskCreated",
+    "TaskSpec",
+    "UnavailableError",
+]

@@ -1,0 +1,221 @@
+"""``AsyncClient``: the asyncio client, over one ``grpc.aio`` channel. Each method does what
+the ``Client`` method of the same name documents."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+from tikk.client.bulk_import import (
+    SERVER_IMPORT_WINDOW,
+    AsyncFeed,
+    ImportItem,
+    ImportLedger,
+    check_import_options,
+)
+from tikk.client.calls import Calls, Paged, Unary, stubs
+from tikk.client.errors import error_from_rpc
+from tikk.client.results import Backfilled, ImportResult, TaskCreated
+from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
+from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """An asyncio client of one tikk server, in one namespace, over one channel; the options
+    are those of ``Client``. Create it inside the event loop that uses it. Listings and
+    imports are async iterators: ``async for task in client.list_tasks("q")``."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        namespace: str = "",
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        timeout: float | None = 30.0,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._target = target
+        self._metadata, self._timeout = tuple(metadata), timeout
+        if credentials is None:
+            self._channel = grpc.aio.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+        self._stubs = stubs(self._channel)
+        self._calls = Calls(namespace)
+
+    def __repr__(self) -> str:
+        return f"AsyncClient(target={self._target!r}, namespace={self._calls.namespace!r})"
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the channel; calls in progress are cancelled. Idempotent."""
+        await self._channel.close(grace=None)
+
+    # Tasks
+
+    async def create_task(self, task: TaskSpec | tasks_pb2.CreateTaskRequest) -> TaskCreated:
+        return await self._unary(self._calls.create_task(task))
+
+    async def get_task(self, task_id: str) -> tasks_pb2.Task:
+        return await self._unary(self._calls.get_task(task_id))
+
+    async def cancel_task(self, task_id: str) -> tasks_pb2.Task:
+        return await self._unary(self._calls.cancel_task(task_id))
+
+    def list_tasks(
+        self, queue: str, *, state: str | int | None = None, page_size: int = 100
+    ) -> AsyncIterator[tasks_pb2.Task]:
+        return self._paged(self._calls.list_tasks(queue, state, page_size))
+
+    def import_tasks(
+        self,
+        items: Iterable[ImportItem] | AsyncIterable[ImportItem],
+        *,
+        batch_size: int = 1_000,
+        window: int = SERVER_IMPORT_WINDOW,
+        first_index: int = 0,
+    ) -> AsyncGenerator[ImportResult, None]:
+        """As ``Client.import_tasks``; ``items`` may also be an async iterable."""
+        check_import_options(batch_size, window)
+        ledger = ImportLedger(first_index)
+        feed = AsyncFeed(ledger, items, self._calls.namespace, batch_size, window)
+        return self._import(ledger, feed)
+
+    async def _import(
+        self, ledger: ImportLedger, feed: AsyncFeed
+    ) -> AsyncGenerator[ImportResult, None]:
+        answers = self._stubs["tasks"].ImportTasks(feed.requests(), metadata=self._metadata)
+        try:
+            async for answer in answers:
+                feed.answered()
+                for result in ledger.results(answer):
+                    yield result
+        except grpc.RpcError as exc:
+            raise ledger.interrupted(error_from_rpc(exc)) from exc
+        finally:
+            feed.stop()
+            answers.cancel()
+        if feed.input_error is not None:
+            raise feed.input_error
+
+    def list_queues(self, *, page_size: int = 100) -> AsyncIterator[tasks_pb2.QueueInfo]:
+        return self._paged(self._calls.list_queues(page_size))
+
+    # Run history and dead letters
+
+    async def get_run(self, run_id: str) -> history_pb2.Run:
+        return await self._unary(self._calls.get_run(run_id))
+
+    def list_task_runs(
+        self, task_id: str, *, page_size: int = 100
+    ) -> AsyncIterator[history_pb2.Run]:
+        return self._paged(self._calls.list_task_runs(task_id, page_size))
+
+    def list_runs(
+        self,
+        queue: str,
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        status: str | int | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[history_pb2.Run]:
+        return self._paged(self._calls.list_runs(queue, start, end, status, page_size))
+
+    def list_dead_letters(
+        self, *, queue: str = "", page_size: int = 100
+    ) -> AsyncIterator[tasks_pb2.Task]:
+        return self._paged(self._calls.list_dead_letters(queue, page_size))
+
+    async def redrive_task(self, task_id: str) -> tasks_pb2.Task:
+        return await self._unary(self._calls.redrive_task(task_id))
+
+    # Schedules
+
+    async def create_schedule(self, definition: ScheduleDefinition) -> schedules_pb2.Schedule:
+        return await self._unary(self._calls.create_schedule(definition))
+
+    async def get_schedule(self, schedule_id: str) -> schedules_pb2.Schedule:
+        return await self._unary(self._calls.get_schedule(schedule_id))
+
+    def list_schedules(self, *, page_size: int = 100) -> AsyncIterator[schedules_pb2.Schedule]:
+        return self._paged(self._calls.list_schedules(page_size))
+
+    async def update_schedule(
+        self, definition: ScheduleDefinition, *, expected_version: str = ""
+    ) -> schedules_pb2.Schedule:
+        return await self._unary(self._calls.update_schedule(definition, expected_version))
+
+    async def delete_schedule(self, schedule_id: str, *, expected_version: str = "") -> None:
+        await self._unary(self._calls.delete_schedule(schedule_id, expected_version))
+
+    async def pause_schedule(self, schedule_id: str, *, note: str = "") -> schedules_pb2.Schedule:
+        return await self._unary(self._calls.pause_schedule(schedule_id, note))
+
+    async def resume_schedule(self, schedule_id: str) -> schedules_pb2.Schedule:
+        return await self._unary(self._calls.resume_schedule(schedule_id))
+
+    async def trigger_schedule(self, schedule_id: str) -> tasks_pb2.Task:
+        return await self._unary(self._calls.trigger_schedule(schedule_id))
+
+    async def backfill_schedule(
+        self, schedule_id: str, start: datetime, end: datetime
+    ) -> Backfilled:
+        return await self._unary(self._calls.backfill_schedule(schedule_id, start, end))
+
+    async def preview_schedule(
+        self,
+        target: str | Recurrence,
+        *,
+        after: datetime | None = None,
+        until: datetime | None = None,
+        count: int = 10,
+    ) -> list[schedules_pb2.PreviewedOccurrence]:
+        return await self._unary(self._calls.preview_schedule(target, after, until, count))
+
+    def list_schedule_occurrences(
+        self,
+        schedule_id: str,
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        outcome: str | int | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[history_pb2.ScheduleOccurrence]:
+        call = self._calls.list_schedule_occurrences(schedule_id, start, end, outcome, page_size)
+        return self._paged(call)
+
+    # Transport
+
+    async def _unary(self, call: Unary[R]) -> R:
+        method = getattr(self._stubs[call.service], call.method)
+        try:
+            answer = await method(call.request, timeout=self._timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from exc
+        return call.unwrap(answer)
+
+    async def _paged(self, call: Paged[T]) -> AsyncIterator[T]:
+        token = ""
+        while True:
+            page = await self._unary(call.page(token))
+            for item in call.items(page):
+                yield item
+            token = page.next_page_token
+            if not token:
+                return

@@ -1,0 +1,47 @@
+"""Composite answers of the client; single objects come back as their tikk.v1 messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import grpc
+
+from tikk.v1 import tasks_pb2
+
+
+@dataclass(frozen=True)
+class TaskCreated:
+    """The stored task, and whether this call created it (False: an identical task with
+    this id already existed)."""
+
+    task: tasks_pb2.Task
+    created: bool
+
+
+@dataclass(frozen=True)
+class Backfilled:
+    """Occurrences of a backfilled range: newly created, and already there (not created
+    twice)."""
+
+    created: int
+    existing: int
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    """What became of one item of an import, by its position in the input (``index``).
+
+    ``code`` is OK when the task was accepted; ``created`` is False when it already existed
+    (an item sent again). A refused item has the status and the server's reason, and its
+    ``task_id`` when the item had one.
+    """
+
+    index: int
+    task_id: str
+    created: bool
+    code: grpc.StatusCode
+    message: str
+
+    @property
+    def ok(self) -> bool:
+        return self.code is grpc.StatusCode.OK

@@ -1,0 +1,257 @@
+"""``Client``: the blocking client, over one gRPC channel."""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Iterable, Iterator, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+
+import grpc
+
+from tikk.client.bulk_import import (
+    SERVER_IMPORT_WINDOW,
+    BlockingFeed,
+    ImportItem,
+    ImportLedger,
+    check_import_options,
+)
+from tikk.client.calls import Calls, Paged, Unary, stubs
+from tikk.client.errors import error_from_rpc
+from tikk.client.results import Backfilled, ImportResult, TaskCreated
+from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
+from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+class Client:
+    """A blocking client of one tikk server, in one namespace, over one channel.
+
+    ``credentials`` makes the channel secure (``grpc.ssl_channel_credentials(...)``); without
+    them it is plaintext. ``metadata`` is sent with every call; ``timeout`` (seconds) bounds
+    each unary call and each page of a listing, not an import stream. ``namespace`` empty
+    means the server's default namespace.
+
+    Every call raises a ``tikk.client.ClientError`` subclass when it fails. Listings are lazy:
+    they fetch the next page when the previous one is used up. Safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        namespace: str = "",
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        timeout: float | None = 30.0,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._target = target
+        self._metadata, self._timeout = tuple(metadata), timeout
+        if credentials is None:
+            self._channel = grpc.insecure_channel(target, options=options)
+        else:
+            self._channel = grpc.secure_channel(target, credentials, options=options)
+        self._stubs = stubs(self._channel)
+        self._calls = Calls(namespace)
+
+    def __repr__(self) -> str:
+        return f"Client(target={self._target!r}, namespace={self._calls.namespace!r})"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the channel; calls in progress are cancelled. Idempotent."""
+        self._channel.close()
+
+    # Tasks
+
+    def create_task(self, task: TaskSpec | tasks_pb2.CreateTaskRequest) -> TaskCreated:
+        """Create a task. With a ``task_id``, idempotent: an identical task returns
+        ``created=False``, different content raises ``AlreadyExistsError``."""
+        return self._unary(self._calls.create_task(task))
+
+    def get_task(self, task_id: str) -> tasks_pb2.Task:
+        """The task; ``NotFoundError`` if there is none."""
+        return self._unary(self._calls.get_task(task_id))
+
+    def cancel_task(self, task_id: str) -> tasks_pb2.Task:
+        """Cancel a task not dispatched yet (a cancelled one stays so);
+        ``FailedPreconditionError`` once it was dispatched or finished."""
+        return self._unary(self._calls.cancel_task(task_id))
+
+    def list_tasks(
+        self, queue: str, *, state: str | int | None = None, page_size: int = 100
+    ) -> Iterator[tasks_pb2.Task]:
+        """Every task of ``queue`` (in ``state``, e.g. ``"scheduled"``, when given)."""
+        return self._paged(self._calls.list_tasks(queue, state, page_size))
+
+    def import_tasks(
+        self,
+        items: Iterable[ImportItem],
+        *,
+        batch_size: int = 1_000,
+        window: int = SERVER_IMPORT_WINDOW,
+        first_index: int = 0,
+    ) -> Generator[ImportResult, None, None]:
+        """Create any number of tasks through one ``ImportTasks`` stream: one result per item,
+        in input order, each once its batch is durable. ``items`` is read lazily, at most
+        ``window`` batches ahead of the answers (at least the server's window of 4, since it
+        answers once it holds that many).
+
+        A refused item is a result with its code, not an exception. If the stream breaks,
+        ``ImportInterrupted`` says how many items were answered: import the rest again from
+        its ``next_index`` (pass ``first_index=next_index`` to keep the indexes); with task
+        ids of your own nothing is created twice. Closing the iterator early cancels the
+        stream the same way. An exception of ``items`` is raised after the items before it
+        are answered.
+        """
+        check_import_options(batch_size, window)
+        ledger = ImportLedger(first_index)
+        feed = BlockingFeed(ledger, items, self._calls.namespace, batch_size, window)
+        return self._import(ledger, feed)
+
+    def _import(
+        self, ledger: ImportLedger, feed: BlockingFeed
+    ) -> Generator[ImportResult, None, None]:
+        answers = self._stubs["tasks"].ImportTasks(feed.requests(), metadata=self._metadata)
+        try:
+            for answer in answers:
+                feed.answered()
+                yield from ledger.results(answer)
+        except grpc.RpcError as exc:
+            raise ledger.interrupted(error_from_rpc(exc)) from exc
+        finally:
+            feed.stop()
+            answers.cancel()
+        if feed.input_error is not None:
+            raise feed.input_error
+
+    def list_queues(self, *, page_size: int = 100) -> Iterator[tasks_pb2.QueueInfo]:
+        """Every ready queue the server knows of, with what waits in it (all namespaces)."""
+        return self._paged(self._calls.list_queues(page_size))
+
+    # Run history and dead letters
+
+    def get_run(self, run_id: str) -> history_pb2.Run:
+        """One run record; ``NotFoundError`` if there is none."""
+        return self._unary(self._calls.get_run(run_id))
+
+    def list_task_runs(self, task_id: str, *, page_size: int = 100) -> Iterator[history_pb2.Run]:
+        """Every run of one task, newest first."""
+        return self._paged(self._calls.list_task_runs(task_id, page_size))
+
+    def list_runs(
+        self,
+        queue: str,
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        status: str | int | None = None,
+        page_size: int = 100,
+    ) -> Iterator[history_pb2.Run]:
+        """Runs of ``queue`` that finished in [start, end) (by default the last hour), newest
+        first; ``status`` (e.g. ``"failed"``) filters."""
+        return self._paged(self._calls.list_runs(queue, start, end, status, page_size))
+
+    def list_dead_letters(
+        self, *, queue: str = "", page_size: int = 100
+    ) -> Iterator[tasks_pb2.Task]:
+        """Dead-lettered tasks, of one queue or of all."""
+        return self._paged(self._calls.list_dead_letters(queue, page_size))
+
+    def redrive_task(self, task_id: str) -> tasks_pb2.Task:
+        """Schedule a dead-lettered task again, now, with a fresh attempt count."""
+        return self._unary(self._calls.redrive_task(task_id))
+
+    # Schedules
+
+    def create_schedule(self, definition: ScheduleDefinition) -> schedules_pb2.Schedule:
+        """Create a recurring schedule; its first occurrence is planned at once."""
+        return self._unary(self._calls.create_schedule(definition))
+
+    def get_schedule(self, schedule_id: str) -> schedules_pb2.Schedule:
+        return self._unary(self._calls.get_schedule(schedule_id))
+
+    def list_schedules(self, *, page_size: int = 100) -> Iterator[schedules_pb2.Schedule]:
+        return self._paged(self._calls.list_schedules(page_size))
+
+    def update_schedule(
+        self, definition: ScheduleDefinition, *, expected_version: str = ""
+    ) -> schedules_pb2.Schedule:
+        """Replace a schedule's definition; with ``expected_version`` (the ``version`` read
+        before), a schedule changed since raises ``ConflictError`` and nothing changes."""
+        return self._unary(self._calls.update_schedule(definition, expected_version))
+
+    def delete_schedule(self, schedule_id: str, *, expected_version: str = "") -> None:
+        """Delete a schedule; tasks it already created stay."""
+        self._unary(self._calls.delete_schedule(schedule_id, expected_version))
+
+    def pause_schedule(self, schedule_id: str, *, note: str = "") -> schedules_pb2.Schedule:
+        """Pause: occurrences are recorded as skipped until resumed."""
+        return self._unary(self._calls.pause_schedule(schedule_id, note))
+
+    def resume_schedule(self, schedule_id: str) -> schedules_pb2.Schedule:
+        return self._unary(self._calls.resume_schedule(schedule_id))
+
+    def trigger_schedule(self, schedule_id: str) -> tasks_pb2.Task:
+        """Run one occurrence now; returns its task."""
+        return self._unary(self._calls.trigger_schedule(schedule_id))
+
+    def backfill_schedule(self, schedule_id: str, start: datetime, end: datetime) -> Backfilled:
+        """Create, to run now, every occurrence with a nominal time in [start, end);
+        occurrences that already exist are counted, not created twice."""
+        return self._unary(self._calls.backfill_schedule(schedule_id, start, end))
+
+    def preview_schedule(
+        self,
+        target: str | Recurrence,
+        *,
+        after: datetime | None = None,
+        until: datetime | None = None,
+        count: int = 10,
+    ) -> list[schedules_pb2.PreviewedOccurrence]:
+        """The next occurrences of a stored schedule (its id) or of a recurrence not yet
+        created: after ``after`` (default now), at most ``count``, none after ``until``."""
+        return self._unary(self._calls.preview_schedule(target, after, until, count))
+
+    def list_schedule_occurrences(
+        self,
+        schedule_id: str,
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        outcome: str | int | None = None,
+        page_size: int = 100,
+    ) -> Iterator[history_pb2.ScheduleOccurrence]:
+        """What became of each occurrence with a nominal time in [start, end) (by default
+        the last 30 days), newest first; ``outcome`` (e.g. ``"fired"``) filters."""
+        call = self._calls.list_schedule_occurrences(schedule_id, start, end, outcome, page_size)
+        return self._paged(call)
+
+    # Transport
+
+    def _unary(self, call: Unary[R]) -> R:
+        method = getattr(self._stubs[call.service], call.method)
+        try:
+            answer = method(call.request, timeout=self._timeout, metadata=self._metadata)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from exc
+        return call.unwrap(answer)
+
+    def _paged(self, call: Paged[T]) -> Iterator[T]:
+        token = ""
+        while True:
+            page = self._unary(call.page(token))
+            yield from call.items(page)
+            token = page.next_page_token
+            if not token:
+                return
