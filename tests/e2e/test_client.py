@@ -223,8 +223,12 @@ def test_statuses_become_the_client_error_tree(stack: Stack, ns: str) -> None:
     with Client(stack.address) as tikk:
         with pytest.raises(ValueError, match="unknown task state"):
             tikk.list_tasks("q", state="sleeping")
-        with pytest.raises(ValueError, match="window must be at least 4"):
-            tikk.import_tasks([], window=2)
+        with pytest.raises(ValueError, match="window must be at least 1"):
+            tikk.import_tasks([], window=0)
+        # One batch in flight at a time: each is answered without waiting for the next.
+        one_by_one = [TaskSpec("parked", "h", run_at=datetime(2030, 1, 1, tzinfo=UTC))] * 3
+        answers = list(tikk.import_tasks(one_by_one, batch_size=1, window=1))
+        assert [(a.index, a.created) for a in answers] == [(0, True), (1, True), (2, True)]
 
 
 async def test_an_unreachable_server_is_unavailable_and_retriable() -> None:

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tikk.client.bulk_import import (
-    SERVER_IMPORT_WINDOW,
+    IMPORT_WINDOW,
     AsyncFeed,
     ImportItem,
     ImportLedger,
@@ -87,7 +87,7 @@ class AsyncClient:
         items: Iterable[ImportItem] | AsyncIterable[ImportItem],
         *,
         batch_size: int = 1_000,
-        window: int = SERVER_IMPORT_WINDOW,
+        window: int = IMPORT_WINDOW,
         first_index: int = 0,
     ) -> AsyncGenerator[ImportResult, None]:
         """As ``Client.import_tasks``; ``items`` may also be an async iterable."""

@@ -31,9 +31,8 @@ ImportItem = TaskSpec | tasks_pb2.CreateTaskRequest
 _STATUS = {code.value[0]: code for code in grpc.StatusCode}
 
 
-# The server answers a stream's batches only once it holds this many unanswered (or the
-# stream has ended); a client that waited with fewer in flight would wait for ever.
-SERVER_IMPORT_WINDOW = 4
+# Batches in flight by default: the server works on up to this many of a stream at once.
+IMPORT_WINDOW = 4
 
 
 def check_import_options(batch_size: int, window: int) -> None:
@@ -41,11 +40,8 @@ def check_import_options(batch_size: int, window: int) -> None:
     # RESOURCE_EXHAUSTED, so that limit is left for the server to state.
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, not {batch_size}")
-    if window < SERVER_IMPORT_WINDOW:
-        raise ValueError(
-            f"window must be at least {SERVER_IMPORT_WINDOW}, not {window}: the server answers "
-            f"a batch once it holds {SERVER_IMPORT_WINDOW}"
-        )
+    if window < 1:
+        raise ValueError(f"window must be at least 1, not {window}")
 
 
 class ImportLedger:

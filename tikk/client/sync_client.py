@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tikk.client.bulk_import import (
-    SERVER_IMPORT_WINDOW,
+    IMPORT_WINDOW,
     BlockingFeed,
     ImportItem,
     ImportLedger,
@@ -99,7 +99,7 @@ class Client:
         items: Iterable[ImportItem],
         *,
         batch_size: int = 1_000,
-        window: int = SERVER_IMPORT_WINDOW,
+        window: int = IMPORT_WINDOW,
         first_index: int = 0,
     ) -> Generator[ImportResult, None, None]:
         """Create any number of tasks through one ``ImportTasks`` stream: one result per item,
