@@ -64,14 +64,16 @@ def task_chunks(n: int, spread: Spread, queue: str, shards: int) -> Iterator[lis
 
 def sqlite_ceiling(path: Path, n: int, spread: Spread, queue: str, shards: int) -> CeilingResult:
     """Write ``n`` tasks into a fresh SQLite file at ``path``, the way the store does."""
+    from tikk.drivers.sqlite import PRAGMAS
     from tikk.store.sqlite.schema import TASKS_SCHEMA
-    from tikk.store.sqlite.tasks import INSERT_DUE, INSERT_TASK, due_row, task_row
+    from tikk.store.sqlite.tasks import CACHE_MIB, INSERT_DUE, INSERT_TASK, due_row, task_row
 
     conn = sqlite3.connect(path, isolation_level=None)
     try:
-        # The store's pragmas (tikk.drivers.sqlite), so durability is the same on both sides.
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        # The store's settings, so durability and caching are the same on both sides.
+        for pragma in PRAGMAS:
+            conn.execute(pragma)
+        conn.execute(f"PRAGMA cache_size=-{CACHE_MIB * 1024}")
         conn.executescript(TASKS_SCHEMA)
         spent = 0.0
         for chunk in task_chunks(n, spread, queue, shards):

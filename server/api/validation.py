@@ -218,8 +218,7 @@ def create_task(
     trace is the same task.
     """
     ns = namespace(req.namespace)
-    # A server-assigned id: 128 random bits, as a UUID has, without a UUID's costly object.
-    tid = new_task_id(req.task_id, limits) if req.task_id else os.urandom(16).hex()
+    tid = new_task_id(req.task_id, limits) if req.task_id else _fresh_id(now_ms)
     q = new_queue(req.queue, limits)
     handler = _handler(req.handler, limits)
     if len(req.payload) > limits.max_payload_bytes:
@@ -242,6 +241,13 @@ def create_task(
         updated_ms=now_ms, shard=shard_of(ns, tid, shard_count), fingerprint=digest,
         trace_context=trace_context or {}, start_timeout_ms=start_timeout,
     )  # fmt: skip
+
+
+def _fresh_id(now_ms: int) -> str:
+    """A server-assigned task id: 32 hex digits, the creation millisecond then 80 random bits
+    (as a version 7 UUID orders them). Ids made one after another sort together, so an
+    index keyed by them grows at its end instead of touching a random page per task."""
+    return f"{now_ms & 0xFFFFFFFFFFFF:012x}{os.urandom(10).hex()}"
 
 
 def _start_timeout(req: tasks_pb2.CreateTaskRequest, limits: Limits) -> int:
