@@ -86,7 +86,10 @@ def _stream(
     address: str, span: range, spread: Spread, queue: str, acked: AckCounter
 ) -> BaseException | None:
     """One ``ImportTasks`` stream for the tasks in ``span``; the error that ended it, if any."""
-    with grpc.insecure_channel(address) as channel:
+    # A connection of its own per stream (gRPC shares one between channels to one address by
+    # default), so a server of several processes on one port gets streams in each.
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    with grpc.insecure_channel(address, options=options) as channel:
         stub = tasks_pb2_grpc.TaskServiceStub(channel)
         try:
             for answer in stub.ImportTasks(

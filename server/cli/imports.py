@@ -146,10 +146,22 @@ def register(sub: Any) -> None:
     p = sub.add_parser("import", help="import tasks from JSON lines (a file, or - for stdin)")
     client_options(p)
     p.add_argument("file", help="one CreateTaskRequest per line in protobuf's JSON mapping")
-    p.add_argument("--batch-size", type=int, default=1_000, help="tasks per batch (max 5,000)")
+    p.add_argument("--batch-size", type=_batch_size, default=1_000,
+                   help="tasks per batch (1 to 5,000)")  # fmt: skip
     p.add_argument("--rejects", default="rejects.jsonl", help="where refused lines are written")
     p.add_argument(
         "--skip", type=int, default=0, metavar="N",
         help="resume: skip the first N lines (as printed when an import stopped)",
     )  # fmt: skip
     p.set_defaults(func=_run)
+
+
+def _batch_size(text: str) -> int:
+    """A usage error, not a traceback, for a batch size no import can use."""
+    try:
+        size = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {size}")
+    return size

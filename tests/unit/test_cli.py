@@ -33,6 +33,16 @@ def test_times_default_to_utc() -> None:
         parse_time_ms("tomorrow")
 
 
+@pytest.mark.parametrize("size", ["0", "-3", "many"])
+def test_an_import_batch_size_no_import_can_use_is_a_usage_error(
+    size: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["task", "import", "-", "--batch-size", size])
+    assert exit_.value.code == EXIT_USAGE
+    assert "--batch-size" in capsys.readouterr().err
+
+
 def test_worker_targets() -> None:
     assert load_worker("examples.demo_worker:worker").queues == ["demo"]
     for bad, message in [
