@@ -134,6 +134,8 @@ def _run_bench_readme(args: argparse.Namespace) -> int:
     readme = Path(args.readme)
     try:
         results = merge_results([load_results(Path(r)) for r in args.results])
+        if args.plots:
+            Path(args.plots).mkdir(parents=True, exist_ok=True)
         plots = write_plots(results["runs"], Path(args.plots)) if args.plots else []
         shown = [os.path.relpath(p, readme.resolve().parent) for p in plots]
         section = readme_section(results, shown)
