@@ -83,6 +83,7 @@ class WorkerServer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
     ) -> AsyncIterator[worker_pb2.ResultAckBatch]:
         if not self.batches:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no result batches here")
+        await context.send_initial_metadata(())
 
         async def each() -> AsyncIterator[worker_pb2.RunResult]:
             async for batch in request_iterator:

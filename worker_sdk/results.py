@@ -28,6 +28,8 @@ import grpc
 from tikk.v1 import worker_pb2
 
 log = logging.getLogger("tikk.worker")
+# How long a new result call may take to open before it counts as lost.
+_OPEN_TIMEOUT_S = 10.0
 # Results per batch message: a burst in few messages, each well under gRPC's size limit.
 _PER_MESSAGE = 256
 
@@ -127,6 +129,10 @@ class ResultStream:
         while True:
             call = self._stub.ReportResultBatches() if self._batched else self._stub.ReportResults()
             try:
+                if self._batched and not await _takes_batches(call):
+                    log.info("the server takes no result batches; one result per message")
+                    self._batched = False
+                    continue
                 await self._serve(call)
             except asyncio.CancelledError:
                 if _being_cancelled():
@@ -204,6 +210,17 @@ def _being_cancelled() -> bool:
     for a call it cancelled itself)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
+
+
+async def _takes_batches(call: Any) -> bool:
+    """Whether the server serves ``ReportResultBatches``, asked before anything is written: it
+    opens the call with its headers at once, while a server without the method ends it with
+    UNIMPLEMENTED. (Once writes are under way, that status can reach the worker as another
+    error, and the worker would never learn to fall back.)"""
+    await asyncio.wait_for(call.initial_metadata(), _OPEN_TIMEOUT_S)
+    if not call.done():
+        return True
+    return not await _unimplemented(call)
 
 
 async def _unimplemented(call: Any) -> bool:

@@ -85,6 +85,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             acks = await asyncio.gather(*(self._settle(r) for r in batch.results))
             return worker_pb2.ResultAckBatch(acks=acks)
 
+        # Headers at once: a worker waits for them before writing, to tell this server from
+        # one without the method (see worker_sdk.results).
+        await context.send_initial_metadata(())
         async for answer in answer_in_order(request_iterator, one, _BATCHES_IN_FLIGHT):
             yield answer
 
