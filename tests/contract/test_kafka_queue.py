@@ -8,6 +8,7 @@ the real one (``tikk stack up``).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -152,7 +153,17 @@ async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueueP
 
 
 async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
-    """topic -> partition count, for those of ``topics`` that exist."""
+    """topic -> partition count, for those of ``topics`` that exist. A topic just created
+    may take a moment to reach every broker's metadata: read until all are seen, or 10 s."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        found = await _described(url, topics)
+        if len(found) == len(topics) or asyncio.get_running_loop().time() > deadline:
+            return found
+        await asyncio.sleep(0.2)
+
+
+async def _described(url: str, topics: list[str]) -> dict[str, int]:
     config = KafkaQueueUrl.from_url(url)
     admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
     await admin.start()
