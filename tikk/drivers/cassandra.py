@@ -126,7 +126,7 @@ class CassandraSession:
         return statement
 
     async def execute(self, cql: str, params: Sequence[Any] = ()) -> list[Any]:
-        return await self._run(self.prepare(cql).bind(params))
+        return await self._run(self.bind(cql, params))
 
     async def execute_batch(
         self, items: Sequence[tuple[str, Sequence[Any]]], *, logged: bool = True
@@ -186,25 +186,9 @@ class CassandraSession:
         return await done
 
     async def _run(self, statement: Any) -> list[Any]:
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[list[Any]] = loop.create_future()
-        rows: list[Any] = []
-
-        def on_rows(page: Any) -> None:
-            rows.extend(page or ())
-            if future.has_more_pages:
-                future.start_fetching_next_page()
-            else:
-                loop.call_soon_threadsafe(_settle, done, rows, None)
-
-        def on_error(exc: BaseException) -> None:
-            err = BackendUnavailable(f"cassandra: {exc}")
-            err.__cause__ = exc
-            loop.call_soon_threadsafe(_settle, done, None, err)
-
-        future = self.session.execute_async(statement)
-        future.add_callbacks(on_rows, on_error)
-        return await done
+        """One statement, through the same path as ``execute_many``."""
+        [rows] = await self.execute_many([statement])
+        return rows
 
     def shutdown(self) -> None:
         """Blocking shutdown of the driver's connections and threads."""
@@ -337,15 +321,6 @@ def qualify_tables(cql: str, keyspace: str) -> str:
     """Statements name bare tables; the keyspace comes from configuration. Qualifying them
     (rather than a session-wide USE) is what Cassandra recommends for prepared statements."""
     return _TABLE.sub(lambda m: f"{m.group(1)} {keyspace}.{m.group(2)}", cql)
-
-
-def _settle(done: asyncio.Future[list[Any]], rows: list[Any] | None, err: Exception | None) -> None:
-    if done.done():
-        return
-    if err is not None:
-        done.set_exception(err)
-    else:
-        done.set_result(rows or [])
 
 
 @dataclass(frozen=True)
