@@ -39,6 +39,30 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class Tls:
+    """The server's certificate and key (PEM files); with ``client_ca_file`` the server asks
+    for a client certificate chaining to it (mTLS), whose subject then identifies the caller."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str = ""
+
+
+@dataclass(frozen=True)
+class Security:
+    """How the API is protected. The default (nothing) suits the embedded server on loopback;
+    a non-loopback ``listen`` needs TLS and ``auth``, or ``insecure`` saying it is meant."""
+
+    tls: Tls | None = None
+    # Callers must present a credential (bearer token, or a client certificate mapped to one).
+    auth: bool = False
+    # Serve a non-loopback address without TLS or authentication anyway.
+    insecure: bool = False
+    # The keys that sign and check delivery tokens (shared by servers and dispatchers).
+    delivery_keys_file: str = ""
+
+
+@dataclass(frozen=True)
 class Settings:
     """Where the backends live (``sqlite://``, ``local://`` embedded; ``cassandra://``,
     ``kafka://``, ``zk://`` production) and how the API behaves."""
@@ -58,6 +82,7 @@ class Settings:
     # re-places rows it wrote later than half of it (see ``server.late_writes``).
     late_write_grace_ms: int = 5_000
     limits: Limits = field(default_factory=Limits)
+    security: Security = field(default_factory=Security)
 
 
 def embedded_urls(data_dir: str | Path) -> dict[str, str]:
