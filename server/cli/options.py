@@ -7,7 +7,7 @@ import os
 import re
 from datetime import UTC, datetime
 
-from tikk.settings import Settings, embedded_urls
+from tikk.settings import Security, Settings, Tls, embedded_urls
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IMPORT = 0, 1, 2, 3, 4
 DEFAULT_SERVER = os.environ.get("TIKK_SERVER", "127.0.0.1:7070")
@@ -46,6 +46,50 @@ def settings(args: argparse.Namespace) -> Settings:
         shard_count=args.shards,
         listen=getattr(args, "listen", "127.0.0.1:7070"),
         visibility_timeout_ms=getattr(args, "visibility_timeout", 60_000),
+        security=security(args),
+    )
+
+
+def security(args: argparse.Namespace) -> Security:
+    """The API's protection from ``security_options`` (absent options: none)."""
+    cert, key = getattr(args, "tls_cert", None), getattr(args, "tls_key", None)
+    if bool(cert) != bool(key):
+        raise SystemExit("tikk: --tls-cert and --tls-key go together")
+    tls = Tls(cert, key, getattr(args, "tls_client_ca", None) or "") if cert and key else None
+    return Security(
+        tls=tls,
+        auth=getattr(args, "auth", False),
+        insecure=getattr(args, "insecure", False),
+        delivery_keys_file=getattr(args, "delivery_keys", None) or "",
+    )
+
+
+def security_options(p: argparse.ArgumentParser, *, serves: bool) -> None:
+    """The delivery keys (servers and dispatchers); for a process that ``serves`` the API also
+    TLS, authentication and the explicit ``--insecure``."""
+    p.add_argument(
+        "--delivery-keys",
+        metavar="FILE",
+        default=os.environ.get("TIKK_DELIVERY_KEYS"),
+        help="keys signing delivery tokens, shared by servers and dispatchers "
+        "(default: $TIKK_DELIVERY_KEYS, else a file under --data-dir)",
+    )
+    if not serves:
+        return
+    p.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require client certificates signed by this CA (mTLS)",
+    )
+    p.add_argument(
+        "--auth", action="store_true", help="callers must present a credential (tikk auth)"
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="serve a non-loopback address without TLS or authentication anyway",
     )
 
 

@@ -22,6 +22,7 @@ from server.cli.options import (
     backend_options,
     otel_option,
     parse_duration_ms,
+    security_options,
     settings,
 )
 from tikk.errors import InvalidArgument, TikkError
@@ -250,6 +251,7 @@ def register(sub: Any) -> None:
     ]:
         p = sub.add_parser(name, help=help_text)
         backend_options(p)
+        security_options(p, serves=True)
         p.add_argument("--listen", default="127.0.0.1:7070", help="host:port (port 0 = any)")
         p.add_argument(
             "--visibility-timeout",
@@ -276,6 +278,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("dispatcher", help="a dispatcher: moves due tasks to the ready queue")
     backend_options(p)
+    security_options(p, serves=False)
     p.set_defaults(func=_run_dispatcher)
     _worker_command(sub)
     _migrate_command(sub)
