@@ -26,6 +26,7 @@ from server.results import Lifecycle
 from server.schedule_ops import Schedules
 from server.wiring import Backends
 from tikk.clock import Clock
+from tikk.delivery_tokens import DeliveryKeys
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from tikk.v1 import (
@@ -61,6 +62,7 @@ class ApiServer:
         rng: random.Random,
         telemetry: Telemetry | None = None,
         *,
+        keys: DeliveryKeys,
         reuse_port: bool = False,
     ) -> None:
         self.settings = settings
@@ -81,7 +83,7 @@ class ApiServer:
             late_write_grace_ms=settings.late_write_grace_ms,
         )  # fmt: skip
         self._lifecycle = lifecycle
-        _add_services(self._server, settings, lifecycle, schedules, telemetry)
+        _add_services(self._server, settings, lifecycle, schedules, telemetry, keys=keys)
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -137,13 +139,18 @@ def _add_services(
     lifecycle: Lifecycle,
     schedules: Schedules,
     telemetry: Telemetry | None,
+    *,
+    keys: DeliveryKeys,
 ) -> None:
-    """The tikk.v1 services (``server.api``) on ``server``."""
+    """The tikk.v1 services (``server.api``) on ``server``; results are checked with
+    ``keys``."""
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(
         TaskService(lifecycle, settings, telemetry), server
     )
     history_pb2_grpc.add_HistoryServiceServicer_to_server(
         HistoryService(lifecycle, settings), server
     )
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerService(lifecycle, settings), server)
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(
+        WorkerService(lifecycle, settings, keys, telemetry), server
+    )
     schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(ScheduleService(schedules), server)

@@ -7,6 +7,7 @@
     ├── NotFound              no such task / run                    (NOT_FOUND)
     ├── AlreadyExists         same id, different content            (ALREADY_EXISTS)
     ├── FailedPrecondition    the operation does not fit the state  (FAILED_PRECONDITION)
+    ├── PermissionDenied      the caller may not do this            (PERMISSION_DENIED)
     ├── StaleOwner            a fencing epoch was refused           (ABORTED)
     └── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
 
@@ -43,6 +44,10 @@ class AlreadyExists(TikkError):
 
 class FailedPrecondition(TikkError):
     """The request is valid but the current state does not allow it."""
+
+
+class PermissionDenied(TikkError):
+    """The caller is not allowed this (e.g. a result whose delivery token does not match)."""
 
 
 class Conflict(TikkError):

@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 from datetime import UTC, datetime
+from pathlib import Path
 
 from tikk.settings import Security, Settings, Tls, embedded_urls
 
@@ -60,8 +61,17 @@ def security(args: argparse.Namespace) -> Security:
         tls=tls,
         auth=getattr(args, "auth", False),
         insecure=getattr(args, "insecure", False),
-        delivery_keys_file=getattr(args, "delivery_keys", None) or "",
+        delivery_keys_file=delivery_keys_file(args),
     )
+
+
+def delivery_keys_file(args: argparse.Namespace) -> str:
+    """``--delivery-keys``, else the file under the data dir (created on first use), so that
+    servers and dispatchers sharing a data dir agree with no configuration."""
+    if given := getattr(args, "delivery_keys", None):
+        return str(given)
+    data_dir = getattr(args, "data_dir", None)
+    return str(Path(data_dir).resolve() / "delivery-keys") if data_dir else ""
 
 
 def security_options(p: argparse.ArgumentParser, *, serves: bool) -> None:
