@@ -132,9 +132,11 @@ def _start(cfg: BenchConfig, fleet: Fleet, keyspace: str) -> str:
     else:
         urls = [*_stack_urls(keyspace), *shards]
         fleet.run(["migrate", *urls])
-        server = fleet.spawn("server", "server", ["server", *urls, *listen])
+        # The server checks the delivery tokens the dispatchers sign: one keys file for all.
+        keys = ["--delivery-keys", str(fleet.work / "delivery-keys")]
+        server = fleet.spawn("server", "server", ["server", *urls, *keys, *listen])
         for i in range(cfg.dispatchers):
-            fleet.spawn(f"dispatcher-{i + 1}", "dispatcher", ["dispatcher", *urls])
+            fleet.spawn(f"dispatcher-{i + 1}", "dispatcher", ["dispatcher", *urls, *keys])
     address = wait_listening(server)
     for i in range(cfg.workers):
         fleet.spawn(f"worker-{i + 1}", "worker",

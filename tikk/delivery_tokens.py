@@ -56,6 +56,15 @@ class TokenRefused(PermissionDenied):
         self.reason = reason
 
 
+class UnknownDeliveryKey(TokenRefused):
+    """The token names a key this process does not hold: the processes disagree on the keys
+    file (or a rotated file reached the dispatchers before the servers). Retriable: the same
+    result verifies once the server runs with the key, so a worker keeps it and reports again
+    rather than dropping a real run."""
+
+    retriable = True
+
+
 @dataclass(frozen=True)
 class DeliveryKeys:
     """A keyring: ``current`` signs, every key in ``secrets`` verifies."""
@@ -88,7 +97,8 @@ class DeliveryKeys:
         if not token:
             raise TokenRefused(
                 "missing",
-                "the delivery carries no token: report only deliveries a dispatcher published",
+                "the delivery token is missing: only deliveries a dispatcher published may be "
+                "reported",
             )
         version, _, rest = token.partition(".")
         key_id, _, mac_text = rest.partition(".")
@@ -96,7 +106,7 @@ class DeliveryKeys:
             raise TokenRefused("malformed", "the delivery token is malformed")
         secret = self.secrets.get(key_id)
         if secret is None:
-            raise TokenRefused(
+            raise UnknownDeliveryKey(
                 "unknown_key",
                 f"the delivery token was made with key {key_id!r}, which this server does not "
                 "hold: servers and dispatchers must share one delivery keys file",

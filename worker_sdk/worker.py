@@ -57,8 +57,13 @@ Handler = (
 )
 H = TypeVar("H", bound=Callable[..., Any])
 _ERROR_MESSAGE_LIMIT = 4096
-# The server's answer to a start whose timeout ran out (google.rpc.Code FAILED_PRECONDITION).
-_REFUSED = grpc.StatusCode.FAILED_PRECONDITION.value[0]
+# Answers that reporting again cannot change (google.rpc.Code numbers): the task is not
+# running that attempt any more (also a start whose timeout ran out), or the delivery's token
+# does not match it. The message is dropped, not reported forever.
+_FINAL_REFUSALS = {
+    grpc.StatusCode.FAILED_PRECONDITION.value[0],
+    grpc.StatusCode.PERMISSION_DENIED.value[0],
+}
 _CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
 _GATHER_S = 0.01  # how long a full worker waits for more slots to free before it fetches
 _CONFIG_TIMEOUT_S = 10.0  # one GetWorkerConfig attempt
@@ -133,6 +138,8 @@ class Worker:
         self._handlers: dict[str, Handler] = {}
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="handler")
         self.completed = 0
+        # Messages whose result the server refused for good (see ``_FINAL_REFUSALS``).
+        self.dropped = 0
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
         self._clock = clock
@@ -295,11 +302,17 @@ class Worker:
         while True:
             ack = await out.results.report(result)
             if ack.code == grpc.StatusCode.OK.value[0]:
+                self.completed += 1
+                break
+            if ack.code in _FINAL_REFUSALS:
+                self.dropped += 1
+                d = result.delivery
+                log.warning("result of task %s attempt %d refused for good, message dropped: %s",
+                            d.task_id, d.attempt, ack.message)  # fmt: skip
                 break
             log.warning("server refused result of %s (%s), retrying", result.run_id, ack.message)
             await asyncio.sleep(1.0)
         out.commits.add(consumer, message)
-        self.completed += 1
 
     async def _may_start(self, results: ResultStream, message: Message) -> bool:
         """An attempt with a start timeout runs only once the server granted its start (the
@@ -314,8 +327,12 @@ class Worker:
         claim.start_time.FromMilliseconds(_now_ms())
         while True:
             ack = await results.report(claim)
-            if ack.code in (grpc.StatusCode.OK.value[0], _REFUSED):
-                return bool(ack.code == grpc.StatusCode.OK.value[0])
+            if ack.code == grpc.StatusCode.OK.value[0]:
+                return True
+            if ack.code in _FINAL_REFUSALS:
+                log.warning("start of task %s attempt %d refused, message dropped: %s",
+                            d.task_id, d.attempt, ack.message)  # fmt: skip
+                return False
             log.warning("server could not decide the start of %s (%s), asking again",
                         d.task_id, ack.message)  # fmt: skip
             await asyncio.sleep(1.0)

@@ -267,12 +267,14 @@ class Cluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
         backend = config.backend_args()
-        server = ["server", *backend, "--listen", config.address]
+        # Servers and dispatchers check and sign delivery tokens with one keys file.
+        keys = ["--delivery-keys", str(config.workdir / "delivery-keys")]
+        server = ["server", *backend, *keys, "--listen", config.address]
         worker = ["worker", "devtools.faults.worker_app:worker", "--server", config.address]
         self.members = {SERVER: Member(SERVER, server, config)}
         for i in range(config.dispatchers):
             role = f"dispatcher-{i}"
-            self.members[role] = Member(role, ["dispatcher", *backend], config)
+            self.members[role] = Member(role, ["dispatcher", *backend, *keys], config)
         for i in range(config.workers):
             self.members[f"worker-{i}"] = Member(f"worker-{i}", worker, config)
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from tikk.delivery_tokens import UnknownDeliveryKey
 from tikk.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -30,6 +31,9 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    # Before PermissionDenied: the servers lack a key (configuration), so the worker reports
+    # the result again instead of dropping it.
+    (UnknownDeliveryKey, grpc.StatusCode.UNAVAILABLE),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (Conflict, grpc.StatusCode.ABORTED),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
