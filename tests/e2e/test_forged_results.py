@@ -23,7 +23,7 @@ import pytest
 from dispatcher.ready_queue.local import LocalReadyQueue
 from server.runtime import serve
 from tikk import delivery_codec
-from tikk.delivery_tokens import load_keys
+from tikk.delivery_tokens import load_keys, new_keys
 from tikk.settings import Security, Settings, embedded_urls
 from tikk.v1 import (
     history_pb2,
@@ -187,6 +187,21 @@ async def test_forged_results_are_refused_and_change_nothing(
     assert "refused (mismatch)" in logged and "refused (missing)" in logged
     for secret in (real.token, other.token, flipped, "secret-payload"):
         assert secret not in logged
+
+
+async def test_a_dispatcher_with_other_keys_is_refused_naming_the_key(rig: Rig) -> None:
+    """Processes that disagree on the keys file hear so (retriable: the run is real, and the
+    worker keeps it until the servers have the key), and nothing changes meanwhile."""
+    task_id = await rig.create()
+    real = await rig.take(task_id)
+    before = await rig.state(task_id)
+    stranger = new_keys()
+    forged = altered(real, token=stranger.sign(delivery_codec.from_proto(real, SHARDS)))
+    ack = await rig.report(forged, worker_pb2.RESULT_KIND_SUCCEEDED)
+    assert ack.code == grpc.StatusCode.UNAVAILABLE.value[0], ack
+    assert stranger.current in ack.message and "delivery keys file" in ack.message
+    assert (await rig.state(task_id)) == before
+    assert (await rig.report(real, worker_pb2.RESULT_KIND_SUCCEEDED)).code == OK
 
 
 async def test_a_task_not_dispatched_takes_no_result_even_with_a_valid_token(rig: Rig) -> None:
