@@ -126,7 +126,8 @@ class Lifecycle:
         store's single claim per attempt answers (see ``dispatcher.start_timeouts``)."""
         e = report.entry
         task = await self._current(e)
-        if task.state is not TaskState.DEAD_LETTERED:  # an expired start answers below
+        # An attempt dead-lettered by its start timeout is answered by the claim below.
+        if not (task.state is TaskState.DEAD_LETTERED and _same_attempt(task, e)):
             _refuse_unless_dispatched(task, e)
         now = self.clock.now_ms()
         if e.start_timeout_ms and now >= e.due_ms + e.start_timeout_ms:

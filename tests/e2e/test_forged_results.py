@@ -22,8 +22,9 @@ import pytest
 
 from dispatcher.ready_queue.local import LocalReadyQueue
 from server.runtime import serve
+from tests.worker_server import free_port
 from tikk import delivery_codec
-from tikk.delivery_tokens import load_keys, new_keys
+from tikk.delivery_tokens import load_keys, new_keys, save_keys
 from tikk.settings import Security, Settings, embedded_urls
 from tikk.v1 import (
     history_pb2,
@@ -110,32 +111,56 @@ class Rig:
         return t.state, t.attempt, due, sorted(r.run_id for r in runs.runs)
 
 
+class Server:
+    """``serve`` (API and dispatcher) on a fixed loopback port, restartable: a server reads
+    its keys file at start."""
+
+    def __init__(self, tmp: Path) -> None:
+        urls = embedded_urls(tmp)
+        self.port = free_port()
+        self.settings = Settings(
+            urls["store_url"], urls["history_url"], urls["queue_url"],
+            shard_count=SHARDS, listen=f"127.0.0.1:{self.port}",
+            security=Security(delivery_keys_file=str(tmp / "delivery-keys")),
+        )  # fmt: skip
+        self._stop = asyncio.Event()
+        self._serving: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._stop = asyncio.Event()
+        bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._serving = asyncio.create_task(
+            serve(self.settings, self._stop, dispatcher=True, on_ready=bound.set_result)
+        )
+        await asyncio.wait_for(bound, 30)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._serving is not None:
+            await asyncio.wait_for(self._serving, 30)
+
+
 @pytest.fixture
-async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
-    urls = embedded_urls(tmp_path)
-    keys_file = tmp_path / "delivery-keys"
-    settings = Settings(
-        urls["store_url"], urls["history_url"], urls["queue_url"],
-        shard_count=SHARDS, listen="127.0.0.1:0",
-        security=Security(delivery_keys_file=str(keys_file)),
-    )  # fmt: skip
-    stop = asyncio.Event()
-    bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    serving = asyncio.create_task(serve(settings, stop, dispatcher=True, on_ready=bound.set_result))
-    port = await asyncio.wait_for(bound, 30)
-    consumer = LocalQueueConsumer(
-        urls["queue_url"].removeprefix("local://"), ["q", "other"], 60_000
-    )
+async def server(tmp_path: Path) -> AsyncIterator[Server]:
+    s = Server(tmp_path)
+    await s.start()
+    yield s
+    await s.stop()
+
+
+@pytest.fixture
+async def rig(tmp_path: Path, server: Server) -> AsyncIterator[Rig]:
+    queue_file = server.settings.queue_url.removeprefix("local://")
+    consumer = LocalQueueConsumer(queue_file, ["q", "other"], 60_000)
     await consumer.start()
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+    address = f"127.0.0.1:{server.port}"
+    async with grpc.aio.insecure_channel(address) as ch:
         yield Rig(
-            tmp_path, f"127.0.0.1:{port}", tasks_pb2_grpc.TaskServiceStub(ch),
+            tmp_path, address, tasks_pb2_grpc.TaskServiceStub(ch),
             history_pb2_grpc.HistoryServiceStub(ch), worker_pb2_grpc.WorkerServiceStub(ch),
-            consumer, keys_file,
+            consumer, tmp_path / "delivery-keys",
         )  # fmt: skip
     await consumer.close()
-    stop.set()
-    await asyncio.wait_for(serving, 30)
 
 
 def sign(rig: Rig, d: worker_pb2.Delivery) -> worker_pb2.Delivery:
@@ -234,6 +259,8 @@ async def test_only_the_current_attempt_takes_a_result_and_repeats_stay_acknowle
     # A late success of attempt 1 (a duplicate delivery's run) is refused: stale attempt.
     late = await rig.report(first, worker_pb2.RESULT_KIND_SUCCEEDED)
     assert late.code == NOT_CURRENT and "not its current attempt" in late.message
+    claim = await rig.report(first, worker_pb2.RESULT_KIND_STARTED)
+    assert claim.code == NOT_CURRENT, claim
     assert (await rig.state(task_id)) == after_retry
     # The failure reported again (its acknowledgement was lost) is acknowledged, once.
     again = await rig.report(first, worker_pb2.RESULT_KIND_FAILED, failed_run)
@@ -277,3 +304,30 @@ async def test_a_worker_drops_a_forged_message_and_still_runs_real_ones(rig: Rig
     assert (await rig.state(victim)) == before
     assert (await rig.state(real))[0] == tasks_pb2.TASK_STATE_SUCCEEDED
     assert await rig.consumer.fetch(16) == []
+
+
+async def test_after_a_rotation_earlier_deliveries_verify_until_their_key_is_retired(
+    rig: Rig, server: Server
+) -> None:
+    """Rotate the file, restart: what the previous key signed is still taken, and the
+    dispatcher signs with the new key. Retire the previous key, restart: its tokens are
+    refused (naming the key)."""
+    early, retired_later = await rig.create(), await rig.create()
+    signed_before = {t: await rig.take(t) for t in (early, retired_later)}
+    old = load_keys(rig.keys_file)
+    save_keys(rig.keys_file, old.rotated(), replace=True)
+    await server.stop()
+    await server.start()
+    ack = await rig.report(signed_before[early], worker_pb2.RESULT_KIND_SUCCEEDED)
+    assert ack.code == OK, ack
+    fresh = await rig.create()
+    new = load_keys(rig.keys_file)
+    assert (await rig.take(fresh)).token.split(".")[1] == new.current != old.current
+
+    save_keys(rig.keys_file, new.retired(old.current), replace=True)
+    await server.stop()
+    await server.start()
+    before = await rig.state(retired_later)
+    ack = await rig.report(signed_before[retired_later], worker_pb2.RESULT_KIND_SUCCEEDED)
+    assert ack.code == grpc.StatusCode.UNAVAILABLE.value[0] and old.current in ack.message
+    assert (await rig.state(retired_later)) == before

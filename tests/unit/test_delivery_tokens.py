@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from server.cli import build_parser
+from server.cli.options import settings
 from tikk import delivery_codec
 from tikk.delivery_tokens import (
     DeliveryKeys,
@@ -197,3 +199,16 @@ def test_the_cli_creates_rotates_and_retires_without_printing_a_secret(tmp_path:
     for secret in json.loads(path.read_text())["keys"].values():
         assert secret not in printed
     assert rotated.current in printed
+
+
+def test_servers_and_dispatchers_default_to_the_file_under_their_data_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TIKK_DELIVERY_KEYS", raising=False)
+    parser = build_parser()
+    data = ["--data-dir", str(tmp_path)]
+    for command in (["server", *data], ["dispatcher", *data], ["dev", *data]):
+        security = settings(parser.parse_args(command)).security
+        assert security.delivery_keys_file == str(tmp_path.resolve() / "delivery-keys")
+    given = parser.parse_args(["dispatcher", *data, "--delivery-keys", "/elsewhere/keys"])
+    assert settings(given).security.delivery_keys_file == "/elsewhere/keys"
