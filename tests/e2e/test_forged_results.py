@@ -1,6 +1,7 @@
 """Results only from real deliveries: forged ``ReportResults`` against a real server and store.
 
-The server (``serve``: gRPC on a loopback port, SQLite store, local queue, its dispatcher) runs
+The server (``serve``: gRPC on a loopback port, the SQLite or the Cassandra store and run
+history, a local queue, its dispatcher) runs
 in the test's process, so the test reads real deliveries off the ready queue like a worker,
 alters them as a forger would, and checks that each forgery is refused with the right code
 and leaves the task and its run history as they were. A real worker's run still succeeds, and
@@ -13,7 +14,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,9 +23,13 @@ import pytest
 
 from dispatcher.ready_queue.local import LocalReadyQueue
 from server.runtime import serve
+from server.wiring import migrate
+from tests.contract.cassandra_keyspace import REPLICATION
+from tests.services import CASSANDRA, require
 from tests.worker_server import free_port
 from tikk import delivery_codec
 from tikk.delivery_tokens import load_keys, new_keys, save_keys
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
 from tikk.settings import Security, Settings, embedded_urls
 from tikk.v1 import (
     history_pb2,
@@ -53,6 +58,7 @@ class Rig:
     consumer: LocalQueueConsumer
     keys_file: Path
     taken: dict[str, worker_pb2.Delivery] = field(default_factory=dict)
+    sent: dict[str, worker_pb2.RunResult] = field(default_factory=dict)
 
     async def create(self, queue: str = "q", *, delay_s: int = 0, **retry: int) -> str:
         task_id = uuid.uuid4().hex
@@ -83,8 +89,10 @@ class Rig:
         result = worker_pb2.RunResult(
             run_id=run_id or uuid.uuid4().hex, delivery=delivery, kind=kind, worker_id="forger"
         )
-        result.start_time.GetCurrentTime()
-        result.finish_time.GetCurrentTime()
+        # A report repeated under one run id is the same message, as a worker sends it again.
+        result = self.sent.setdefault(result.run_id, result)
+        result.start_time.FromMilliseconds(delivery.due_time.ToMilliseconds() + 10)
+        result.finish_time.FromMilliseconds(delivery.due_time.ToMilliseconds() + 20)
         if kind in (worker_pb2.RESULT_KIND_FAILED, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY):
             result.error_type, result.error_message = "Boom", "failed"
         call = self.worker.ReportResultBatches(timeout=20)
@@ -115,11 +123,10 @@ class Server:
     """``serve`` (API and dispatcher) on a fixed loopback port, restartable: a server reads
     its keys file at start."""
 
-    def __init__(self, tmp: Path) -> None:
-        urls = embedded_urls(tmp)
+    def __init__(self, tmp: Path, store_url: str, history_url: str) -> None:
         self.port = free_port()
         self.settings = Settings(
-            urls["store_url"], urls["history_url"], urls["queue_url"],
+            store_url, history_url, embedded_urls(tmp)["queue_url"],
             shard_count=SHARDS, listen=f"127.0.0.1:{self.port}",
             security=Security(delivery_keys_file=str(tmp / "delivery-keys")),
         )  # fmt: skip
@@ -140,9 +147,29 @@ class Server:
             await asyncio.wait_for(self._serving, 30)
 
 
+@pytest.fixture(params=["sqlite", "cassandra"])
+def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Task store and run history URLs: embedded, or a fresh keyspace on the real Cassandra
+    (the queue stays the local file, which the test reads like a worker)."""
+    if request.param == "sqlite":
+        urls = embedded_urls(tmp_path)
+        yield urls["store_url"], urls["history_url"]
+        return
+    keyspace = f"tikk_tokens_{uuid.uuid4().hex[:10]}"
+    url = f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}"
+    settings = Settings(url, url, "local://unused.db", shard_count=SHARDS)
+    migrate(settings, REPLICATION, int(time.time() * 1000))
+    yield url, url
+    session = CassandraSession(CassandraConfig.from_url(url))
+    session.connect()
+    # Schema changes are slow on a busy node: give the drop time rather than fail the test.
+    session.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
+    session.shutdown()
+
+
 @pytest.fixture
-async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    s = Server(tmp_path)
+async def server(tmp_path: Path, stores: tuple[str, str]) -> AsyncIterator[Server]:
+    s = Server(tmp_path, *stores)
     await s.start()
     yield s
     await s.stop()
