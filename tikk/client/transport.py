@@ -77,7 +77,8 @@ def _host_of(address: str) -> str:
     host, sep, port = address.rpartition(":")
     if not sep:
         return address
-    # A bare IPv6 address without brackets or port ("::1") has colons of its own.
+    # An IPv6 address without brackets has colons of its own: with a last group that is not
+    # a port number it is all host; "::1" reads as port 1 of "::", which errs on the safe side.
     return address if ":" in host and not port.isdigit() else host
 
 
