@@ -216,17 +216,22 @@ def test_a_key_of_another_certificate_is_refused_at_start(tmp_path: Path, pki: D
     assert "PRIVATE KEY" not in refused.stderr
 
 
-def test_tikk_dev_tls_prints_a_ca_that_gets_a_client_through(tmp_path: Path) -> None:
-    server, address = _serve("dev", tmp_path, "--tls")
+def test_tikk_dev_tls_prints_a_ca_that_gets_clients_and_its_worker_through(
+    tmp_path: Path,
+) -> None:
+    server, address = _serve("dev", tmp_path, "--tls", "--worker", "tests.e2e.worker_app:worker")
     try:
         ca = server.wait_for(re.compile(r"clients trust the development CA (\S+)")).group(1)
         assert Path(ca) == (tmp_path / "tls" / "ca.pem").resolve()
-        listed = cli("task", "list", "--queue", "q", "--server", address, "--tls-ca", ca)
-        assert listed.returncode == 0, listed.stderr
-        with (
-            Client(address, transport=Transport(ca_file=ca), timeout=5) as client,
-            pytest.raises(NotFoundError),
-        ):
-            client.get_task("anything")
+        created = cli("task", "create", "--queue", "e2e", "--handler", "record", "--id", "d-1",
+                      "--server", address, "--tls-ca", ca)  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        with Client(address, transport=Transport(ca_file=ca), timeout=5) as client:
+
+            def succeeded() -> bool:
+                # Run by the in-process worker, which reaches its server over the same TLS.
+                return client.get_task("d-1").state == tasks_pb2.TASK_STATE_SUCCEEDED
+
+            eventually(succeeded, timeout=60)
     finally:
         assert server.stop() == 0, server.output()
