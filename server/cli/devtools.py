@@ -235,10 +235,7 @@ def _bench_command(sub: Any) -> None:
         help="the node's data folder, for bytes on disk (default: the local stack's)",
     )  # fmt: skip
     p.add_argument("--out", help="results folder (default: bench-results/<UTC time>)")
-    p.add_argument(
-        "--tls", action="store_true",
-        help="serve TLS (a development CA made for the run), clients and workers over it",
-    )  # fmt: skip
+    p.add_argument("--tls", action="store_true", help="server, clients and workers over TLS")
     p.add_argument(
         "--smoke", action="store_true",
         help="a one-minute check: embedded, 2,000 stored, 500 fired at 50/s, 1 worker",
