@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+import grpc
 import pytest
 
 from server.certs import DevPki, make_dev_pki
@@ -12,9 +14,12 @@ from server.transport_security import (
     TlsFilesRefused,
     check_exposure,
     check_transport,
+    client_certificate_subject,
+    server_credentials,
 )
 from tikk.client.transport import Transport, TransportError, is_loopback_address
 from tikk.settings import Security, Settings, Tls
+from tikk.v1 import tasks_pb2
 
 
 @pytest.fixture(scope="module")
@@ -124,3 +129,43 @@ def test_the_token_never_shows_in_repr() -> None:
     transport = Transport(ca_file="ca.pem", token="tkn-secret-value")
     assert "tkn-secret-value" not in repr(transport)
     assert "ca.pem" in repr(transport)
+
+
+async def _subject_seen(tls: Tls, transport: Transport) -> str | None:
+    """The subject a real mTLS port (``server_credentials``) sees for one call."""
+    seen: list[str | None] = []
+
+    async def get_task(request: tasks_pb2.GetTaskRequest, context: object) -> tasks_pb2.Task:
+        auth: Mapping[str, Iterable[bytes]] = context.auth_context()  # type: ignore[attr-defined]
+        seen.append(client_certificate_subject(auth))
+        return tasks_pb2.Task(id=request.task_id)
+
+    method = grpc.unary_unary_rpc_method_handler(
+        get_task, tasks_pb2.GetTaskRequest.FromString, tasks_pb2.Task.SerializeToString
+    )
+    server = grpc.aio.server(
+        handlers=[grpc.method_handlers_generic_handler("tikk.v1.TaskService", {"GetTask": method})]
+    )
+    port = server.add_secure_port("127.0.0.1:0", server_credentials(tls))
+    await server.start()
+    try:
+        async with transport.aio_channel(f"127.0.0.1:{port}") as channel:
+            call = channel.unary_unary(
+                "/tikk.v1.TaskService/GetTask",
+                request_serializer=tasks_pb2.GetTaskRequest.SerializeToString,
+                response_deserializer=tasks_pb2.Task.FromString,
+            )
+            await call(tasks_pb2.GetTaskRequest(task_id="t"), timeout=10)
+    finally:
+        await server.stop(None)
+    return seen[0]
+
+
+async def test_an_mtls_port_sees_the_verified_subject_of_the_client(pki: DevPki) -> None:
+    mtls = Tls(str(pki.server_cert), str(pki.server_key), client_ca_file=str(pki.ca_cert))
+    client = Transport(
+        ca_file=str(pki.ca_cert), cert_file=str(pki.client_cert), key_file=str(pki.client_key)
+    )
+    assert await _subject_seen(mtls, client) == "CN=tikk-dev-client"
+    plain_tls = Tls(str(pki.server_cert), str(pki.server_key))
+    assert await _subject_seen(plain_tls, Transport(ca_file=str(pki.ca_cert))) is None
