@@ -32,6 +32,7 @@ from tikk.settings import Settings
 from tikk.telemetry import Providers, open_telemetry
 
 if TYPE_CHECKING:
+    from server.certs import DevPki
     from server.supervisor import Member
     from tikk.client.transport import Transport
     from worker_sdk import Worker
@@ -99,7 +100,7 @@ def _dev_tls(args: argparse.Namespace) -> None:
     )
     pki = make_dev_pki(Path(args.data_dir, "tls").resolve(), hosts=hosts)
     args.tls_cert, args.tls_key = str(pki.server_cert), str(pki.server_key)
-    args.dev_ca = str(pki.ca_cert)
+    args.dev_pki = pki
 
 
 def _listen_host(listen: str) -> str:
@@ -137,7 +138,7 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
         if member is not None:
             member.serving(port)
         else:
-            _announce(args.command, config, port, getattr(args, "dev_ca", ""))
+            _announce(args.command, config, port, getattr(args, "dev_pki", None))
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -157,17 +158,25 @@ def _in_process_workers(args: argparse.Namespace, config: Settings) -> list[Work
     does not load, ``InvalidArgument`` for one that cannot reach a TLS port."""
     workers = [load_worker(t) for t in args.worker]
     for worker in workers:
-        _reach_own_server(worker, config, getattr(args, "dev_ca", ""))
+        _reach_own_server(worker, config, getattr(args, "dev_pki", None))
     return workers
 
 
-def _reach_own_server(worker: Worker, config: Settings, dev_ca: str) -> None:
+def _reach_own_server(worker: Worker, config: Settings, dev_pki: DevPki | None) -> None:
     """An in-process worker reaches this server over its TLS: it trusts the development CA
     of ``tikk dev --tls``; with a certificate of the operator's, its own transport must."""
     if config.security.tls is None or worker.transport.ca_file:
         return
-    if dev_ca:
-        worker.transport = replace(worker.transport, ca_file=dev_ca)
+    if dev_pki is not None:
+        # The development client certificate too, unless the worker has its own, should the
+        # server ask for one (``--tls-client-ca``).
+        own = worker.transport
+        worker.transport = replace(
+            own,
+            ca_file=str(dev_pki.ca_cert),
+            cert_file=own.cert_file or str(dev_pki.client_cert),
+            key_file=own.key_file or str(dev_pki.client_key),
+        )
     elif not worker.transport.secure:
         raise InvalidArgument(
             "--worker",
@@ -176,7 +185,7 @@ def _reach_own_server(worker: Worker, config: Settings, dev_ca: str) -> None:
         )
 
 
-def _announce(command: str, config: Settings, port: int, dev_ca: str = "") -> None:
+def _announce(command: str, config: Settings, port: int, dev_pki: DevPki | None = None) -> None:
     """The line tests and tools wait for (``listening on HOST:PORT``), then the backends and,
     with ``tikk dev --tls``, how a client connects."""
     host = config.listen.rpartition(":")[0] or "127.0.0.1"
@@ -184,7 +193,8 @@ def _announce(command: str, config: Settings, port: int, dev_ca: str = "") -> No
     print(f"  store {config.store_url}\n  queue {config.queue_url}", flush=True)
     if config.security.tls is not None:
         print(f"  tls {config.security.tls.cert_file}", flush=True)
-    if dev_ca:
+    if dev_pki is not None:
+        dev_ca = dev_pki.ca_cert
         print(f"  clients trust the development CA {dev_ca}", flush=True)
         target = f"{'127.0.0.1' if _wildcard(host) else host}:{port}"
         print(f"  e.g. tikk task list --server {target} --tls-ca {dev_ca}", flush=True)
@@ -200,7 +210,7 @@ def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
 
     def serving(address: str) -> None:
         port = int(address.rpartition(":")[2])
-        _announce(args.command, config, port, getattr(args, "dev_ca", ""))
+        _announce(args.command, config, port, getattr(args, "dev_pki", None))
         print(f"  processes {' '.join(map(str, group.pids))}", flush=True)
 
     async def main() -> None:

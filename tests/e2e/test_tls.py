@@ -216,17 +216,27 @@ def test_a_key_of_another_certificate_is_refused_at_start(tmp_path: Path, pki: D
     assert "PRIVATE KEY" not in refused.stderr
 
 
+@pytest.mark.parametrize("mtls", [False, True], ids=["tls", "mtls"])
 def test_tikk_dev_tls_prints_a_ca_that_gets_clients_and_its_worker_through(
-    tmp_path: Path,
+    tmp_path: Path, mtls: bool
 ) -> None:
-    server, address = _serve("dev", tmp_path, "--tls", "--worker", "tests.e2e.worker_app:worker")
+    pki = DevPki.in_directory((tmp_path / "tls").resolve())
+    extra = ["--tls-client-ca", str(pki.ca_cert)] if mtls else []
+    worker = ["--worker", "tests.e2e.worker_app:worker"]
+    server, address = _serve("dev", tmp_path, "--tls", *extra, *worker)
     try:
         ca = server.wait_for(re.compile(r"clients trust the development CA (\S+)")).group(1)
-        assert Path(ca) == (tmp_path / "tls" / "ca.pem").resolve()
+        assert ca == str(pki.ca_cert)
+        mine = ["--tls-cert", str(pki.client_cert), "--tls-key", str(pki.client_key)]
         created = cli("task", "create", "--queue", "e2e", "--handler", "record", "--id", "d-1",
-                      "--server", address, "--tls-ca", ca)  # fmt: skip
+                      "--server", address, "--tls-ca", ca, *(mine if mtls else []))  # fmt: skip
         assert created.returncode == 0, created.stderr
-        with Client(address, transport=Transport(ca_file=ca), timeout=5) as client:
+        transport = Transport(
+            ca_file=ca,
+            cert_file=str(pki.client_cert) if mtls else "",
+            key_file=str(pki.client_key) if mtls else "",
+        )
+        with Client(address, transport=transport, timeout=5) as client:
 
             def succeeded() -> bool:
                 # Run by the in-process worker, which reaches its server over the same TLS.

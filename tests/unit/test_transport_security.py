@@ -169,3 +169,14 @@ async def test_an_mtls_port_sees_the_verified_subject_of_the_client(pki: DevPki)
     assert await _subject_seen(mtls, client) == "CN=tikk-dev-client"
     plain_tls = Tls(str(pki.server_cert), str(pki.server_key))
     assert await _subject_seen(plain_tls, Transport(ca_file=str(pki.ca_cert))) is None
+
+
+async def test_server_name_checks_the_certificate_for_another_name(tmp_path: Path) -> None:
+    named = make_dev_pki(tmp_path, hosts=("tikk.test",))
+    tls = Tls(str(named.server_cert), str(named.server_key))
+    by_address = Transport(ca_file=str(named.ca_cert))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await _subject_seen(tls, by_address)
+    assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+    by_name = Transport(ca_file=str(named.ca_cert), server_name="tikk.test")
+    assert await _subject_seen(tls, by_name) is None

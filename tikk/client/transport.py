@@ -131,7 +131,7 @@ class Transport:
             channel = grpc.secure_channel(target, credentials, options=options)
         if not self.token:
             return channel
-        return grpc.intercept_channel(channel, BearerToken(self.token))
+        return grpc.intercept_channel(channel, _BearerToken(self.token))
 
     def aio_channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
         """An asyncio channel to ``target``; open it inside the event loop that uses it."""
@@ -180,7 +180,7 @@ class _SyncCallDetails(grpc.ClientCallDetails):
     compression: grpc.Compression | None
 
 
-class BearerToken(
+class _BearerToken(
     _UnaryUnary,
     _UnaryStream,
     _StreamUnary,
@@ -192,7 +192,7 @@ class BearerToken(
         self._token = token
 
     def __repr__(self) -> str:
-        return "BearerToken(...)"
+        return "_BearerToken(...)"
 
     def _details(self, details: Any) -> _SyncCallDetails:
         return _SyncCallDetails(
