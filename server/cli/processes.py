@@ -316,6 +316,8 @@ def _apply_worker_flags(worker: Worker, args: argparse.Namespace) -> None:
         return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
 
     given = _given_transport(worker.transport, transport(args))
+    # A channel connects lazily: opening one only reads the files and checks the token rule.
+    given.channel(args.server).close()
     worker.set_failover(
         session_timeout_s=seconds(args.session_timeout),
         heartbeat_interval_s=seconds(args.heartbeat_interval),

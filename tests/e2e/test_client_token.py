@@ -209,6 +209,19 @@ def test_the_cli_refuses_a_token_in_clear_to_another_host(recording: Recording) 
     assert TOKEN not in refused.stderr
 
 
+def test_the_worker_refuses_a_token_in_clear_or_an_unreadable_ca_at_start(
+    tmp_path: Path,
+) -> None:
+    target = ["worker", "tests.e2e.worker_app:worker"]
+    in_clear = _cli(*target, "--server", "192.0.2.1:7070", env={"TIKK_TOKEN": TOKEN})
+    assert in_clear.returncode == 2
+    assert "TLS" in in_clear.stderr
+    assert TOKEN not in in_clear.stdout + in_clear.stderr
+    no_ca = _cli(*target, "--tls-ca", str(tmp_path / "absent.pem"), env={})
+    assert no_ca.returncode == 2
+    assert "absent.pem" in no_ca.stderr
+
+
 def test_a_worker_process_sends_the_token(recording: Recording) -> None:
     worker = Process(
         ["worker", "tests.e2e.worker_app:worker", "--server", recording.tls_address,
