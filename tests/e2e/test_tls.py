@@ -245,3 +245,21 @@ def test_tikk_dev_tls_prints_a_ca_that_gets_clients_and_its_worker_through(
             eventually(succeeded, timeout=60)
     finally:
         assert server.stop() == 0, server.output()
+
+
+def test_every_process_of_a_group_serves_tls(tmp_path: Path, pki: DevPki) -> None:
+    tls = ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+    server, address = _serve("server", tmp_path, *tls, "--processes", "2")
+    try:
+        transport = Transport(ca_file=str(pki.ca_cert))
+        # A connection of its own per client, so the kernel spreads them over both members.
+        options = [("grpc.use_local_subchannel_pool", 1)]
+        for _ in range(6):
+            with (
+                Client(address, transport=transport, timeout=10, options=options) as client,
+                pytest.raises(NotFoundError),
+            ):
+                client.get_task("anything")
+        assert cli("task", "get", "x", "--server", address, "--timeout", "3").returncode == 3
+    finally:
+        assert server.stop() == 0, server.output()
