@@ -8,6 +8,9 @@
     ├── AlreadyExists         same id, different content            (ALREADY_EXISTS)
     ├── FailedPrecondition    the operation does not fit the state  (FAILED_PRECONDITION)
     ├── StaleOwner            a fencing epoch was refused           (ABORTED)
+    ├── Unauthenticated       no credential, or not a valid one     (UNAUTHENTICATED)
+    ├── PermissionDenied      the credential's roles do not cover   (PERMISSION_DENIED)
+    │                         the namespace or queue
     └── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
 
 Backends translate their driver's exceptions into this tree at their boundary, once; the gRPC
@@ -63,3 +66,13 @@ class BackendUnavailable(TikkError):
     """A store or queue could not be reached or timed out; the call may be repeated."""
 
     retriable = True
+
+
+class Unauthenticated(TikkError):
+    """The call carries no credential, or one that is unknown, revoked or malformed. The
+    message never repeats what the caller sent."""
+
+
+class PermissionDenied(TikkError):
+    """The caller's credential is valid but its roles do not cover the request; the message
+    names the role needed and the namespace or queue."""

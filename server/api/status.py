@@ -17,9 +17,11 @@ from tikk.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     StaleOwner,
     TikkError,
+    Unauthenticated,
 )
 
 log = logging.getLogger("tikk.server")
@@ -33,6 +35,8 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StaleOwner, grpc.StatusCode.ABORTED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 ]
 
 
