@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -29,10 +29,15 @@ from tikk.store.credentials import CredentialStore
 
 log = logging.getLogger("tikk.server.auth")
 
-Handler = grpc.RpcMethodHandler[Any, Any]
+if TYPE_CHECKING:
+    # Generic only in the type stubs; the classes themselves take no parameters.
+    Handler = grpc.RpcMethodHandler[Any, Any]
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
+else:
+    _Interceptor = grpc.aio.ServerInterceptor
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor[Any, Any]):
+class AuthInterceptor(_Interceptor):
     """Authenticates each call with ``view`` and authorizes it by the policy table."""
 
     def __init__(self, view: CredentialView) -> None:
