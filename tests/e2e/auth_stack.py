@@ -20,6 +20,13 @@ LISTENING = re.compile(r"listening on [\d.]+:(\d+)")
 _CREATED = re.compile(r"^([0-9a-f]{32})  ")
 
 
+class Token(str):
+    """A token whose repr hides it, so a failing test's report does not print it."""
+
+    def __repr__(self) -> str:
+        return "Token(<hidden>)"
+
+
 def tikk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """One ``tikk`` command to its end (a CLI call, not a server)."""
     return subprocess.run(
@@ -44,7 +51,7 @@ class AuthStack:
     def backend_args(self) -> list[str]:
         return ["--data-dir", str(self.data_dir), *self._store]
 
-    def create(self, name: str, *roles: str, subject: str = "") -> tuple[str, str]:
+    def create(self, name: str, *roles: str, subject: str = "") -> tuple[str, Token]:
         """A new credential: (id, token)."""
         token_file = self.data_dir / f"{name}.token"
         role_args = [a for role in roles for a in ("--role", role)]
@@ -54,7 +61,7 @@ class AuthStack:
         assert done.returncode == 0, done.stderr
         match = _CREATED.match(done.stdout)
         assert match, done.stdout
-        return match.group(1), token_file.read_text().strip()
+        return match.group(1), Token(token_file.read_text().strip())
 
     def revoke(self, credential_id: str) -> None:
         done = tikk("auth", "revoke", credential_id, *self.backend_args())

@@ -12,7 +12,7 @@ import functools
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -22,7 +22,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.e2e.auth_stack import AuthStack, bearer, code_of
+from tests.e2e.auth_stack import AuthStack, Token, bearer, code_of
 from tikk.v1 import (
     history_pb2,
     history_pb2_grpc,
@@ -236,7 +236,7 @@ class Matrix:
 
     stack: AuthStack
     channel: grpc.Channel
-    tokens: dict[str, str | None]
+    tokens: dict[str, str | None] = field(repr=False)
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +250,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     admin = tokens["admin"]
     assert admin is not None
     tokens["no-credential"] = None
-    tokens["wrong-secret"] = admin[: -len("secret")] + "secret"
+    tokens["wrong-secret"] = Token(admin[: -len("secret")] + "secret")
     tokens["not-a-token"] = "let-me-in"
     channel = grpc.insecure_channel(stack.start_server())
     _seed(channel, bearer(admin))
