@@ -61,6 +61,7 @@ class _Guard:
 
     def __init__(self, view: CredentialView, method: str, rule: Rule | None) -> None:
         self._view, self._method, self._rule = view, method, rule
+        self._refusal: PermissionDenied | None = None
 
     async def admit(self, context: Ctx, message: Any = None) -> Credential:
         """Authenticate the caller; then authorize ``message`` (unary) or the role alone (a
@@ -82,21 +83,39 @@ class _Guard:
         return credential
 
     async def messages(
-        self, requests: AsyncIterator[Any], context: Ctx, credential: Credential
+        self, requests: AsyncIterator[Any], credential: Credential
     ) -> AsyncIterator[Any]:
-        """``requests``, each passed on only after it is authorized."""
+        """``requests``, each passed on only after it is authorized. A refused one ends the
+        stream with ``PermissionDenied``, recorded for ``abort_if_refused``."""
         assert self._rule is not None  # admit refused a method without one
         async for message in requests:
             try:
                 self._rule.check(credential, message)
             except PermissionDenied as exc:
-                await self._refuse(context, exc, credential)
+                self._log(exc, credential)
+                self._refusal = exc
+                raise
             yield message
 
+    def ours(self, exc: PermissionDenied) -> None:
+        """Re-raise ``exc`` unless it is the refusal of a message of this call."""
+        if exc is not self._refusal:
+            raise exc
+
+    async def abort_if_refused(self, context: Ctx) -> None:
+        """End the call with PERMISSION_DENIED if a message was refused. Done here, in the
+        call's own task once the servicer let go: an abort from a task of the servicer's
+        that reads the stream can collide with an answer being sent and be lost."""
+        if self._refusal is not None:
+            await context.abort(code_of(self._refusal), str(self._refusal))
+
     async def _refuse(self, context: Ctx, exc: TikkError, credential: Credential | None) -> None:
-        who = f"credential {credential.credential_id}" if credential else "caller"
-        log.info("refused %s for %s from %s: %s", self._method, who, context.peer(), exc)
+        self._log(exc, credential)
         await context.abort(code_of(exc), str(exc))
+
+    def _log(self, exc: TikkError, credential: Credential | None) -> None:
+        who = f"credential {credential.credential_id}" if credential else "caller"
+        log.info("refused %s for %s: %s", self._method, who, exc)
 
     def wrap(self, handler: Handler) -> Handler:
         """``handler`` with the checks in front of its behaviour."""
@@ -128,7 +147,13 @@ class _Guard:
     def _stream_in(self, inner: Any) -> Any:
         async def behavior(requests: AsyncIterator[Any], context: Ctx) -> Any:
             credential = await self.admit(context)
-            return await inner(self.messages(requests, context, credential), context)
+            answer = None
+            try:
+                answer = await inner(self.messages(requests, credential), context)
+            except PermissionDenied as exc:
+                self.ours(exc)
+            await self.abort_if_refused(context)
+            return answer
 
         return behavior
 
@@ -143,9 +168,13 @@ class _Guard:
     def _stream_in_stream_out(self, inner: Any) -> Any:
         async def behavior(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[Any]:
             credential = await self.admit(context)
-            checked = self.messages(requests, context, credential)
-            async for answer in _answers(inner(checked, context)):
-                yield answer
+            checked = self.messages(requests, credential)
+            try:
+                async for answer in _answers(inner(checked, context)):
+                    yield answer
+            except PermissionDenied as exc:
+                self.ours(exc)
+            await self.abort_if_refused(context)
 
         return behavior
 

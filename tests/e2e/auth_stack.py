@@ -14,6 +14,7 @@ from pathlib import Path
 
 import grpc
 
+from server.certs import DevPki, make_dev_pki
 from tests.e2e.conftest import ROOT, Process
 
 LISTENING = re.compile(r"listening on [\d.]+:(\d+)")
@@ -25,6 +26,11 @@ class Token(str):
 
     def __repr__(self) -> str:
         return "Token(<hidden>)"
+
+
+def tampered(token: str) -> Token:
+    """``token`` with its last character changed: well-formed, but the wrong secret."""
+    return Token(token[:-1] + ("A" if token[-1] != "A" else "B"))
 
 
 def tikk(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -66,6 +72,26 @@ class AuthStack:
     def revoke(self, credential_id: str) -> None:
         done = tikk("auth", "revoke", credential_id, *self.backend_args())
         assert done.returncode == 0, done.stderr
+
+    def tls_args(self, *, mtls: bool = False) -> list[str]:
+        """Server options for TLS with the development PKI (mTLS: its CA signs clients)."""
+        pki = self.pki()
+        args = ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+        return args + (["--tls-client-ca", str(pki.ca_cert)] if mtls else [])
+
+    def pki(self) -> DevPki:
+        return make_dev_pki(self.data_dir / "pki")
+
+    def channel(self, address: str, *, client_cert: bool = False) -> grpc.Channel:
+        """A TLS channel trusting the development CA, presenting its client certificate if
+        asked."""
+        pki = self.pki()
+        key, chain = (
+            (pki.client_key.read_bytes(), pki.client_cert.read_bytes()) if client_cert
+            else (None, None)
+        )  # fmt: skip
+        credentials = grpc.ssl_channel_credentials(pki.ca_cert.read_bytes(), key, chain)
+        return grpc.secure_channel(address, credentials)
 
     def start_server(self, *extra: str, env: dict[str, str] | None = None) -> str:
         """A ``tikk server --auth`` on a free port; its address."""

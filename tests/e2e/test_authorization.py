@@ -1,5 +1,6 @@
-"""The authorization matrix against a real ``tikk server --auth``: for each kind of caller,
-each RPC of every tikk service, in its own and in another namespace (or queue), the status.
+"""The authorization matrix against a real ``tikk server --auth`` over TLS: for each kind of
+caller, each RPC of every tikk service, in its own and in another namespace (or queue), the
+status. And mTLS: a client certificate's subject stands for the credential that names it.
 
 The expectations are written here from the issue's role definitions, not read from the
 server's policy table, so a wrong row in the table fails this test. Raw stubs with
@@ -9,6 +10,7 @@ server's policy table, so a wrong row in the table fails this test. Raw stubs wi
 from __future__ import annotations
 
 import functools
+import importlib
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,7 +24,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.e2e.auth_stack import AuthStack, Token, bearer, code_of
+from tests.e2e.auth_stack import AuthStack, bearer, code_of, tampered
+from tests.e2e.conftest import eventually
+from tests.unit.test_auth_policy import service_methods
 from tikk.v1 import (
     history_pb2,
     history_pb2_grpc,
@@ -219,7 +223,27 @@ def _worker_rpcs() -> list[Rpc]:
     ]  # fmt: skip
 
 
-RPCS = [*_task_rpcs(), *_history_rpcs(), *_schedule_rpcs(), *_worker_rpcs()]
+def _admin_rpcs() -> list[Rpc]:
+    """The AdminService's, when this tree has it (it arrives with namespace quotas)."""
+    try:
+        admin_pb2 = importlib.import_module("tikk.v1.admin_pb2")
+        grpc_module = importlib.import_module("tikk.v1.admin_pb2_grpc")
+    except ImportError:
+        return []
+
+    def stub(ch: grpc.Channel) -> Any:
+        return grpc_module.AdminServiceStub(ch)
+
+    ns = NAMESPACE
+    return [
+        Rpc("GetNamespaceQuotas", "admin", lambda ch, w, md: stub(ch).GetNamespaceQuotas(
+            admin_pb2.GetNamespaceQuotasRequest(namespace=ns[w]), timeout=T, metadata=md)),
+        Rpc("SetNamespaceQuotas", "admin", lambda ch, w, md: stub(ch).SetNamespaceQuotas(
+            admin_pb2.SetNamespaceQuotasRequest(namespace=ns[w]), timeout=T, metadata=md)),
+    ]  # fmt: skip
+
+
+RPCS = [*_task_rpcs(), *_history_rpcs(), *_schedule_rpcs(), *_worker_rpcs(), *_admin_rpcs()]
 
 
 def status(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
@@ -250,9 +274,9 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     admin = tokens["admin"]
     assert admin is not None
     tokens["no-credential"] = None
-    tokens["wrong-secret"] = Token(admin[: -len("secret")] + "secret")
+    tokens["wrong-secret"] = tampered(admin)
     tokens["not-a-token"] = "let-me-in"
-    channel = grpc.insecure_channel(stack.start_server())
+    channel = stack.channel(stack.start_server(*stack.tls_args()))
     _seed(channel, bearer(admin))
     yield Matrix(stack, channel, tokens)
     channel.close()
@@ -277,6 +301,11 @@ def _expected(caller: str, rpc: Rpc, where: str) -> grpc.StatusCode | None:
 
 
 CALLERS = [*GRANTS, "revoked", "no-credential", "wrong-secret", "not-a-token"]
+
+
+def test_the_matrix_covers_every_rpc() -> None:
+    served = {m.rsplit("/", 1)[1] for m in service_methods()}
+    assert served <= {rpc.name for rpc in RPCS}
 
 
 @pytest.mark.parametrize("caller", CALLERS)
@@ -316,19 +345,10 @@ def test_a_stream_is_checked_message_by_message(matrix: Matrix) -> None:
         tasks_pb2.ImportTasksRequest(tasks=[_create(NAMESPACE[OWN], other_id),
                                             _create(NAMESPACE[OTHER], other_id)], batch_id=2),
     ]  # fmt: skip
-    answers: list[tasks_pb2.ImportTasksResponse] = []
-    first_answered = threading.Event()
-
-    def requests() -> Iterator[tasks_pb2.ImportTasksRequest]:
-        yield batches[0]
-        first_answered.wait(T)  # so the refusal cannot overtake the first answer
-        yield batches[1]
-
-    with pytest.raises(grpc.RpcError) as refused:
-        for answer in _tasks(matrix.channel).ImportTasks(requests(), timeout=T, metadata=md):
-            answers.append(answer)
-            first_answered.set()
-    assert code_of(refused.value) == DENIED
+    answers = _answered_then_refused(
+        lambda requests: _tasks(matrix.channel).ImportTasks(requests, timeout=T, metadata=md),
+        batches,
+    )
     assert [a.batch_id for a in answers] == [1] and answers[0].accepted == 1
 
     def get(task_id: str) -> grpc.StatusCode:
@@ -337,6 +357,41 @@ def test_a_stream_is_checked_message_by_message(matrix: Matrix) -> None:
 
     assert get(ok_id) == OK
     assert get(other_id) == grpc.StatusCode.NOT_FOUND
+
+
+def _answered_then_refused(
+    call: Callable[[Iterator[Any]], Iterator[Any]], two: list[Any]
+) -> list[Any]:
+    """Send the first of ``two`` messages, and the second once the first is answered; the
+    answers before the call ended PERMISSION_DENIED."""
+    answers: list[Any] = []
+    first_answered = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        yield two[0]
+        first_answered.wait(T)  # so the refusal cannot overtake the first answer
+        yield two[1]
+
+    with pytest.raises(grpc.RpcError) as refused:
+        for answer in call(requests()):
+            answers.append(answer)
+            first_answered.set()
+    assert code_of(refused.value) == DENIED, refused.value.details()
+    return answers
+
+
+def test_a_worker_stream_is_refused_at_the_first_result_of_another_queue(
+    matrix: Matrix,
+) -> None:
+    md = bearer(matrix.tokens["worker"])
+    batches = [worker_pb2.RunResultBatch(results=[_result(OWN)]),
+               worker_pb2.RunResultBatch(results=[_result(OWN), _result(OTHER)])]  # fmt: skip
+    for _ in range(5):  # the refusal must not race the first answer's sending
+        answers = _answered_then_refused(
+            lambda r: _workers(matrix.channel).ReportResultBatches(r, timeout=T, metadata=md),
+            batches,
+        )
+        assert len(answers) == 1 and len(answers[0].acks) == 1
 
 
 def test_health_is_open_and_reflection_needs_a_credential(matrix: Matrix) -> None:
@@ -354,3 +409,34 @@ def test_health_is_open_and_reflection_needs_a_credential(matrix: Matrix) -> Non
         services(())
     assert code_of(refused.value) == UNAUTH
     assert "tikk.v1.TaskService" in services(bearer(matrix.tokens["worker"]))
+
+
+@pytest.fixture(scope="module")
+def mtls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthStack]:
+    stack = AuthStack(tmp_path_factory.mktemp("mtls"))
+    yield stack
+    stack.close()
+
+
+def _get(channel: grpc.Channel, where: str, token: str | None = None) -> grpc.StatusCode:
+    req = tasks_pb2.GetTaskRequest(namespace=NAMESPACE[where], task_id="missing")
+    return status(lambda: _tasks(channel).GetTask(req, timeout=T, metadata=bearer(token)))[0]
+
+
+def test_a_client_certificate_subject_stands_for_its_credential(mtls: AuthStack) -> None:
+    """The development client certificate (common name ``tikk-dev-client``) is mapped to a
+    read credential; a bearer token, when sent too, decides instead; revoking the credential
+    refuses the certificate."""
+    credential_id, _ = mtls.create("svc", f"read:{NAMESPACE[OWN]}", subject="tikk-dev-client")
+    _, writer = mtls.create("writer", f"write:{NAMESPACE[OTHER]}")
+    address = mtls.start_server(*mtls.tls_args(mtls=True))
+    with mtls.channel(address, client_cert=True) as channel:
+        assert _get(channel, OWN) == grpc.StatusCode.NOT_FOUND  # admitted, nothing there
+        assert _get(channel, OTHER) == DENIED
+        assert _get(channel, OTHER, writer) == grpc.StatusCode.NOT_FOUND  # the token decides
+        assert _get(channel, OWN, writer) == DENIED
+        assert _get(channel, OWN, tampered(writer)) == UNAUTH
+        mtls.revoke(credential_id)
+        eventually(lambda: _get(channel, OWN) == UNAUTH, timeout=20)
+    with mtls.channel(address) as channel:  # no client certificate: no handshake
+        assert _get(channel, OWN, writer) == grpc.StatusCode.UNAVAILABLE

@@ -15,7 +15,7 @@ from tikk.errors import PermissionDenied
 from tikk.v1 import schedules_pb2, tasks_pb2, worker_pb2
 
 
-def _methods() -> Iterator[str]:
+def service_methods() -> Iterator[str]:
     """Every method of every service in the generated tikk.v1 descriptors."""
     for module in pkgutil.iter_modules(tikk.v1.__path__):
         if not module.name.endswith("_pb2"):
@@ -38,7 +38,7 @@ def _credential(*grants: str) -> Credential:
 
 
 def test_every_method_of_every_service_has_a_rule() -> None:
-    methods = list(_methods())
+    methods = list(service_methods())
     assert len(methods) >= 26  # the four services of tikk.v1 at least
     missing = [m for m in methods if m not in POLICY]
     assert not missing, f"methods without an authorization rule: {missing}"
