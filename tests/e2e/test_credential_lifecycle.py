@@ -166,3 +166,23 @@ def _stored_hashes(stack: AuthStack) -> list[str]:
         return [v for c in found for b in (c.salt, c.secret_hash) for v in (b.hex(), repr(b))]
 
     return asyncio.run(read())
+
+
+def test_the_cli_lists_no_secret_and_refuses_clearly(sqlite_stack: AuthStack) -> None:
+    credential_id, token = sqlite_stack.create("ci", f"read:{NS}", "worker:emails")
+    sqlite_stack.revoke(credential_id)
+    args = sqlite_stack.backend_args()
+    listed = tikk("auth", "list", "--all", "--json", *args)
+    assert listed.returncode == 0, listed.stderr
+    assert '"grants": [\n      "read:team-a",\n      "worker:emails"\n    ]' in listed.stdout
+    assert '"revoked": ""' not in listed.stdout
+    hidden = [token, _secret_part(token), *_stored_hashes(sqlite_stack)]
+    assert not [i for i, s in enumerate(hidden) if s in listed.stdout + listed.stderr]
+    assert tikk("auth", "list", *args).stdout.strip() == "(none)"  # revoked ones need --all
+    unknown = tikk("auth", "revoke", "0" * 32, *args)
+    assert unknown.returncode == 1 and "not found" in unknown.stderr
+    revived = tikk("auth", "rotate", credential_id, *args)
+    assert revived.returncode == 1 and "revoked" in revived.stderr
+    assert "tikk_" not in revived.stdout  # no token was made for it
+    bad_role = tikk("auth", "create", "--name", "x", "--role", "owner:a", *args)
+    assert bad_role.returncode == 2 and "role must be one of" in bad_role.stderr
