@@ -104,8 +104,10 @@ class CredentialView:
     async def _load(self) -> None:
         started = self._monotonic()
         try:
-            self._snapshot = CredentialSnapshot.of(await self._store.list_all())
-            self._loaded_at = started
+            snapshot = CredentialSnapshot.of(await self._store.list_all())
+            if not snapshot.by_id and (self._loaded_at is None or self._snapshot.by_id):
+                log.warning("no live credential: every call is refused (see `tikk auth create`)")
+            self._snapshot, self._loaded_at = snapshot, started
         except TikkError as exc:
             log.warning("credentials not reloaded: %s", exc)
             raise BackendUnavailable("the credential store did not answer") from exc

@@ -27,6 +27,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tests.e2e.auth_stack import AuthStack, bearer, code_of, tampered
 from tests.e2e.conftest import eventually
 from tests.unit.test_auth_policy import service_methods
+from tikk.client import Client, ClientError, Transport
 from tikk.v1 import (
     history_pb2,
     history_pb2_grpc,
@@ -259,6 +260,7 @@ class Matrix:
     """The server under test, a channel to it, and every caller's token."""
 
     stack: AuthStack
+    address: str
     channel: grpc.Channel
     tokens: dict[str, str | None] = field(repr=False)
 
@@ -276,9 +278,10 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Matrix]:
     tokens["no-credential"] = None
     tokens["wrong-secret"] = tampered(admin)
     tokens["not-a-token"] = "let-me-in"
-    channel = stack.channel(stack.start_server(*stack.tls_args()))
+    address = stack.start_server(*stack.tls_args())
+    channel = stack.channel(address)
     _seed(channel, bearer(admin))
-    yield Matrix(stack, channel, tokens)
+    yield Matrix(stack, address, channel, tokens)
     channel.close()
     stack.close()
 
@@ -440,3 +443,25 @@ def test_a_client_certificate_subject_stands_for_its_credential(mtls: AuthStack)
         eventually(lambda: _get(channel, OWN) == UNAUTH, timeout=20)
     with mtls.channel(address) as channel:  # no client certificate: no handshake
         assert _get(channel, OWN, writer) == grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_python_client_presents_its_token(matrix: Matrix) -> None:
+    """The Python client over TLS with a token (``tikk.client.Transport``): the writer's
+    token creates, the reader's is refused with the namespace named."""
+    pki = matrix.stack.pki()
+    address = matrix.address
+
+    def client(caller: str) -> Client:
+        token = matrix.tokens[caller] or ""
+        transport = Transport(ca_file=str(pki.ca_cert), token=token)
+        return Client(address, namespace=NAMESPACE[OWN], transport=transport, timeout=T)
+
+    task_id = uuid.uuid4().hex
+    with client("write") as writer:
+        assert writer.create_task(_create("", task_id)).created
+        assert writer.get_task(task_id).id == task_id
+    with client("read") as reader:
+        assert reader.get_task(task_id).id == task_id
+        with pytest.raises(ClientError) as refused:
+            reader.create_task(_create("", uuid.uuid4().hex))
+    assert refused.value.code == DENIED and NAMESPACE[OWN] in refused.value.details
