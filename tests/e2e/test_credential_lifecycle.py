@@ -13,9 +13,10 @@ import pytest
 
 from tests.contract.cassandra_keyspace import REPLICATION
 from tests.e2e.auth_stack import AuthStack, Token, bearer, code_of, tikk
-from tests.e2e.conftest import eventually
+from tests.e2e.conftest import Process, eventually
 from tests.services import CASSANDRA, require
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
+from tikk.store.cassandra.schema import STORE_MIGRATIONS
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 pytestmark = pytest.mark.e2e
@@ -186,3 +187,22 @@ def test_the_cli_lists_no_secret_and_refuses_clearly(sqlite_stack: AuthStack) ->
     assert "tikk_" not in revived.stdout  # no token was made for it
     bad_role = tikk("auth", "create", "--name", "x", "--role", "owner:a", *args)
     assert bad_role.returncode == 2 and "role must be one of" in bad_role.stderr
+
+
+def test_a_keyspace_without_the_credentials_table_is_refused_at_start(tmp_path: Path) -> None:
+    """A keyspace migrated by a release before credentials: the server says to migrate
+    instead of refusing every call."""
+    keyspace = f"tikk_auth_old_{int(time.time() * 1000) % 10**9}"
+    url = f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}"
+    session = CassandraSession(CassandraConfig.from_url(url))
+    session.connect()
+    try:
+        before_credentials = [m for m in STORE_MIGRATIONS if m.version < 7]
+        migrate(session, before_credentials, REPLICATION)
+        server = Process(["server", "--data-dir", str(tmp_path), "--store", url,
+                          "--listen", "127.0.0.1:0", "--shards", "16", "--auth"], {})  # fmt: skip
+        assert server.proc.wait(120) == 1
+        eventually(lambda: "run `tikk migrate`" in server.output(), timeout=10)  # output read
+    finally:
+        session.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+        session.shutdown()
