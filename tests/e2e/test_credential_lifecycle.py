@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from tests.contract.cassandra_keyspace import REPLICATION
-from tests.e2e.auth_stack import AuthStack, Token, bearer, code_of, tikk
+from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, code_of, tikk
 from tests.e2e.conftest import Process, eventually
 from tests.services import CASSANDRA, require
 from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
@@ -206,3 +206,34 @@ def test_a_keyspace_without_the_credentials_table_is_refused_at_start(tmp_path: 
     finally:
         session.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
         session.shutdown()
+
+
+def test_tasks_run_end_to_end_with_authentication_on(sqlite_stack: AuthStack) -> None:
+    """``tikk dev --auth`` over TLS: the CLI creates with a writer's token file, and a worker
+    process with a worker token for its queue fetches its configuration and reports the run."""
+    stack = sqlite_stack
+    _, writer = stack.create("ops", f"write:{NS}")
+    stack.create("runner", "worker:e2e")
+    files = {name: stack.data_dir / f"{name}.token" for name in ("ops", "runner")}
+    ca = str(stack.pki().ca_cert)
+    env = {"TIKK_E2E_LOG": str(stack.data_dir / "runs.jsonl"), "PYTHONUNBUFFERED": "1"}
+    dev = Process(["dev", *stack.backend_args(), "--listen", "127.0.0.1:0", "--shards", "16",
+                   "--auth", *stack.tls_args()], env)  # fmt: skip
+    stack.servers.append(dev)
+    address = f"127.0.0.1:{dev.wait_for(LISTENING).group(1)}"
+    over_tls = ["--server", address, "--tls-ca", ca]
+    worker = Process(["worker", "tests.e2e.worker_app:worker", *over_tls,
+                      "--token-file", str(files["runner"])], env)  # fmt: skip
+    stack.servers.append(worker)
+    made = tikk("task", "create", "--namespace", NS, "--queue", "e2e", "--handler", "record",
+                "--id", "t-auth", *over_tls, "--token-file", str(files["ops"]))  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    with stack.channel(address) as channel:
+        stub = tasks_pb2_grpc.TaskServiceStub(channel)
+
+        def state() -> int:
+            req = tasks_pb2.GetTaskRequest(namespace=NS, task_id="t-auth")
+            task = stub.GetTask(req, timeout=15, metadata=bearer(writer))
+            return int(task.state)
+
+        eventually(lambda: state() == tasks_pb2.TASK_STATE_SUCCEEDED, timeout=60)
