@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from server.certs import DevPki
 from tests.contract.cassandra_keyspace import REPLICATION
 from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, code_of, tikk
 from tests.e2e.conftest import Process, eventually
@@ -237,3 +238,35 @@ def test_tasks_run_end_to_end_with_authentication_on(sqlite_stack: AuthStack) ->
             return int(task.state)
 
         eventually(lambda: state() == tasks_pb2.TASK_STATE_SUCCEEDED, timeout=60)
+
+
+def test_an_in_process_worker_authenticates_by_the_dev_client_certificate(
+    sqlite_stack: AuthStack,
+) -> None:
+    """``tikk dev --tls --tls-client-ca ... --auth --worker``: the in-process worker presents
+    the development client certificate, whose common name a worker credential names."""
+    stack = sqlite_stack
+    _, writer = stack.create("ops", f"write:{NS}")
+    stack.create("dev-worker", "worker:*", subject="tikk-dev-client")
+    env = {"TIKK_E2E_LOG": str(stack.data_dir / "runs.jsonl"), "PYTHONUNBUFFERED": "1"}
+    dev = Process(["dev", *stack.backend_args(), "--listen", "127.0.0.1:0", "--shards", "16",
+                   "--auth", "--tls", "--tls-client-ca", str(stack.data_dir / "tls" / "ca.pem"),
+                   "--worker", "tests.e2e.worker_app:worker"], env)  # fmt: skip
+    stack.servers.append(dev)
+    address = f"127.0.0.1:{dev.wait_for(LISTENING).group(1)}"
+    pki = DevPki.in_directory(stack.data_dir / "tls")
+    credentials = grpc.ssl_channel_credentials(
+        pki.ca_cert.read_bytes(), pki.client_key.read_bytes(), pki.client_cert.read_bytes()
+    )
+    with grpc.secure_channel(address, credentials) as channel:
+        stub = tasks_pb2_grpc.TaskServiceStub(channel)
+        create = tasks_pb2.CreateTaskRequest(namespace=NS, task_id="t-dev", queue="e2e",
+                                             handler="record")  # fmt: skip
+        stub.CreateTask(create, timeout=15, metadata=bearer(writer))
+        get = tasks_pb2.GetTaskRequest(namespace=NS, task_id="t-dev")
+
+        def succeeded() -> bool:
+            task = stub.GetTask(get, timeout=15, metadata=bearer(writer))
+            return bool(task.state == tasks_pb2.TASK_STATE_SUCCEEDED)
+
+        eventually(succeeded, timeout=60)
