@@ -23,6 +23,7 @@ from server.api.history import HistoryService
 from server.api.schedules import ScheduleService
 from server.api.tasks import TaskService
 from server.api.worker import WorkerService
+from server.auth.interceptor import auth_interceptors
 from server.backlog_report import report_backlog
 from server.results import Lifecycle
 from server.schedule_ops import Schedules
@@ -75,7 +76,10 @@ class ApiServer:
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
-        self._server = grpc.aio.server(options=_server_options(settings, reuse_port))
+        self._server = grpc.aio.server(
+            interceptors=auth_interceptors(settings, backends.credentials),
+            options=_server_options(settings, reuse_port),
+        )
         schedules = Schedules(
             backends.schedules, backends.store, backends.history, clock, settings.limits,
             queue=backends.queue,

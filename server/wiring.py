@@ -21,6 +21,7 @@ from dispatcher.ready_queue import ReadyQueue
 from history.run_history import RunHistory
 from tikk.errors import InvalidArgument
 from tikk.settings import Settings
+from tikk.store.credentials import CredentialStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
 from tikk.urls import split_url
@@ -94,6 +95,18 @@ def _cassandra_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
     return CassandraRunHistory(drivers.cassandra(url, "history_url"))
 
 
+def _sqlite_credentials(url: str, shards: int, drivers: Drivers) -> CredentialStore:
+    from tikk.store.sqlite.credentials import SqliteCredentialStore
+
+    return SqliteCredentialStore(split_url("store_url", url)[1])
+
+
+def _cassandra_credentials(url: str, shards: int, drivers: Drivers) -> CredentialStore:
+    from tikk.store.cassandra.credentials import CassandraCredentialStore
+
+    return CassandraCredentialStore(drivers.cassandra(url, "store_url"))
+
+
 def _local_queue(url: str, shards: int, drivers: Drivers) -> ReadyQueue:
     from dispatcher.ready_queue.local import LocalReadyQueue
 
@@ -114,6 +127,11 @@ TASK_STORES: Mapping[str, Callable[[str, int, Drivers], TaskStore]] = {
 SCHEDULE_STORES: Mapping[str, Callable[[str, int, Drivers], ScheduleStore]] = {
     "sqlite": _sqlite_schedules,
     "cassandra": _cassandra_schedules,
+}
+# Credentials live in the task store's database too (same URL).
+CREDENTIAL_STORES: Mapping[str, Callable[[str, int, Drivers], CredentialStore]] = {
+    "sqlite": _sqlite_credentials,
+    "cassandra": _cassandra_credentials,
 }
 RUN_HISTORIES: Mapping[str, Callable[[str, int, Drivers], RunHistory]] = {
     "sqlite": _sqlite_history,
@@ -163,6 +181,11 @@ async def open_store(settings: Settings, drivers: Drivers) -> TaskStore:
 async def open_schedules(settings: Settings, drivers: Drivers) -> ScheduleStore:
     url, shards = settings.store_url, settings.shard_count
     return await started(build(SCHEDULE_STORES, "store_url", url, shards, drivers))
+
+
+async def open_credentials(settings: Settings, drivers: Drivers) -> CredentialStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(CREDENTIAL_STORES, "store_url", url, shards, drivers))
 
 
 async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
@@ -230,8 +253,12 @@ class Backends:
     # The server's producer, for dead-letter streams.
     queue: ReadyQueue
     schedules: ScheduleStore
+    # Open when the API checks callers (``settings.security.auth``).
+    credentials: CredentialStore | None = None
 
     async def close(self) -> None:
+        if self.credentials is not None:
+            await self.credentials.close()
         await self.queue.close()
         await self.schedules.close()
         await self.store.close()
@@ -249,5 +276,9 @@ async def open_backends(settings: Settings, drivers: Drivers | None = None) -> B
         queue = await open_queue(settings, drivers)
         opened.push_async_callback(queue.close)
         schedules = await open_schedules(settings, drivers)
+        opened.push_async_callback(schedules.close)
+        credentials = None
+        if settings.security.auth:
+            credentials = await open_credentials(settings, drivers)
         opened.pop_all()
-    return Backends(store, history, queue, schedules)
+    return Backends(store, history, queue, schedules, credentials)

@@ -7,8 +7,11 @@
     ├── NotFound              no such task / run                    (NOT_FOUND)
     ├── AlreadyExists         same id, different content            (ALREADY_EXISTS)
     ├── FailedPrecondition    the operation does not fit the state  (FAILED_PRECONDITION)
-    ├── PermissionDenied      the caller may not do this            (PERMISSION_DENIED)
     ├── StaleOwner            a fencing epoch was refused           (ABORTED)
+    ├── Unauthenticated       no credential, or not a valid one     (UNAUTHENTICATED)
+    ├── PermissionDenied      the credential's roles do not cover   (PERMISSION_DENIED)
+    │                         the namespace or queue; a delivery
+    │                         token that does not match
     └── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
 
 Backends translate their driver's exceptions into this tree at their boundary, once; the gRPC
@@ -46,10 +49,6 @@ class FailedPrecondition(TikkError):
     """The request is valid but the current state does not allow it."""
 
 
-class PermissionDenied(TikkError):
-    """The caller is not allowed this (e.g. a result whose delivery token does not match)."""
-
-
 class Conflict(TikkError):
     """The caller's copy is out of date: another write changed the object since it was read
     (a schedule's ``expected_version`` no longer matches). Read again and retry."""
@@ -68,3 +67,14 @@ class BackendUnavailable(TikkError):
     """A store or queue could not be reached or timed out; the call may be repeated."""
 
     retriable = True
+
+
+class Unauthenticated(TikkError):
+    """The call carries no credential, or one that is unknown, revoked or malformed. The
+    message never repeats what the caller sent."""
+
+
+class PermissionDenied(TikkError):
+    """The caller may not do this: its credential's roles do not cover the request (the
+    message names the role needed and the namespace or queue), or a result's delivery token
+    does not match."""

@@ -22,6 +22,7 @@ from tikk.errors import (
     ResourceExhausted,
     StaleOwner,
     TikkError,
+    Unauthenticated,
 )
 
 log = logging.getLogger("tikk.server")
@@ -39,6 +40,7 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StaleOwner, grpc.StatusCode.ABORTED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
 ]
 
 
