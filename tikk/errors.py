@@ -8,7 +8,8 @@
     ├── AlreadyExists         same id, different content            (ALREADY_EXISTS)
     ├── FailedPrecondition    the operation does not fit the state  (FAILED_PRECONDITION)
     ├── StaleOwner            a fencing epoch was refused           (ABORTED)
-    └── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
+    ├── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
+    └── BackendRefused        a backend refused our credentials     (UNAVAILABLE, not retriable)
 
 Backends translate their driver's exceptions into this tree at their boundary, once; the gRPC
 layer maps the tree to status codes in one place (``server/status.py``). ``retriable`` says
@@ -63,3 +64,14 @@ class BackendUnavailable(TikkError):
     """A store or queue could not be reached or timed out; the call may be repeated."""
 
     retriable = True
+
+
+class BackendRefused(TikkError):
+    """A backend refused tikk's credentials or certificate (wrong user or password, a server
+    certificate nobody trusts): repeating cannot help until the configuration changes. The
+    message names the backend, its host and the user, never the password."""
+
+    def __init__(self, backend: str, hosts: str, user: str, reason: str) -> None:
+        who = f"user {user!r}" if user else "no user"
+        super().__init__(f"{backend} at {hosts} refused {who}: {reason}")
+        self.backend = backend

@@ -12,6 +12,7 @@ import grpc
 
 from tikk.errors import (
     AlreadyExists,
+    BackendRefused,
     BackendUnavailable,
     Conflict,
     FailedPrecondition,
@@ -33,6 +34,8 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StaleOwner, grpc.StatusCode.ABORTED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
+    # A backend refusing our credentials: the server cannot serve; the message says why.
+    (BackendRefused, grpc.StatusCode.UNAVAILABLE),
 ]
 
 
