@@ -86,24 +86,29 @@ def tls_ca() -> Path:
 def urls(kind: str | None = None) -> dict[str, str]:
     """The backend URLs of the stack's ``kind`` (default: the variant started last). They hold
     file paths, never a password."""
-    if (kind or variant()) == PLAIN:
-        return {
-            "store_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
-            "history_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
-            "queue_url": f"kafka://127.0.0.1:{KAFKA_PORT}",
-            "ownership_url": f"zk://127.0.0.1:{ZK_PORT}/tikk",
-        }
-    ca = f"tls_ca={tls_ca()}"
-    cassandra = f"cassandra://{USER}@127.0.0.1:{CQL_PORT}/tikk?password_file="
-    cassandra += f"{secret_file('cassandra')}&{ca}"
-    return {
-        "store_url": cassandra,
-        "history_url": cassandra,
-        "queue_url": f"kafka://{USER}@127.0.0.1:{KAFKA_PORT}?sasl=SCRAM-SHA-256"
-        f"&password_file={secret_file('kafka')}&{ca}",
-        "ownership_url": f"zk://{USER}@127.0.0.1:{ZK_PORT}/tikk"
-        f"?password_file={secret_file('zookeeper')}",
+    plain = {
+        "store_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
+        "history_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
+        "queue_url": f"kafka://127.0.0.1:{KAFKA_PORT}",
+        "ownership_url": f"zk://127.0.0.1:{ZK_PORT}/tikk",
     }
+    return {name: login(url, kind) for name, url in plain.items()}
+
+
+def login(url: str, kind: str | None = None) -> str:
+    """``url`` of a service of this stack (``cassandra://``, ``kafka://``, ``zk://``, with no
+    user) with the stack's login added when the stack (``kind``, default the variant started
+    last) is authenticated: the user, the password file and the CA to trust."""
+    if (kind or variant()) == PLAIN:
+        return url
+    scheme, _, rest = url.partition("://")
+    service = {"cassandra": "cassandra", "kafka": "kafka", "zk": "zookeeper"}[scheme]
+    options = [f"password_file={secret_file(service)}"]
+    if scheme == "kafka":
+        options.insert(0, "sasl=SCRAM-SHA-256")
+    if scheme != "zk":  # ZooKeeper's clients speak plain TCP on loopback; the ACLs guard it
+        options.append(f"tls_ca={tls_ca()}")
+    return f"{scheme}://{USER}@{rest}{'&' if '?' in rest else '?'}{'&'.join(options)}"
 
 
 URLS = urls()
@@ -499,8 +504,7 @@ def up(names: list[str] | None = None, fresh: bool = False, plain: bool = False)
 def cassandra_roles() -> None:
     """Give the authenticated Cassandra its ``tikk`` role (all permissions on all keyspaces)
     and replace the built-in superuser's well-known password with a generated one.
-    Idempotent: a ``tikk`` role that logs in already is left alone."""
-    from cassandra import AuthenticationFailed
+    Idempotent: run at every start of the node."""
     from cassandra.auth import PlainTextAuthProvider
     from cassandra.cluster import Cluster, NoHostAvailable
 
@@ -514,15 +518,6 @@ def cassandra_roles() -> None:
                           ssl_context=ssl_context)  # fmt: skip
         return cluster.connect()
 
-    def refused(exc: NoHostAvailable) -> bool:
-        return any(isinstance(e, AuthenticationFailed) for e in exc.errors.values())
-
-    try:
-        session(USER, _password("cassandra")).cluster.shutdown()
-        return
-    except NoHostAvailable as exc:
-        if not refused(exc):
-            raise StackError(f"cassandra: cannot log in to set up roles: {exc}") from None
     admin_password = _password("cassandra-admin")
     deadline = time.monotonic() + 60
     while True:  # a fresh node creates its default superuser a moment after it serves
