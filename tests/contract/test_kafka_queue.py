@@ -19,7 +19,7 @@ from dispatcher.ready_queue.kafka import KafkaReadyQueue
 from tests.contract.conftest import QueuePair
 from tests.contract.test_ready_queue import delivery, fetch_until, fired
 from tests.factories import T0, make_task
-from tests.services import KAFKA, kafka_options, require
+from tests.services import KAFKA, require
 from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
 from tikk.queue_contract import KafkaQueueUrl
