@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tikk.errors import InvalidArgument
-from tikk.urls import BackendUrl, Credentials, TlsFiles
+from tikk.urls import BackendUrl, Credentials, TlsFiles, redact
 
 LOCAL_SCHEME = "local"
 KAFKA_SCHEME = "kafka"
@@ -195,7 +195,7 @@ class KafkaQueueUrl:
 
 
 def _bad(url: str, reason: str) -> InvalidArgument:
-    return InvalidArgument("queue_url", f"{reason} (got {url!r})")
+    return InvalidArgument("queue_url", f"{reason} (got {redact(url)!r})")
 
 
 def _url_options(url: str, query: str) -> dict[str, str]:

@@ -20,6 +20,8 @@ from server.cli.options import (
     EXIT_REFUSED,
     EXIT_USAGE,
     backend_options,
+    backend_urls,
+    config_option,
     otel_option,
     parse_duration_ms,
     security_options,
@@ -28,6 +30,7 @@ from server.cli.options import (
 from tikk.errors import InvalidArgument, TikkError
 from tikk.settings import Settings
 from tikk.telemetry import Providers, open_telemetry
+from tikk.urls import redact
 
 if TYPE_CHECKING:
     from server.supervisor import Member
@@ -111,7 +114,7 @@ def _announce(command: str, config: Settings, port: int) -> None:
     """The line tests and tools wait for (``listening on HOST:PORT``), then the backends."""
     host = config.listen.rpartition(":")[0] or "127.0.0.1"
     print(f"tikk {command} listening on {host}:{port}", flush=True)
-    print(f"  store {config.store_url}\n  queue {config.queue_url}", flush=True)
+    print(f"  store {redact(config.store_url)}\n  queue {redact(config.queue_url)}", flush=True)
 
 
 def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
@@ -198,15 +201,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_IMPORT
 
-    def seconds(ms: int | None) -> float | None:
-        return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
-
     try:
-        worker.set_failover(
-            session_timeout_s=seconds(args.session_timeout),
-            heartbeat_interval_s=seconds(args.heartbeat_interval),
-            report_timeout_s=seconds(args.report_timeout),
-        )
+        _set_failover(worker, args)
     except ValueError as exc:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -214,18 +210,42 @@ def _run_worker(args: argparse.Namespace) -> int:
     telemetry = open_telemetry(args.otel, "tikk-worker")
     _trace_worker(worker, telemetry.providers)
 
+    queue_url = backend_urls(_worker_queue(args)).get("queue")
+
     async def main() -> int:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        done: int = await worker.run(args.server, burst=args.burst, stop=stop)
+        done: int = await worker.run(args.server, burst=args.burst, stop=stop, queue_url=queue_url)
         return done
 
     try:
         done = asyncio.run(main())
+    except TikkError as exc:  # the queue refused the login: one clear line, not a traceback
+        print(f"tikk worker: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     finally:
         telemetry.shutdown()
     print(f"tikk worker finished {done} runs", flush=True)
     return EXIT_OK
+
+
+def _set_failover(worker: Worker, args: argparse.Namespace) -> None:
+    """The worker's failover flags; raises ``ValueError`` naming a bad value."""
+
+    def seconds(ms: int | None) -> float | None:
+        return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
+
+    worker.set_failover(
+        session_timeout_s=seconds(args.session_timeout),
+        heartbeat_interval_s=seconds(args.heartbeat_interval),
+        report_timeout_s=seconds(args.report_timeout),
+    )
+
+
+def _worker_queue(args: argparse.Namespace) -> argparse.Namespace:
+    """A worker's ``--queue-url`` as ``backend_urls`` reads it: the config file's queue URL
+    (``[backends] queue``) unless the option gives one."""
+    return argparse.Namespace(config=args.config, queue=args.queue_url)
 
 
 def _run_migrate(args: argparse.Namespace) -> int:
@@ -319,6 +339,13 @@ def _worker_command(sub: Any) -> None:
         help="results unacknowledged this long: stop consuming so others take over, "
         "resume when the server acknowledges again (default 15s)",
     )
+    p.add_argument(
+        "--queue-url",
+        metavar="URL",
+        help="consume from this queue URL instead of the one the server hands out (which "
+        "carries no password): e.g. with this worker's own password_file= or password_env=",
+    )
+    config_option(p)
     otel_option(p)
     p.set_defaults(func=_run_worker)
 
