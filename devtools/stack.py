@@ -258,9 +258,9 @@ def _password(name: str) -> str:
 def _private(path: Path, text: str) -> None:
     """Write ``text`` (a config holding a secret or a key) readable by its owner only."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left by an earlier run keeps its mode otherwise
     with os.fdopen(fd, "w") as f:
         f.write(text)
-    path.chmod(0o600)
 
 
 @dataclass(frozen=True)
@@ -352,10 +352,12 @@ def start_kafka(auth: bool) -> None:
         tls = server_tls()
         listeners = listeners.replace("@KEYSTORE@", str(tls.keystore)).replace("@CA@", str(tls.ca))
         listeners = listeners.replace("@BROKER_PASSWORD@", _password("kafka-broker"))
-    _render(INFRA / "kafka" / "server.properties", props, LISTENERS=listeners)
-    _private(props, props.read_text().replace("@DATA@", str(data))
-             .replace("@KAFKA_PORT@", str(KAFKA_PORT))
-             .replace("@CONTROLLER_PORT@", str(CONTROLLER_PORT)))  # fmt: skip
+    # Written once, readable by its owner only: it holds the broker's own password.
+    text = (INFRA / "kafka" / "server.properties").read_text().replace("@LISTENERS@", listeners)
+    for key, value in (("DATA", data), ("KAFKA_PORT", KAFKA_PORT),
+                       ("CONTROLLER_PORT", CONTROLLER_PORT)):  # fmt: skip
+        text = text.replace(f"@{key}@", str(value))
+    _private(props, text)
     shutil.copy(INFRA / "kafka" / "log4j2.properties", conf / "log4j2.properties")
     scram_marker = k.home / "scram-users"
     if auth and (data / "meta.properties").exists() and not scram_marker.exists():
