@@ -292,3 +292,14 @@ def test_a_process_with_a_wrong_password_exits_at_start_with_one_clear_line(
     assert line.startswith(f"tikk dispatcher: {service} at 127.0.0.1:"), done.stderr
     assert f"refused user '{stack.USER}'" in line
     assert WRONG not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls"])
+async def test_kafka_without_a_login_is_refused_at_start(tls: bool) -> None:
+    url = f"kafka://{require('kafka', KAFKA)}?prefix=nologin."
+    queue = KafkaReadyQueue.from_url(url + (f"&tls_ca={stack.tls_ca()}" if tls else ""))
+    with pytest.raises(BackendRefused) as caught:
+        await queue.start()
+    await queue.close()
+    _assert_refused(caught.value, "kafka", "")
+    assert "requires a login" in str(caught.value)

@@ -4,8 +4,8 @@ consumer): one connection that proves the URL's credentials and TLS before any c
 aiokafka's clients fold every bootstrap failure, a refused password as much as a broker that
 is down, into one ``KafkaConnectionError``; only a connection of our own sees the difference.
 So ``check_login`` tells a refusal (``BackendRefused``: wrong user or password, a SASL
-mechanism the broker does not offer, a certificate nobody trusts, a TLS listener spoken to in
-plain text) from a broker that does not answer (``BackendUnavailable``).
+mechanism the broker does not offer, a certificate nobody trusts, a URL without a login for a
+broker that hangs up on it) from a broker that does not answer (``BackendUnavailable``).
 
 Needs the ``kafka`` extra (aiokafka); the worker SDK may import this module (its only import
 of ``tikk`` beyond the stubs, the errors and the queue contract).
@@ -24,10 +24,12 @@ try:
     from aiokafka.conn import create_conn
     from aiokafka.errors import (
         IllegalSaslStateError,
+        KafkaConnectionError,
         KafkaError,
         SaslAuthenticationFailed,
         UnsupportedSaslMechanismError,
     )
+    from aiokafka.protocol.metadata import MetadataRequest
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
 
@@ -51,15 +53,27 @@ async def check_login(config: KafkaQueueUrl) -> None:
         try:
             async with asyncio.timeout(_LOGIN_TIMEOUT_S):
                 conn = await create_conn(host, int(port), **options)
+                try:
+                    await conn.send(MetadataRequest([]))  # the first request after the login
+                finally:
+                    conn.close()
         except _REFUSALS as exc:
             raise _refused(config, broker, f"login failed ({type(exc).__name__})") from None
         except ssl.SSLCertVerificationError as exc:
             reason = f"its TLS certificate is not trusted ({exc.verify_message})"
             raise _refused(config, broker, reason) from None
+        except KafkaConnectionError as exc:
+            if config.credentials is None and "closed" in str(exc):
+                # A broker that hangs up on the first request of a URL without a login wants
+                # one (or TLS); a broker that is down refuses the connection or never answers.
+                reason = "it closed the connection: it requires a login or TLS (user@, "
+                reason += "password_file=, tls_ca=)"
+                raise _refused(config, broker, reason) from None
+            failures.append(f"{broker}: {_plain_reason(exc)}")
+            continue
         except (KafkaError, OSError, TimeoutError) as exc:
             failures.append(f"{broker}: {_plain_reason(exc)}")
             continue
-        conn.close()
         return
     raise BackendUnavailable(f"kafka: no broker answered ({'; '.join(failures)})")
 
