@@ -303,3 +303,16 @@ async def test_kafka_without_a_login_is_refused_at_start(tls: bool) -> None:
     await queue.close()
     _assert_refused(caught.value, "kafka", "")
     assert "requires a login" in str(caught.value)
+
+
+def test_a_server_with_a_wrong_queue_password_exits_at_start(
+    wrong_password: str, tmp_path: Path
+) -> None:
+    queue = _with_password_file(with_login(f"kafka://{KAFKA}?prefix=loginsrv."), wrong_password)
+    done = _tikk(
+        "server", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0", "--queue", queue
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("tikk server: kafka at 127.0.0.1:"), done.stderr
+    assert "listening on" not in done.stdout
