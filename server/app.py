@@ -1,5 +1,7 @@
 """Assembly of the gRPC server: services, health, reflection, graceful stop.
 
+The port serves TLS (mTLS with a client CA) when the settings say so, and a non-loopback
+address is refused without TLS and authentication (``server.transport_security``).
 Health turns SERVING only after the stores are open, and NOT_SERVING at the start of a
 stop, so load balancers drain before in-flight calls are cut. With telemetry on, the ready
 queues' backlogs are reported while the server runs.
@@ -24,6 +26,7 @@ from server.api.worker import WorkerService
 from server.backlog_report import report_backlog
 from server.results import Lifecycle
 from server.schedule_ops import Schedules
+from server.transport_security import check_transport, server_credentials
 from server.wiring import Backends
 from tikk.clock import Clock
 from tikk.settings import Settings
@@ -91,8 +94,9 @@ class ApiServer:
         self.port = 0
 
     async def start(self) -> int:
+        check_transport(self.settings)
         await self._lifecycle.guard.start()
-        self.port = self._server.add_insecure_port(self.settings.listen)
+        self.port = self._bind()
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await self._server.start()
@@ -100,6 +104,13 @@ class ApiServer:
         if self._report_backlog is not None:
             self._reporting = asyncio.create_task(self._report_backlog())
         return self.port
+
+    def _bind(self) -> int:
+        """The port, TLS when the settings give a certificate (``server.transport_security``)."""
+        tls = self.settings.security.tls
+        if tls is None:
+            return self._server.add_insecure_port(self.settings.listen)
+        return self._server.add_secure_port(self.settings.listen, server_credentials(tls))
 
     async def stop(self, grace_s: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)

@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from tikk.client.transport import Transport
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
@@ -100,7 +101,8 @@ class Worker:
     are the consumer-group timing on Kafka (a killed worker's partitions move after about the
     session; the heartbeat must be under a third of it); ``report_timeout_s`` is how long
     results may go unacknowledged before the worker steps aside. ``clock`` (monotonic
-    seconds) times that.
+    seconds) times that. ``transport`` (``tikk.client.Transport``) says how to reach the
+    server: TLS, a client certificate, a bearer token; ``run`` may override it.
     """
 
     def __init__(
@@ -117,6 +119,7 @@ class Worker:
         heartbeat_interval_s: float = 1.0,
         report_timeout_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
+        transport: Transport | None = None,
     ) -> None:
         if not queues:
             raise ValueError("a Worker needs at least one queue")
@@ -136,6 +139,8 @@ class Worker:
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
         self._clock = clock
+        # How ``run`` reaches the server (TLS, client certificate, token); plaintext if None.
+        self.transport = transport or Transport()
         self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s)
 
     def set_failover(
@@ -188,17 +193,20 @@ class Worker:
         *,
         burst: bool = False,
         stop: asyncio.Event | None = None,
+        transport: Transport | None = None,
         queue_url: str | None = None,
     ) -> int:
         """Work until ``stop`` is set (or, with ``burst``, until the queues are empty and
         nothing is in flight). Returns the number of runs whose result was recorded. A server
         that does not answer yet is asked again until it does (or ``stop`` is set).
 
-        ``queue_url`` replaces the queue URL the server hands out, which never carries a
+        ``transport`` overrides the worker's own; ``TransportError`` if its files cannot be
+        read. ``queue_url`` replaces the queue URL the server hands out, which never carries a
         password: a worker on another host names its own password file or variable, or its
         user, there. A queue that refuses the login raises ``BackendRefused``."""
         stop = stop or asyncio.Event()
-        async with grpc.aio.insecure_channel(server, options=_CHANNEL_OPTIONS) as channel:
+        channel = (transport or self.transport).aio_channel(server, _CHANNEL_OPTIONS)
+        async with channel:
             stub = worker_pb2_grpc.WorkerServiceStub(channel)
             config = await _worker_config(stub, server, stop)
             if config is None:
