@@ -157,11 +157,11 @@ def _start(cfg: BenchConfig, fleet: Fleet, keyspace: str, pki: DevPki | None) ->
 
 def _stack_urls(keyspace: str) -> list[str]:
     tag = keyspace.rsplit("_", 1)[-1]
-    cql = f"cassandra://127.0.0.1:{stack.CQL_PORT}/{keyspace}"
+    cql = stack.login(f"cassandra://127.0.0.1:{stack.CQL_PORT}/{keyspace}")
     return [
         "--store", cql, "--history", cql,
-        "--queue", f"kafka://127.0.0.1:{stack.KAFKA_PORT}?prefix=bench{tag}.&partitions=8",
-        "--ownership", f"zk://127.0.0.1:{stack.ZK_PORT}/tikk-bench-{tag}",
+        "--queue", stack.login(f"kafka://127.0.0.1:{stack.KAFKA_PORT}?prefix=bench{tag}.&partitions=8"),
+        "--ownership", stack.login(f"zk://127.0.0.1:{stack.ZK_PORT}/tikk-bench-{tag}"),
     ]  # fmt: skip
 
 
@@ -357,7 +357,9 @@ def _disk(cfg: BenchConfig, run: _Run) -> dict[str, Any]:
 def _drop_keyspace(keyspace: str) -> None:
     from tikk.drivers.cassandra import CassandraConfig, CassandraSession
 
-    db = CassandraSession(CassandraConfig(("127.0.0.1",), stack.CQL_PORT, keyspace))
+    db = CassandraSession(
+        CassandraConfig.from_url(stack.login(f"cassandra://127.0.0.1:{stack.CQL_PORT}/{keyspace}"))
+    )
     db.connect()
     try:
         db.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)

@@ -94,11 +94,13 @@ def cassandra_ceiling(
     n: int, spread: Spread, queue: str, shards: int, *, host: str, port: int
 ) -> CeilingResult:
     """Write ``n`` tasks into a scratch keyspace (dropped afterwards) with the bare driver."""
+    from devtools.stack import login
     from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
     from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
     keyspace = f"tikk_ceiling_{uuid.uuid4().hex[:8]}"
-    db = CassandraSession(CassandraConfig((host,), port, keyspace))
+    # The stack's login (if authenticated) comes with its URL.
+    db = CassandraSession(CassandraConfig.from_url(login(f"cassandra://{host}:{port}/{keyspace}")))
     db.connect()
     try:
         migrate(db, STORE_MIGRATIONS, REPLICATION)

@@ -5,21 +5,33 @@
 waits until it really answers. Data and logs live under ``.stack/`` (or ``$TIKK_STACK_DIR``).
 A second stack can run beside the first with its own ``$TIKK_STACK_DIR`` and its ports moved by
 ``$TIKK_STACK_PORT_OFFSET`` (or set one by one, e.g. ``$TIKK_STACK_CQL_PORT``).
+
+**Authentication** is on unless ``up(plain=True)`` (``tikk stack up --plain``): Cassandra asks
+for a password (user ``tikk``) and speaks TLS only, Kafka's client listener is SASL/SCRAM over
+TLS, and ZooKeeper refuses any client that did not authenticate with the digest scheme. The
+first start generates the passwords under ``secrets/`` (mode 0600) and a development CA with
+the services' certificates under ``tls/`` (``server.certs.make_dev_pki``); ``URLS`` then name
+the user, the password file and the CA, so every tool connects with no further setting. The
+variant that was started last is recorded in ``variant``; switching it restarts the services.
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 INFRA = ROOT / "infra"
@@ -40,12 +52,9 @@ CQL_PORT, KAFKA_PORT = _port("CQL", 19042), _port("KAFKA", 19092)
 CONTROLLER_PORT, ZK_PORT = _port("CONTROLLER", 19093), _port("ZK", 12181)
 # Cassandra's node-to-node ports: unused by a single node, but bound, so they move too.
 STORAGE_PORT, SSL_STORAGE_PORT = _port("STORAGE", 17000), _port("SSL_STORAGE", 17001)
-URLS = {
-    "store_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
-    "history_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
-    "queue_url": f"kafka://127.0.0.1:{KAFKA_PORT}",
-    "ownership_url": f"zk://127.0.0.1:{ZK_PORT}/tikk",
-}
+# The user tikk logs in as on each service of the authenticated variant.
+USER = "tikk"
+AUTH, PLAIN = "auth", "plain"
 
 
 class StackError(Exception):
@@ -54,6 +63,55 @@ class StackError(Exception):
 
 def stack_dir() -> Path:
     return Path(os.environ.get("TIKK_STACK_DIR", ROOT / ".stack")).resolve()
+
+
+def variant() -> str:
+    """The variant started last (``auth`` or ``plain``); a stack started before the variants
+    existed, or never started, is ``plain`` until ``up`` says otherwise."""
+    try:
+        return (stack_dir() / "variant").read_text().strip() or PLAIN
+    except FileNotFoundError:
+        return PLAIN
+
+
+def secret_file(name: str) -> Path:
+    """The password file of ``name`` (``cassandra``, ``kafka``, ...) under ``secrets/``."""
+    return stack_dir() / "secrets" / f"{name}.password"
+
+
+def tls_ca() -> Path:
+    return stack_dir() / "tls" / "ca.pem"
+
+
+def urls(kind: str | None = None) -> dict[str, str]:
+    """The backend URLs of the stack's ``kind`` (default: the variant started last). They hold
+    file paths, never a password."""
+    plain = {
+        "store_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
+        "history_url": f"cassandra://127.0.0.1:{CQL_PORT}/tikk",
+        "queue_url": f"kafka://127.0.0.1:{KAFKA_PORT}",
+        "ownership_url": f"zk://127.0.0.1:{ZK_PORT}/tikk",
+    }
+    return {name: login(url, kind) for name, url in plain.items()}
+
+
+def login(url: str, kind: str | None = None) -> str:
+    """``url`` of a service of this stack (``cassandra://``, ``kafka://``, ``zk://``, with no
+    user) with the stack's login added when the stack (``kind``, default the variant started
+    last) is authenticated: the user, the password file and the CA to trust."""
+    if (kind or variant()) == PLAIN:
+        return url
+    scheme, _, rest = url.partition("://")
+    service = {"cassandra": "cassandra", "kafka": "kafka", "zk": "zookeeper"}[scheme]
+    options = [f"password_file={secret_file(service)}"]
+    if scheme == "kafka":
+        options.insert(0, "sasl=SCRAM-SHA-256")
+    if scheme != "zk":  # ZooKeeper's clients speak plain TCP on loopback; the ACLs guard it
+        options.append(f"tls_ca={tls_ca()}")
+    return f"{scheme}://{USER}@{rest}{'&' if '?' in rest else '?'}{'&'.join(options)}"
+
+
+URLS = urls()
 
 
 def java() -> str:
@@ -144,6 +202,8 @@ class Service:
     def spawn(self, args: list[str]) -> None:
         logs = self.home / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        if self.log.exists():  # readiness reads the log: only this run's lines may count
+            self.log.replace(self.log.with_name(self.log.name + ".previous"))
         with open(logs / "stdout.log", "ab") as out:
             proc = subprocess.Popen(
                 args,
@@ -183,13 +243,63 @@ def _classpath(*parts: Path) -> str:
     return ":".join(str(p) for p in parts)
 
 
-def start_zookeeper() -> None:
+def _password(name: str) -> str:
+    """The stack's password for ``name``, generated on first use into a 0600 file."""
+    path = secret_file(name)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.chmod(0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24) + "\n")
+    return path.read_text().strip()
+
+
+def _private(path: Path, text: str) -> None:
+    """Write ``text`` (a config holding a secret or a key) readable by its owner only."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a file left by an earlier run keeps its mode otherwise
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """The services' TLS files: the CA clients trust, and the key with its certificate in one
+    PEM file (the form Cassandra's and Kafka's PEM keystores read)."""
+
+    ca: Path
+    keystore: Path
+
+
+def server_tls() -> ServerTls:
+    """The development PKI under ``tls/`` (made on first use, reused while valid)."""
+    from server.certs import make_dev_pki
+
+    pki = make_dev_pki(stack_dir() / "tls")
+    keystore = stack_dir() / "tls" / "server-keystore.pem"
+    _private(keystore, pki.server_key.read_text() + pki.server_cert.read_text())
+    return ServerTls(pki.ca_cert, keystore)
+
+
+def _append(target: Path, template: Path, **values: object) -> None:
+    text = template.read_text()
+    for key, value in values.items():
+        text = text.replace(f"@{key}@", str(value))
+    with open(target, "a") as f:
+        f.write("\n" + text)
+
+
+def start_zookeeper(auth: bool) -> None:
     s = ZOOKEEPER
     conf = s.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     _render(
         INFRA / "zookeeper" / "zoo.cfg", conf / "zoo.cfg", DATA=s.home / "data", ZK_PORT=ZK_PORT
     )
+    if auth:
+        _password("zookeeper")  # the digest identity is the first client's: made up front
+        _append(conf / "zoo.cfg", INFRA / "zookeeper" / "auth.cfg")
     shutil.copy(INFRA / "zookeeper" / "logback.xml", conf / "logback.xml")
     s.spawn(
         [
@@ -232,40 +342,60 @@ def _kafka_java_opts() -> list[str]:
     ]
 
 
-def start_kafka() -> None:
+def start_kafka(auth: bool) -> None:
     k = KAFKA
     conf, data = k.home / "conf", k.home / "data"
     conf.mkdir(parents=True, exist_ok=True)
     props = conf / "server.properties"
-    _render(
-        INFRA / "kafka" / "server.properties",
-        props,
-        DATA=data,
-        KAFKA_PORT=KAFKA_PORT,
-        CONTROLLER_PORT=CONTROLLER_PORT,
-    )
+    listeners = (INFRA / "kafka" / f"listeners-{AUTH if auth else PLAIN}.properties").read_text()
+    if auth:
+        tls = server_tls()
+        listeners = listeners.replace("@KEYSTORE@", str(tls.keystore)).replace("@CA@", str(tls.ca))
+        listeners = listeners.replace("@BROKER_PASSWORD@", _password("kafka-broker"))
+    # Written once, readable by its owner only: it holds the broker's own password.
+    text = (INFRA / "kafka" / "server.properties").read_text().replace("@LISTENERS@", listeners)
+    for key, value in (("DATA", data), ("KAFKA_PORT", KAFKA_PORT),
+                       ("CONTROLLER_PORT", CONTROLLER_PORT)):  # fmt: skip
+        text = text.replace(f"@{key}@", str(value))
+    _private(props, text)
     shutil.copy(INFRA / "kafka" / "log4j2.properties", conf / "log4j2.properties")
+    scram_marker = k.home / "scram-users"
+    if auth and (data / "meta.properties").exists() and not scram_marker.exists():
+        # Formatted by the open variant: SCRAM users can only be added by a new format.
+        print("kafka      switching to authentication: its data starts afresh", flush=True)
+        shutil.rmtree(data)
     if not (data / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        _format_kafka(props, conf, auth)
+        if auth:
+            scram_marker.touch()
+    k.spawn([*_kafka_java_opts(), "kafka.Kafka", str(props)])
+
+
+def _format_kafka(props: Path, conf: Path, auth: bool) -> None:
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    args = ["format", "-t", cluster_id, "-c", str(props), "--ignore-formatted"]
+    if auth:
+        # The users' passwords go through an argument file (read by the java launcher), never
+        # the command line other users of this host can list.
+        users = "".join(
+            f"--add-scram\nSCRAM-SHA-256=[name={user},password={_password(secret)}]\n"
+            for user, secret in ((USER, "kafka"), ("broker", "kafka-broker"))
+        )
+        argfile = conf / "scram-users.args"
+        _private(argfile, users)
+        args.append(f"@{argfile}")
+    try:
         done = subprocess.run(
-            [
-                *_kafka_java_opts(),
-                "kafka.tools.StorageTool",
-                "format",
-                "-t",
-                cluster_id,
-                "-c",
-                str(props),
-                "--ignore-formatted",
-            ],
+            [*_kafka_java_opts(), "kafka.tools.StorageTool", *args],
             capture_output=True,
             text=True,
             check=False,
             stdin=subprocess.DEVNULL,
         )
-        if done.returncode != 0:
-            raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
-    k.spawn([*_kafka_java_opts(), "kafka.Kafka", str(props)])
+    finally:
+        (conf / "scram-users.args").unlink(missing_ok=True)
+    if done.returncode != 0:
+        raise StackError(f"formatting Kafka storage failed:\n{done.stdout}{done.stderr}")
 
 
 def kafka_ready() -> bool:
@@ -273,7 +403,7 @@ def kafka_ready() -> bool:
     return log.exists() and "Kafka Server started" in log.read_text(errors="replace")
 
 
-def start_cassandra() -> None:
+def start_cassandra(auth: bool) -> None:
     c = CASSANDRA
     conf = c.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
@@ -284,6 +414,10 @@ def start_cassandra() -> None:
         STORAGE_PORT=STORAGE_PORT,
         SSL_STORAGE_PORT=SSL_STORAGE_PORT,
     )
+    if auth:
+        tls = server_tls()
+        _append(conf / "cassandra.yaml", INFRA / "cassandra" / "auth.yaml",
+                KEYSTORE=tls.keystore, CA=tls.ca)  # fmt: skip
     shutil.copy(INFRA / "cassandra" / "logback.xml", conf / "logback.xml")
     options = (INFRA / "cassandra" / "jvm17-server.options").read_text().split("\n")
     # One option per line; "--add-exports X" is one option written with a space.
@@ -330,36 +464,86 @@ def cassandra_ready() -> bool:
     return True
 
 
-_STARTERS = {
+_STARTERS: dict[str, tuple[Callable[[bool], None], Callable[[], bool], int]] = {
     "zookeeper": (start_zookeeper, zookeeper_ready, 60),
     "kafka": (start_kafka, kafka_ready, 90),
     "cassandra": (start_cassandra, cassandra_ready, 180),
 }
 
 
-def up(names: list[str] | None = None, fresh: bool = False) -> None:
-    """Start the services (all by default) and wait until each answers."""
+def up(names: list[str] | None = None, fresh: bool = False, plain: bool = False) -> None:
+    """Start the services (all by default; authenticated unless ``plain``) and wait until
+    each answers. A service running in the other variant is restarted."""
     unknown = set(names or []) - {s.name for s in SERVICES}
     if unknown:
         raise StackError(f"unknown service(s): {', '.join(sorted(unknown))}")
     chosen = [s for s in SERVICES if names is None or s.name in names]
+    kind = PLAIN if plain else AUTH
+    switching = variant() != kind
     for s in chosen:
         s.fetch()
+    stack_dir().mkdir(parents=True, exist_ok=True)
     for s in chosen:
         start, ready, timeout_s = _STARTERS[s.name]
-        if not fresh and s.pid() is not None and ready():
+        if not fresh and not switching and s.pid() is not None and ready():
             print(f"{s.name:<10} already running (pid {s.pid()}), log {s.log}")
             continue
         s.stop()
         if fresh:
             shutil.rmtree(s.home, ignore_errors=True)
         began = time.monotonic()
-        start()
+        start(not plain)
         _wait(s, ready, timeout_s)
+        if s is CASSANDRA and not plain:
+            cassandra_roles()
         print(
             f"{s.name:<10} up in {time.monotonic() - began:4.1f}s (pid {s.pid()}), log {s.log}",
             flush=True,
         )
+    (stack_dir() / "variant").write_text(kind + "\n")
+
+
+def cassandra_roles() -> None:
+    """Give the authenticated Cassandra its ``tikk`` role (all permissions on all keyspaces)
+    and replace the built-in superuser's well-known password with a generated one.
+    Idempotent: run at every start of the node."""
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import Cluster, NoHostAvailable
+
+    # The expected refusals (trying which login works) are no news on the terminal.
+    logging.getLogger("cassandra").setLevel(logging.CRITICAL)
+
+    def session(user: str, password: str) -> Any:
+        ssl_context = ssl.create_default_context(cafile=str(tls_ca()))
+        cluster = Cluster(["127.0.0.1"], port=CQL_PORT, protocol_version=5,
+                          auth_provider=PlainTextAuthProvider(user, password),
+                          ssl_context=ssl_context)  # fmt: skip
+        return cluster.connect()
+
+    admin_password = _password("cassandra-admin")
+    deadline = time.monotonic() + 60
+    while True:  # a fresh node creates its default superuser a moment after it serves
+        try:
+            admin = session("cassandra", admin_password)
+            break
+        except NoHostAvailable:
+            pass
+        try:
+            admin = session("cassandra", "cassandra")  # a fresh node: the documented default
+            admin.execute("ALTER ROLE cassandra WITH PASSWORD = %s", (admin_password,))
+            break
+        except NoHostAvailable as exc:
+            if time.monotonic() > deadline:
+                raise StackError(f"cassandra: no superuser to set up roles with: {exc}") from None
+            time.sleep(1)
+    try:
+        admin.execute(
+            f"CREATE ROLE IF NOT EXISTS {USER} WITH LOGIN = true AND PASSWORD = %s",
+            (_password("cassandra"),),
+        )
+        admin.execute(f"GRANT ALL PERMISSIONS ON ALL KEYSPACES TO {USER}")
+    finally:
+        admin.cluster.shutdown()
 
 
 def _wait(s: Service, ready: Callable[[], bool], timeout_s: float) -> None:
@@ -381,6 +565,7 @@ def down() -> None:
 
 def status() -> bool:
     all_up = True
+    print(f"variant    {variant()}")
     for s in SERVICES:
         _, ready, _ = _STARTERS[s.name]
         pid = s.pid()

@@ -47,9 +47,11 @@ def cassandra_bytes(keyspace: str, data_root: Path, host: str, port: int) -> Dis
 
 def _flush(keyspace: str, folder: Path, host: str, port: int) -> bool:
     """Ask every table of the keyspace to flush; True once the folder's size held still."""
+    from devtools.stack import login
     from tikk.drivers.cassandra import CassandraConfig, CassandraSession
 
-    db = CassandraSession(CassandraConfig((host,), port, keyspace))
+    # The stack's login (if authenticated) comes with its URL.
+    db = CassandraSession(CassandraConfig.from_url(login(f"cassandra://{host}:{port}/{keyspace}")))
     db.connect()
     try:
         tables = [r.table_name for r in db.session.execute(

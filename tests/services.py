@@ -2,6 +2,11 @@
 
 A test that needs a service it cannot reach fails under CI (``CI`` set to anything but empty,
 ``0`` or ``false``) and is skipped elsewhere, with the command that starts the stack.
+
+The stack is authenticated unless it was started with ``--plain``: a test builds its URL from
+the address here and passes it through ``with_login`` (``cassandra://``, ``kafka://``,
+``zk://``), which adds the stack's user, password file and CA; ``KAFKA_OPTIONS`` are the same
+for a Kafka client made by hand. Both follow ``$TIKK_STACK_DIR`` and the port variables.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
@@ -17,6 +23,29 @@ from devtools import stack
 CASSANDRA = os.environ.get("TIKK_TEST_CASSANDRA", f"127.0.0.1:{stack.CQL_PORT}")
 KAFKA = os.environ.get("TIKK_TEST_KAFKA", f"127.0.0.1:{stack.KAFKA_PORT}")
 ZOOKEEPER = os.environ.get("TIKK_TEST_ZOOKEEPER", f"127.0.0.1:{stack.ZK_PORT}")
+
+
+def with_login(url: str) -> str:
+    """``url`` with the stack's login added (unchanged on the open variant)."""
+    return stack.login(url)
+
+
+def kafka_options(address: str = KAFKA) -> dict[str, Any]:
+    """Keyword arguments of an aiokafka client (admin, consumer) connecting to ``address`` as
+    tikk does: with the stack's login and TLS when it is authenticated."""
+    from tikk.queue_contract import KafkaQueueUrl
+
+    return KafkaQueueUrl.from_url(with_login(f"kafka://{address}")).client_options()
+
+
+def zk_login() -> dict[str, Any]:
+    """Keyword arguments of a ``KazooClient`` that logs in as tikk (none on the open stack)."""
+    from tikk.urls import BackendUrl
+
+    login = BackendUrl.parse("ownership_url", with_login(f"zk://{ZOOKEEPER}/tikk")).credentials
+    if login is None:
+        return {}
+    return {"auth_data": [("digest", f"{login.user}:{login.password}")]}
 
 
 def _reachable(address: str) -> bool:

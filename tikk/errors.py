@@ -12,7 +12,8 @@
     ├── PermissionDenied      the credential's roles do not cover   (PERMISSION_DENIED)
     │                         the namespace or queue; a delivery
     │                         token that does not match
-    └── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
+    ├── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
+    └── BackendRefused        a backend refused our credentials     (UNAVAILABLE, not retriable)
 
 Backends translate their driver's exceptions into this tree at their boundary, once; the gRPC
 layer maps the tree to status codes in one place (``server/status.py``). ``retriable`` says
@@ -78,3 +79,14 @@ class PermissionDenied(TikkError):
     """The caller may not do this: its credential's roles do not cover the request (the
     message names the role needed and the namespace or queue), or a result's delivery token
     does not match."""
+
+
+class BackendRefused(TikkError):
+    """A backend refused tikk's credentials or certificate (wrong user or password, a server
+    certificate nobody trusts): repeating cannot help until the configuration changes. The
+    message names the backend, its host and the user, never the password."""
+
+    def __init__(self, backend: str, hosts: str, user: str, reason: str) -> None:
+        who = f"user {user!r}" if user else "no user"
+        super().__init__(f"{backend} at {hosts} refused {who}: {reason}")
+        self.backend = backend

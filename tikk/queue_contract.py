@@ -6,7 +6,8 @@ release than its server. Everything that has to match between them is here: queu
 names, the ``kafka://`` URL, consumer groups, Kafka record headers, the embedded queue's table.
 Message bodies are serialised ``tikk.v1`` messages (``tikk.delivery_codec`` writes them).
 
-Standard library only (and ``tikk.errors``, itself a leaf), so that ``worker_sdk`` can import
+Standard library only (and ``tikk.errors``, a leaf, and ``tikk.urls``, standard library only
+itself), so that ``worker_sdk`` can import
 it without pulling in the server's modules or any driver.
 
 **Queue names.** A new task's queue matches ``NEW_QUEUE_NAME`` and does not end in
@@ -15,9 +16,11 @@ it without pulling in the server's modules or any driver.
 stored by older versions match the wider ``QUEUE_NAME``. The dead letters of queue ``q`` go to
 the stream ``q.dlq`` (``dead_letter_queue``).
 
-**Kafka.** ``kafka://host:port[,host:port...][?prefix=tikk.&partitions=8&replication=1]``
-(``KafkaQueueUrl``). Queue ``q`` is the topic ``<prefix>q``, its dead letters ``<prefix>q.dlq``,
-and its workers form the consumer group ``<prefix>workers.q``. Either side creates a missing
+**Kafka.** ``kafka://[user@]host:port[,host:port...][?prefix=tikk.&partitions=8&replication=1]``
+(``KafkaQueueUrl``), plus the password, TLS and ``sasl=`` options of ``tikk.urls``: a user logs
+in with SASL (SCRAM-SHA-256 unless ``sasl=`` says otherwise), over TLS when TLS is asked for.
+Queue ``q`` is the topic ``<prefix>q``, its dead letters ``<prefix>q.dlq``, and its workers
+form the consumer group ``<prefix>workers.q``. Either side creates a missing
 topic with ``partitions`` partitions and ``replication`` replicas. A record's key is the task
 key, its value the serialised delivery, and its headers the W3C trace context (``TRACE_KEYS``,
 so that any traced Kafka consumer continues the trace).
@@ -37,8 +40,10 @@ import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from tikk.errors import InvalidArgument
+from tikk.urls import BackendUrl, Credentials, TlsFiles, redact
 
 LOCAL_SCHEME = "local"
 KAFKA_SCHEME = "kafka"
@@ -114,11 +119,19 @@ class KafkaQueueUrl:
     prefix: str = "tikk."
     partitions: int = 8
     replication: int = 1
+    credentials: Credentials | None = None
+    tls: TlsFiles | None = None
+    sasl: str = ""
+    # How the URL may be shown (``BackendUrl.redacted``): no password.
+    shown: str = ""
 
     @classmethod
     def from_url(cls, url: str) -> KafkaQueueUrl:
-        """Parse ``kafka://host:port[,host:port][?prefix=&partitions=&replication=]``; raises
-        ``InvalidArgument`` (field ``queue_url``) naming what is wrong."""
+        """Parse ``kafka://[user@]host:port[,host:port][?prefix=&partitions=&replication=]``
+        and the security options of ``tikk.urls``; raises ``InvalidArgument`` (field
+        ``queue_url``) naming what is wrong, never showing a password."""
+        secured = BackendUrl.parse("queue_url", url)
+        url = secured.bare
         parts = urllib.parse.urlsplit(url)
         if parts.scheme != KAFKA_SCHEME or not parts.netloc or parts.path not in ("", "/"):
             raise _bad(url, "expected kafka://host:port[,host:port][?prefix=...&partitions=...]")
@@ -131,7 +144,32 @@ class KafkaQueueUrl:
             prefix=prefix,
             partitions=_positive(url, options, "partitions", cls.partitions),
             replication=_positive(url, options, "replication", cls.replication),
+            credentials=secured.credentials,
+            tls=secured.tls,
+            sasl=secured.sasl or ("SCRAM-SHA-256" if secured.credentials else ""),
+            shown=secured.redacted(),
         )
+
+    @property
+    def user(self) -> str:
+        return self.credentials.user if self.credentials is not None else ""
+
+    def client_options(self) -> dict[str, Any]:
+        """The connection keyword arguments of every aiokafka client (producer, consumer,
+        admin) on both sides: brokers, security protocol, SASL login and TLS context."""
+        options: dict[str, Any] = {"bootstrap_servers": list(self.bootstrap_servers)}
+        protocol = "SSL" if self.tls is not None else "PLAINTEXT"
+        if self.credentials is not None:
+            protocol = "SASL_" + ("SSL" if self.tls is not None else "PLAINTEXT")
+            options.update(
+                sasl_mechanism=self.sasl,
+                sasl_plain_username=self.credentials.user,
+                sasl_plain_password=self.credentials.password,
+            )
+        if self.tls is not None:
+            options["ssl_context"] = self.tls.context("queue_url")
+        options["security_protocol"] = protocol
+        return options
 
     def topic(self, queue: str) -> str:
         """The topic of ``queue`` (of a dead-letter stream too: ``topic(dead_letter_queue(q))``)."""
@@ -157,7 +195,7 @@ class KafkaQueueUrl:
 
 
 def _bad(url: str, reason: str) -> InvalidArgument:
-    return InvalidArgument("queue_url", f"{reason} (got {url!r})")
+    return InvalidArgument("queue_url", f"{reason} (got {redact(url)!r})")
 
 
 def _url_options(url: str, query: str) -> dict[str, str]:

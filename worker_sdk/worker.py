@@ -201,12 +201,16 @@ class Worker:
         burst: bool = False,
         stop: asyncio.Event | None = None,
         transport: Transport | None = None,
+        queue_url: str | None = None,
     ) -> int:
         """Work until ``stop`` is set (or, with ``burst``, until the queues are empty and
         nothing is in flight). Returns the number of runs whose result was recorded. A server
         that does not answer yet is asked again until it does (or ``stop`` is set).
+
         ``transport`` overrides the worker's own; ``TransportError`` if its files cannot be
-        read."""
+        read. ``queue_url`` replaces the queue URL the server hands out, which never carries a
+        password: a worker on another host names its own password file or variable, or its
+        user, there. A queue that refuses the login raises ``BackendRefused``."""
         stop = stop or asyncio.Event()
         channel = (transport or self.transport).aio_channel(server, _CHANNEL_OPTIONS)
         async with channel:
@@ -215,7 +219,8 @@ class Worker:
             if config is None:
                 return self.completed
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
-            intake = _Intake(config.queue_url, self.queues, visibility_ms, self.group_timing)
+            url = queue_url or config.queue_url
+            intake = _Intake(url, self.queues, visibility_ms, self.group_timing)
             out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
             out.results.start()
             out.commits.start()

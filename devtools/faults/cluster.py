@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import IO
 
 from devtools.faults.worker_app import LOG_ENV
+from devtools.stack import login
 from server.certs import DevPki, make_dev_pki
 from tikk.client.transport import Transport
 
@@ -174,11 +175,11 @@ class ClusterConfig:
 
     def backend_args(self) -> list[str]:
         """The backend options every ``tikk`` process of the cluster is started with."""
-        cassandra = f"cassandra://{self.cassandra}/{self.keyspace}"
+        cassandra = login(f"cassandra://{self.cassandra}/{self.keyspace}")
         return [
             "--store", cassandra, "--history", cassandra,
-            "--queue", f"kafka://{self.kafka}?prefix={self.topic_prefix}&partitions=4",
-            "--ownership", f"zk://{self.zookeeper}{self.chroot}",
+            "--queue", login(f"kafka://{self.kafka}?prefix={self.topic_prefix}&partitions=4"),
+            "--ownership", login(f"zk://{self.zookeeper}{self.chroot}"),
             "--session-timeout", f"{self.session_timeout_s}s",
             "--shards", str(self.shards),
         ]  # fmt: skip

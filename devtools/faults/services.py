@@ -19,6 +19,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 from devtools import stack
 
@@ -30,6 +31,29 @@ _PROBE_TIMEOUT_S = 5.0
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     return host, int(port)
+
+
+def _cql(address: str, connect_timeout: float) -> Any:
+    """A bare driver cluster for ``address``, logging in as tikk on the authenticated stack."""
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import Cluster as CqlCluster
+
+    from tikk.drivers.cassandra import CassandraConfig
+
+    config = CassandraConfig.from_url(stack.login(f"cassandra://{address}/tikk"))
+    login = config.credentials
+    return CqlCluster(
+        list(config.hosts), port=config.port, connect_timeout=connect_timeout,
+        auth_provider=None if login is None else PlainTextAuthProvider(login.user, login.password),
+        ssl_context=None if config.tls is None else config.tls.context("cassandra"),
+    )  # fmt: skip
+
+
+def _kafka_options(address: str) -> dict[str, Any]:
+    """An aiokafka client's connection options for ``address`` (the stack's login, if any)."""
+    from tikk.queue_contract import KafkaQueueUrl
+
+    return KafkaQueueUrl.from_url(stack.login(f"kafka://{address}")).client_options()
 
 
 def zookeeper_answers(address: str) -> bool:
@@ -50,7 +74,7 @@ def kafka_answers(address: str) -> bool:
 
     async def probe() -> None:
         admin = AIOKafkaAdminClient(
-            bootstrap_servers=address, request_timeout_ms=int(_PROBE_TIMEOUT_S * 1000)
+            **_kafka_options(address), request_timeout_ms=int(_PROBE_TIMEOUT_S * 1000)
         )
         try:
             await asyncio.wait_for(admin.start(), _PROBE_TIMEOUT_S)
@@ -68,10 +92,7 @@ def kafka_answers(address: str) -> bool:
 
 def cassandra_answers(address: str) -> bool:
     """Cassandra answers a query."""
-    from cassandra.cluster import Cluster as CqlCluster
-
-    host, port = _split(address)
-    cql = CqlCluster([host], port=port, connect_timeout=_PROBE_TIMEOUT_S)
+    cql = _cql(address, _PROBE_TIMEOUT_S)
     try:
         session = cql.connect()
         session.execute("SELECT release_version FROM system.local", timeout=_PROBE_TIMEOUT_S)
@@ -153,10 +174,7 @@ class ServiceStopper:
 
 
 def drop_cassandra_keyspace(address: str, keyspace: str) -> None:
-    from cassandra.cluster import Cluster as CqlCluster
-
-    host, port = _split(address)
-    cql = CqlCluster([host], port=port, connect_timeout=10)
+    cql = _cql(address, 10)
     try:
         cql.connect().execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=60)
     finally:
@@ -166,7 +184,11 @@ def drop_cassandra_keyspace(address: str, keyspace: str) -> None:
 def delete_zookeeper_chroot(address: str, chroot: str) -> None:
     from kazoo.client import KazooClient
 
-    zk = KazooClient(hosts=address)
+    from tikk.urls import BackendUrl
+
+    login = BackendUrl.parse("ownership_url", stack.login(f"zk://{address}/tikk")).credentials
+    auth = [] if login is None else [("digest", f"{login.user}:{login.password}")]
+    zk = KazooClient(hosts=address, auth_data=auth)
     zk.start(timeout=10)
     try:
         zk.delete(chroot, recursive=True)
@@ -179,7 +201,7 @@ def delete_kafka_topics(address: str, topics: list[str]) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
     async def delete() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=address)
+        admin = AIOKafkaAdminClient(**_kafka_options(address))
         await asyncio.wait_for(admin.start(), 10)
         try:
             present = set(await admin.list_topics())

@@ -12,6 +12,14 @@ released it in a rebalance, or its session expired after a crash) the watch wake
 and it takes the shard. A member deletes the owner nodes of shards no longer assigned to it,
 after first dropping them from ``owned()``, so two members never report the same shard.
 
+**Access.** A URL with a user (``zk://tikk@host:port/tikk?password_file=...``) authenticates
+with the digest scheme, and every node tikk creates (the chroot included) carries an ACL that
+grants everything to that identity and nothing to anyone else. ZooKeeper accepts any digest
+login (the identity is a hash of user and password), so a wrong password shows as no access to
+the chroot: ``start()`` reads it once and fails with ``BackendRefused``, as it does when the
+server refuses the login (``enforce.auth.enabled``) or closes the session of a client that gave
+none.
+
 **Epochs.** The fencing epoch of a shard is the creation zxid (``czxid``) of its owner node.
 ZooKeeper orders every write, so the node of a later owner has a larger czxid than any earlier
 one: a stale owner presents an older epoch and the task store refuses its cursor writes.
@@ -63,15 +71,25 @@ from types import MappingProxyType
 from typing import Any
 
 from dispatcher.ownership.assignment import assign
-from tikk.errors import BackendUnavailable, InvalidArgument
-from tikk.urls import split_url
+from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
+from tikk.urls import BackendUrl, Credentials, split_url
 
 try:
     from kazoo.client import KazooClient
-    from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+    from kazoo.exceptions import (
+        AuthFailedError,
+        ConnectionClosedError,
+        KazooException,
+        NoAuthError,
+        NodeExistsError,
+        NoNodeError,
+        SessionClosedRequireSaslError,
+        SessionExpiredError,
+    )
     from kazoo.handlers.threading import KazooTimeoutError
     from kazoo.protocol.states import KazooState
     from kazoo.retry import KazooRetry
+    from kazoo.security import make_digest_acl
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "ZooKeeper shard ownership needs kazoo: pip install 'tikk[zookeeper]'"
@@ -97,25 +115,30 @@ class ZkState(enum.Enum):
 
 @dataclass(frozen=True)
 class ZkTarget:
-    """Where the group lives: kazoo's ``host:port[,host:port]`` and the chroot path."""
+    """Where the group lives: kazoo's ``host:port[,host:port]``, the chroot path, and the
+    digest login (if any)."""
 
     hosts: str
     chroot: str
+    credentials: Credentials | None = None
 
 
 def parse_zk_url(url: str) -> ZkTarget:
-    """``zk://host:port[,host:port][/chroot]``; the chroot defaults to ``/tikk``.
-
-    Raises ``InvalidArgument`` (field ``ownership_url``) for anything else.
-    """
-    scheme, rest = split_url("ownership_url", url)
+    """``zk://[user@]host:port[,host:port][/chroot][?password_file=PATH]``; the chroot
+    defaults to ``/tikk``. Raises ``InvalidArgument`` (field ``ownership_url``) for anything
+    else (never showing a password)."""
+    secured = BackendUrl.parse("ownership_url", url)
+    if secured.tls is not None:
+        raise InvalidArgument("ownership_url", "TLS to ZooKeeper is not supported")
+    scheme, rest = split_url("ownership_url", secured.bare)
     hosts, _, path = rest.partition("/")
-    path = path.strip("/")
+    path = path.partition("?")[0].strip("/")
     if scheme != "zk" or not _hosts_ok(hosts) or "//" in path:
         raise InvalidArgument(
-            "ownership_url", f"expected zk://host:port[,host:port]/chroot, got {url!r}"
+            "ownership_url",
+            f"expected zk://host:port[,host:port]/chroot, got {secured.redacted()!r}",
         )
-    return ZkTarget(hosts, f"/{path}" if path else DEFAULT_CHROOT)
+    return ZkTarget(hosts, f"/{path}" if path else DEFAULT_CHROOT, secured.credentials)
 
 
 def _hosts_ok(hosts: str) -> bool:
@@ -147,6 +170,7 @@ class ZkOwnership:
         chroot: str = DEFAULT_CHROOT,
         member_id: str | None = None,
         session_timeout_s: float = 10.0,
+        credentials: Credentials | None = None,
     ) -> None:
         self.member_id = member_id if member_id is not None else default_member_id()
         if not self.member_id or "/" in self.member_id:
@@ -154,6 +178,7 @@ class ZkOwnership:
         if shard_count < 1 or session_timeout_s <= 0:
             raise InvalidArgument("ownership", "shard_count and session_timeout_s must be > 0")
         self._hosts = hosts
+        self._credentials = credentials
         self._shard_count = shard_count
         self._chroot = chroot.rstrip("/")
         self._timeout_s = session_timeout_s
@@ -186,6 +211,7 @@ class ZkOwnership:
             chroot=target.chroot,
             member_id=member_id,
             session_timeout_s=session_timeout_s,
+            credentials=target.credentials,
         )
 
     def __repr__(self) -> str:
@@ -215,6 +241,13 @@ class ZkOwnership:
             raise BackendUnavailable(
                 f"ZooKeeper at {self._hosts} did not answer within {self._timeout_s}s"
             ) from exc
+        try:
+            await asyncio.to_thread(self._check_access)
+        except BaseException:
+            client, self._client = self._client, None
+            self._set_state(ZkState.STOPPED)
+            await asyncio.to_thread(_stop_client, client)
+            raise
         self._worker = threading.Thread(
             target=self._run, name=f"tikk-ownership-{self.member_id}", daemon=True
         )
@@ -231,6 +264,25 @@ class ZkOwnership:
         self._stopping.set()
         self._wake.set()
         await asyncio.to_thread(self._shutdown, client, worker)
+
+    def _check_access(self) -> None:
+        """Create the chroot (with our ACL) if missing and list it: proves the login before
+        anything else runs. Raises ``BackendRefused`` naming the host and user."""
+        user = self._credentials.user if self._credentials is not None else ""
+        try:
+            self._client.ensure_path(self._chroot)
+            self._client.get_children(self._chroot)
+        except NoAuthError:
+            reason = f"no access to {self._chroot} (wrong user or password)"
+            raise BackendRefused("zookeeper", self._hosts, user, reason) from None
+        except _LOGIN_REFUSED as exc:
+            # A server enforcing authentication closes a session that gave none or a bad one.
+            reason = f"the login was refused ({type(exc).__name__})"
+            if not user:
+                reason += "; it requires one: add user@ and password_file= to the URL"
+            raise BackendRefused("zookeeper", self._hosts, user, reason) from None
+        except (KazooException, KazooTimeoutError) as exc:
+            raise BackendUnavailable(f"ZooKeeper at {self._hosts}: {exc!r}") from exc
 
     # -- kazoo's threads: flip state and wake the worker, nothing else ------------------------
 
@@ -264,7 +316,17 @@ class ZkOwnership:
         # kazoo's default reconnect backoff grows to an hour; retry often enough to reach a
         # server again before the session expires.
         retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=max(0.2, self._timeout_s / 4))
-        client = KazooClient(hosts=self._hosts, timeout=self._timeout_s, connection_retry=retry)
+        login: dict[str, Any] = {}
+        if self._credentials is not None:
+            user, password = self._credentials.user, self._credentials.password
+            login = {
+                "auth_data": [("digest", f"{user}:{password}")],
+                # Every node we create is ours alone (read, write, create, delete, admin).
+                "default_acl": [make_digest_acl(user, password, all=True)],
+            }
+        client = KazooClient(
+            hosts=self._hosts, timeout=self._timeout_s, connection_retry=retry, **login
+        )
         client.add_listener(self._on_connection)
         return client
 
@@ -410,6 +472,17 @@ class ZkOwnership:
     @property
     def _node_value(self) -> bytes:
         return self.member_id.encode()
+
+
+# How a server enforcing authentication ends a session that gave no login or a bad one.
+_LOGIN_REFUSED = (
+    AuthFailedError, SessionClosedRequireSaslError, SessionExpiredError, ConnectionClosedError,
+)  # fmt: skip
+
+
+def _stop_client(client: Any) -> None:
+    client.stop()
+    client.close()
 
 
 def _session_id(client: Any) -> int | None:

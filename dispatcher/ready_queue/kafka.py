@@ -22,9 +22,11 @@ Durability: ``acks=all`` with the idempotent producer, so a publish that returne
 in-sync replica and an internally retried batch is not written twice. A batch is sent whole
 before any acknowledgement is awaited: it costs about one round trip, not one per message.
 
-``start`` connects the producer and the admin client; the consumer that reads the backlog
-connects on the first backlog read (only the server reads backlogs). A client that is not
-connected when needed (``start`` failed) is connected then.
+``start`` logs in (``tikk.drivers.kafka.check_login``: credentials or a certificate the
+broker refuses fail it with ``BackendRefused``), then connects the producer and the admin
+client; the consumer that reads the backlog connects on the first backlog read (only the server
+reads backlogs). A client that is not connected when needed (Kafka was down at ``start``) is
+connected then. Every client connects with the URL's login and TLS (``client_options``).
 
 Needs the ``kafka`` extra (aiokafka); this module is imported only when a ``kafka://`` URL is
 configured.
@@ -41,6 +43,7 @@ from typing import Any
 
 from dispatcher.ready_queue import QueueBacklog, with_idle
 from tikk import delivery_codec
+from tikk.drivers.kafka import check_login
 from tikk.errors import BackendUnavailable, FailedPrecondition, InvalidArgument, TikkError
 from tikk.model import Delivery
 from tikk.queue_contract import KafkaQueueUrl, trace_headers
@@ -132,7 +135,7 @@ class KafkaReadyQueue:
         return cls(KafkaQueueUrl.from_url(url))
 
     def __repr__(self) -> str:
-        return f"KafkaReadyQueue({','.join(self._config.bootstrap_servers)!r})"
+        return f"KafkaReadyQueue({self._config.shown!r})"
 
     @property
     def config(self) -> KafkaQueueUrl:
@@ -141,9 +144,11 @@ class KafkaReadyQueue:
     async def start(self) -> None:
         """Connect now if Kafka answers. A Kafka that does not is no reason to refuse to
         start (a server restarted during a Kafka outage must still answer, UNAVAILABLE for
-        what needs the queue): each call connects again until it does."""
+        what needs the queue): each call connects again until it does. A broker that refuses
+        the login is: ``BackendRefused``."""
         self._started = True
         try:
+            await check_login(self._config)
             with _unavailable("start"):
                 await self._admin_client()
                 await self._producer_client()
@@ -223,8 +228,8 @@ class KafkaReadyQueue:
         async with self._start_lock:
             self._check_open()
             if self._admin is None:
-                servers = list(self._config.bootstrap_servers)
-                self._admin = await _start(AIOKafkaAdminClient(bootstrap_servers=servers))
+                options = self._config.client_options()
+                self._admin = await _start(AIOKafkaAdminClient(**options))
             return self._admin
 
     async def _producer_client(self) -> Any:
@@ -233,7 +238,7 @@ class KafkaReadyQueue:
             self._check_open()
             if self._producer is None:
                 producer = AIOKafkaProducer(
-                    bootstrap_servers=list(self._config.bootstrap_servers),
+                    **self._config.client_options(),
                     acks="all",
                     enable_idempotence=True,
                     linger_ms=_LINGER_MS,
@@ -247,7 +252,7 @@ class KafkaReadyQueue:
             self._check_open()
             if self._probe is None:
                 probe = AIOKafkaConsumer(
-                    bootstrap_servers=list(self._config.bootstrap_servers),
+                    **self._config.client_options(),
                     enable_auto_commit=False,
                     auto_offset_reset="earliest",
                     max_partition_fetch_bytes=_PROBE_FETCH_BYTES,

@@ -13,6 +13,7 @@ import grpc
 from tikk.delivery_tokens import UnknownDeliveryKey
 from tikk.errors import (
     AlreadyExists,
+    BackendRefused,
     BackendUnavailable,
     Conflict,
     FailedPrecondition,
@@ -41,6 +42,8 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (StaleOwner, grpc.StatusCode.ABORTED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
+    # A backend refusing our credentials: the server cannot serve; the message says why.
+    (BackendRefused, grpc.StatusCode.UNAVAILABLE),
 ]
 
 

@@ -27,6 +27,7 @@ from tikk.model import ResultKind, RunReport
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration
+from tikk.urls import redact
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger("tikk.server")
@@ -64,7 +65,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         self, request: worker_pb2.GetWorkerConfigRequest, context: Ctx
     ) -> worker_pb2.GetWorkerConfigResponse:
         return worker_pb2.GetWorkerConfigResponse(
-            queue_url=self._settings.queue_url,
+            # Never a password: a worker supplies its own (``tikk worker --queue-url``).
+            queue_url=redact(self._settings.queue_url),
             visibility_timeout=to_duration(self._settings.visibility_timeout_ms),
         )
 

@@ -160,9 +160,9 @@ def _run_stack(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "up":
-            stack.up(args.services or None, fresh=args.fresh)
-            print("\nbackend URLs for tikk:")
-            for name, url in stack.URLS.items():
+            stack.up(args.services or None, fresh=args.fresh, plain=args.plain)
+            print("\nbackend URLs for tikk (passwords are in the files named):")
+            for name, url in stack.urls().items():
                 print(f"  --{name.removesuffix('_url').replace('_', '-')} {url}")
         elif args.action == "down":
             stack.down()
@@ -200,6 +200,11 @@ def register(sub: Any) -> None:
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("services", nargs="*", help="cassandra, kafka, zookeeper (default: all)")
     p.add_argument("--fresh", action="store_true", help="wipe the services' data first")
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="start the services without authentication or TLS (default: both on)",
+    )
     p.set_defaults(func=_from_checkout("stack", "stack up", _run_stack))
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tikk.errors import InvalidArgument
 from tikk.settings import Security, Settings, Tls, embedded_urls
+from tikk.urls import has_inline_password
 
 if TYPE_CHECKING:
     from tikk.client.transport import Transport
@@ -40,13 +43,15 @@ def parse_time_ms(text: str) -> int:
 
 
 def settings(args: argparse.Namespace) -> Settings:
-    """The settings of a process from its backend options (``backend_options``)."""
+    """The settings of a process from its backend options (``backend_options``) and its
+    config file (``config_option``)."""
     urls = embedded_urls(args.data_dir)
+    chosen = backend_urls(args)
     return Settings(
-        store_url=args.store or urls["store_url"],
-        history_url=args.history or urls["history_url"],
-        queue_url=args.queue or urls["queue_url"],
-        ownership_url=getattr(args, "ownership", None) or "",
+        store_url=chosen.get("store") or urls["store_url"],
+        history_url=chosen.get("history") or urls["history_url"],
+        queue_url=chosen.get("queue") or urls["queue_url"],
+        ownership_url=chosen.get("ownership", ""),
         ownership_session_timeout_ms=args.session_timeout,
         shard_count=args.shards,
         listen=getattr(args, "listen", "127.0.0.1:7070"),
@@ -107,7 +112,66 @@ def security_options(p: argparse.ArgumentParser, *, serves: bool) -> None:
     )
 
 
+# The backend URLs a config file may hold (``[backends]``), by their option names.
+BACKEND_KEYS = ("store", "history", "queue", "ownership")
+
+
+def config_option(p: argparse.ArgumentParser) -> None:
+    """``--config FILE``: the backend URLs (with their passwords, if inline) in a TOML file."""
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        default=os.environ.get("TIKK_CONFIG"),
+        help="TOML file whose [backends] table holds the store, history, queue and ownership "
+        "URLs, the only place a URL may carry user:password@ (default: $TIKK_CONFIG)",
+    )
+
+
+def backend_urls(args: argparse.Namespace) -> dict[str, str]:
+    """The backend URLs given (by ``BACKEND_KEYS``): each option on the command line, else the
+    config file's. A command-line URL with an inline password is refused (every process
+    listing would show it); raises ``InvalidArgument`` naming the option or the file."""
+    chosen = read_config(getattr(args, "config", None) or "")
+    for key in BACKEND_KEYS:
+        url = getattr(args, key, None)
+        if not url:
+            continue
+        if has_inline_password(url):
+            raise InvalidArgument(
+                f"--{key}",
+                "a password on the command line is visible to every user of the host: put "
+                "the URL in a config file (--config) or use password_file= / password_env=",
+            )
+        chosen[key] = url
+    return chosen
+
+
+def read_config(path: str) -> dict[str, str]:
+    """The ``[backends]`` table of the TOML file at ``path`` ({} for no file)."""
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+    except OSError as exc:
+        raise InvalidArgument("--config", f"cannot read {path!r}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        # The parser's message quotes no value, only where the syntax broke.
+        raise InvalidArgument("--config", f"{path!r} is not valid TOML: {exc}") from None
+    table = document.get("backends", {})
+    unknown = sorted(set(document) - {"backends"}) + sorted(set(table) - set(BACKEND_KEYS))
+    if unknown:
+        known = ", ".join(BACKEND_KEYS)
+        raise InvalidArgument(
+            "--config", f"{path!r}: unknown key {unknown[0]!r} ([backends]: {known})"
+        )
+    if not all(isinstance(v, str) for v in table.values()):
+        raise InvalidArgument("--config", f"{path!r}: every [backends] value must be a string")
+    return dict(table)
+
+
 def backend_options(p: argparse.ArgumentParser) -> None:
+    config_option(p)
     p.add_argument("--data-dir", default="data", help="where the embedded SQLite files live")
     p.add_argument("--store", help="task store URL (default: sqlite under --data-dir)")
     p.add_argument("--history", help="run history URL (default: sqlite under --data-dir)")

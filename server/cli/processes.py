@@ -20,6 +20,8 @@ from server.cli.options import (
     EXIT_REFUSED,
     EXIT_USAGE,
     backend_options,
+    backend_urls,
+    config_option,
     otel_option,
     parse_duration_ms,
     security_options,
@@ -30,6 +32,7 @@ from server.cli.options import (
 from tikk.errors import InvalidArgument, TikkError
 from tikk.settings import Settings
 from tikk.telemetry import Providers, open_telemetry
+from tikk.urls import redact
 
 if TYPE_CHECKING:
     from server.certs import DevPki
@@ -190,7 +193,7 @@ def _announce(command: str, config: Settings, port: int, dev_pki: DevPki | None 
     with ``tikk dev --tls``, how a client connects."""
     host = config.listen.rpartition(":")[0] or "127.0.0.1"
     print(f"tikk {command} listening on {host}:{port}", flush=True)
-    print(f"  store {config.store_url}\n  queue {config.queue_url}", flush=True)
+    print(f"  store {redact(config.store_url)}\n  queue {redact(config.queue_url)}", flush=True)
     if config.security.tls is not None:
         print(f"  tls {config.security.tls.cert_file}", flush=True)
     if dev_pki is not None:
@@ -294,14 +297,19 @@ def _run_worker(args: argparse.Namespace) -> int:
     telemetry = open_telemetry(args.otel, "tikk-worker")
     _trace_worker(worker, telemetry.providers)
 
+    queue_url = backend_urls(_worker_queue(args)).get("queue")
+
     async def main() -> int:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        done: int = await worker.run(args.server, burst=args.burst, stop=stop)
+        done: int = await worker.run(args.server, burst=args.burst, stop=stop, queue_url=queue_url)
         return done
 
     try:
         done = asyncio.run(main())
+    except TikkError as exc:  # the queue refused the login: one clear line, not a traceback
+        print(f"tikk worker: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     finally:
         telemetry.shutdown()
     print(f"tikk worker finished {done} runs", flush=True)
@@ -331,6 +339,12 @@ def _given_transport(own: Transport, flags: Transport) -> Transport:
     place of its fields."""
     given = {name: value for name, value in vars(flags).items() if value}
     return replace(own, **given)
+
+
+def _worker_queue(args: argparse.Namespace) -> argparse.Namespace:
+    """A worker's ``--queue-url`` as ``backend_urls`` reads it: the config file's queue URL
+    (``[backends] queue``) unless the option gives one."""
+    return argparse.Namespace(config=args.config, queue=args.queue_url)
 
 
 def _run_migrate(args: argparse.Namespace) -> int:
@@ -437,6 +451,13 @@ def _worker_command(sub: Any) -> None:
         help="results unacknowledged this long: stop consuming so others take over, "
         "resume when the server acknowledges again (default 15s)",
     )
+    p.add_argument(
+        "--queue-url",
+        metavar="URL",
+        help="consume from this queue URL instead of the one the server hands out (which "
+        "carries no password): e.g. with this worker's own password_file= or password_env=",
+    )
+    config_option(p)
     otel_option(p)
     p.set_defaults(func=_run_worker)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from history.cassandra import HISTORY_MIGRATIONS
-from tests.services import CASSANDRA, require
+from tests.services import CASSANDRA, require, with_login
 from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
 from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
@@ -24,7 +24,7 @@ class TestKeyspace:
         self._session: CassandraSession | None = None
 
     def url(self) -> str:
-        return f"cassandra://{require('cassandra', CASSANDRA)}/{self.name}"
+        return with_login(f"cassandra://{require('cassandra', CASSANDRA)}/{self.name}")
 
     def fresh(self) -> str:
         """The keyspace's URL, migrated and with every table empty."""

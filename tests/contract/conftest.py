@@ -25,7 +25,7 @@ from server.wiring import (
     started,
 )
 from tests.contract.cassandra_keyspace import TestKeyspace
-from tests.services import KAFKA, require
+from tests.services import KAFKA, kafka_options, require, with_login
 from tikk.store.schedules import ScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import TaskStore
@@ -154,7 +154,7 @@ class QueuePair:
         from worker_sdk.queues.kafka import KafkaQueueConsumer
 
         prefix = f"test.{uuid.uuid4().hex[:12]}."
-        url = f"kafka://{address}?prefix={prefix}&partitions={partitions}"
+        url = with_login(f"kafka://{address}?prefix={prefix}&partitions={partitions}")
         timing = GroupTiming(session_timeout_ms=6_000, heartbeat_interval_ms=100)
 
         def make(queues: list[str], visibility_ms: int) -> QueueConsumer:
@@ -213,7 +213,7 @@ async def _kafka_settle(
 async def _delete_topics(address: str, prefix: str) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=address)
+    admin = AIOKafkaAdminClient(**kafka_options(address))
     await admin.start()
     try:
         topics = [t for t in await admin.list_topics() if t.startswith(prefix)]

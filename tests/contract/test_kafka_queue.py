@@ -44,7 +44,7 @@ async def kafka_pair(request: pytest.FixtureRequest) -> AsyncIterator[QueuePair]
 async def committed(url: str, queue: str) -> dict[int, tuple[int, str]]:
     """partition -> (offset, metadata) committed by the workers' group of ``queue``."""
     config = KafkaQueueUrl.from_url(url)
-    admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
+    admin = AIOKafkaAdminClient(**config.client_options())
     await admin.start()
     try:
         found = await admin.list_consumer_group_offsets(config.group(queue))
@@ -140,7 +140,7 @@ async def test_topics_are_created_on_first_use_by_either_side(kafka_pair: QueueP
     await kafka_pair.settle(worker)  # the worker came first and created its topic
     await kafka_pair.producer.publish([delivery("a", "email"), delivery("b", "sms")])
     config = KafkaQueueUrl.from_url(kafka_pair.url)
-    admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
+    admin = AIOKafkaAdminClient(**config.client_options())
     await admin.start()
     try:
         topics = await admin.describe_topics([config.topic("email"), config.topic("sms")])
@@ -165,7 +165,7 @@ async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
 
 async def _described(url: str, topics: list[str]) -> dict[str, int]:
     config = KafkaQueueUrl.from_url(url)
-    admin = AIOKafkaAdminClient(bootstrap_servers=list(config.bootstrap_servers))
+    admin = AIOKafkaAdminClient(**config.client_options())
     await admin.start()
     try:
         described = await admin.describe_topics(topics)

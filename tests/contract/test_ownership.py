@@ -27,7 +27,7 @@ from kazoo.client import KazooClient
 from dispatcher.ownership import Ownership, SingleOwner
 from dispatcher.ownership.assignment import assign
 from dispatcher.ownership.zookeeper import ZkOwnership, ZkState, parse_zk_url
-from tests.services import ZOOKEEPER, require
+from tests.services import ZOOKEEPER, require, with_login, zk_login
 from tikk.errors import BackendUnavailable, InvalidArgument, StaleOwner
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import advance_cursor
@@ -67,7 +67,7 @@ class ZkGroup:
     members: list[ZkOwnership] = field(default_factory=list)
 
     def url(self, address: str | None = None) -> str:
-        return f"zk://{address or self.address}{self.chroot}"
+        return with_login(f"zk://{address or self.address}{self.chroot}")
 
     def member(
         self, member_id: str | None = None, *, via: str | None = None, session_s: float = SESSION_S
@@ -87,7 +87,7 @@ class ZkGroup:
 
 
 def _delete_tree(address: str, path: str) -> None:
-    client = KazooClient(hosts=address, timeout=SESSION_S)
+    client = KazooClient(hosts=address, timeout=SESSION_S, **zk_login())
     client.start(SESSION_S)
     try:
         client.delete(path, recursive=True)

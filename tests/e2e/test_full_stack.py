@@ -16,7 +16,7 @@ import grpc
 import pytest
 
 from tests.e2e.conftest import Process, eventually
-from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require
+from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require, with_login
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import (
     history_pb2,
@@ -39,13 +39,13 @@ class FullStack:
         self.keyspace = f"tikk_e2e_{tag}"
         self.backend = [
             "--store",
-            f"cassandra://{CASSANDRA}/{self.keyspace}",
+            with_login(f"cassandra://{CASSANDRA}/{self.keyspace}"),
             "--history",
-            f"cassandra://{CASSANDRA}/{self.keyspace}",
+            with_login(f"cassandra://{CASSANDRA}/{self.keyspace}"),
             "--queue",
-            f"kafka://{KAFKA}?prefix=e2e{tag}.&partitions=4",
+            with_login(f"kafka://{KAFKA}?prefix=e2e{tag}.&partitions=4"),
             "--ownership",
-            f"zk://{ZOOKEEPER}/tikk-e2e-{tag}",
+            with_login(f"zk://{ZOOKEEPER}/tikk-e2e-{tag}"),
             "--session-timeout",
             f"{SESSION_TIMEOUT_S}s",
             "--shards",

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from tests.e2e.conftest import ROOT, Process, Stack, eventually
-from tests.services import KAFKA, require
+from tests.services import KAFKA, kafka_options, require, with_login
 from tikk.v1 import schedules_pb2, schedules_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
 pytestmark = pytest.mark.e2e
@@ -181,7 +181,7 @@ def kafka_admin(action: Callable[[Any], Awaitable[T]]) -> T:
     from aiokafka.admin import AIOKafkaAdminClient
 
     async def run() -> T:
-        admin = AIOKafkaAdminClient(bootstrap_servers=KAFKA)
+        admin = AIOKafkaAdminClient(**kafka_options())
         await admin.start()
         try:
             return await action(admin)
@@ -213,7 +213,7 @@ def on_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnKafka]:
     """``tikk dev`` and a worker on the real Kafka, under topics of their own."""
     require("kafka", KAFKA)
     prefix = f"e2eq{uuid.uuid4().hex[:8]}."
-    url = f"kafka://{KAFKA}?prefix={prefix}&partitions=2"
+    url = with_login(f"kafka://{KAFKA}?prefix={prefix}&partitions=2")
     address, processes = start_dev(tmp_path_factory.mktemp("kafka"), url, worker=True)
     with grpc.insecure_channel(address) as channel:
         yield OnKafka(channel, prefix)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import ROOT, Process
-from tests.services import CASSANDRA, require
+from tests.services import CASSANDRA, require, with_login
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +26,9 @@ def tikk(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_processes_refuse_another_shard_count_on_cassandra(tmp_path: Path) -> None:
-    url = f"cassandra://{require('cassandra', CASSANDRA)}/tikk_shards_{uuid.uuid4().hex[:8]}"
+    url = with_login(
+        f"cassandra://{require('cassandra', CASSANDRA)}/tikk_shards_{uuid.uuid4().hex[:8]}"
+    )
     backend = ["--store", url, "--history", url, "--data-dir", str(tmp_path)]
     try:
         assert tikk("migrate", *backend, "--shards", "16").returncode == 0

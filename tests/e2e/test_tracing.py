@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from tests.e2e.conftest import Process, eventually
-from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require
+from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require, with_login
 from tikk.timestamps import to_timestamp
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
@@ -145,10 +145,10 @@ def test_full_stack_one_trace_through_kafka_headers(deployment: Deployment) -> N
         require(name, address)
     tag = uuid.uuid4().hex[:8]
     backend = [
-        "--store", f"cassandra://{CASSANDRA}/tikk_trace_{tag}",
-        "--history", f"cassandra://{CASSANDRA}/tikk_trace_{tag}",
-        "--queue", f"kafka://{KAFKA}?prefix=trace{tag}.&partitions=2",
-        "--ownership", f"zk://{ZOOKEEPER}/tikk-trace-{tag}",
+        "--store", with_login(f"cassandra://{CASSANDRA}/tikk_trace_{tag}"),
+        "--history", with_login(f"cassandra://{CASSANDRA}/tikk_trace_{tag}"),
+        "--queue", with_login(f"kafka://{KAFKA}?prefix=trace{tag}.&partitions=2"),
+        "--ownership", with_login(f"zk://{ZOOKEEPER}/tikk-trace-{tag}"),
         "--session-timeout", "4s", "--shards", "8",
     ]  # fmt: skip
     migrate = Process(["migrate", *backend], deployment.env)

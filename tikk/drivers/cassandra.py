@@ -1,7 +1,10 @@
 """A Cassandra session for asyncio: prepared statements only, driver errors translated once;
 and the migration runner that creates and upgrades a keyspace's tables.
 
-URL: ``cassandra://host[:port][,host[:port]]/keyspace?consistency=LOCAL_QUORUM&dc=dc1``.
+URL: ``cassandra://[user@]host[:port][,host[:port]]/keyspace?consistency=LOCAL_QUORUM&dc=dc1``
+plus the password and TLS options of ``tikk.urls`` (``password_file=``, ``tls_ca=``, ...): the
+user logs in through Cassandra's ``PasswordAuthenticator``. Credentials that are refused, or a
+server certificate that is not trusted, fail the first ``start()`` with ``BackendRefused``.
 The driver runs its own I/O threads; results are handed to the event loop thread-safely.
 One session serves every backend of a process that uses the same keyspace: each backend
 ``start()``s and ``close()``s it, and the session connects on the first start and shuts down
@@ -12,19 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import re
+import ssl
 import threading
 import time
 from collections import namedtuple
 from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tikk.errors import BackendUnavailable, InvalidArgument
+from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
+from tikk.urls import BackendUrl, Credentials, TlsFiles
 
 try:
-    from cassandra import ConsistencyLevel, DriverException
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile, Session
+    from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import (
+        EXEC_PROFILE_DEFAULT,
+        Cluster,
+        ExecutionProfile,
+        NoHostAvailable,
+        Session,
+    )
     from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
     from cassandra.query import BatchStatement, BatchType, PreparedStatement
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
@@ -40,12 +52,17 @@ class CassandraConfig:
     keyspace: str
     consistency: str = "LOCAL_QUORUM"
     local_dc: str | None = None
+    credentials: Credentials | None = None
+    tls: TlsFiles | None = None
 
     @classmethod
     def from_url(cls, url: str, setting: str = "store_url") -> CassandraConfig:
-        parts = urlsplit(url)
+        secured = BackendUrl.parse(setting, url)
+        parts = urlsplit(secured.bare)
         if parts.scheme != "cassandra" or not parts.netloc:
-            raise InvalidArgument(setting, f"expected cassandra://host:port/keyspace, got {url!r}")
+            raise InvalidArgument(
+                setting, f"expected cassandra://host:port/keyspace, got {secured.redacted()!r}"
+            )
         hosts, ports = [], set()
         for item in parts.netloc.split(","):
             host, _, port = item.partition(":")
@@ -58,7 +75,16 @@ class CassandraConfig:
         consistency = query.get("consistency", "LOCAL_QUORUM").upper()
         if consistency not in ConsistencyLevel.name_to_value:
             raise InvalidArgument(setting, f"unknown consistency level {consistency!r}")
-        return cls(tuple(hosts), ports.pop(), keyspace, consistency, query.get("dc"))
+        secured.ssl_context()  # unreadable TLS files are a bad setting, named now
+        return cls(
+            tuple(hosts), ports.pop(), keyspace, consistency, query.get("dc"),
+            secured.credentials, secured.tls,
+        )  # fmt: skip
+
+    @property
+    def where(self) -> str:
+        """host:port[,host:port] for messages."""
+        return ",".join(f"{h}:{self.port}" for h in self.hosts)
 
 
 class CassandraSession:
@@ -74,11 +100,14 @@ class CassandraSession:
             request_timeout=15.0,
             row_factory=_RowTypes().rows,
         )
+        login = config.credentials
         self._cluster = Cluster(
             list(config.hosts),
             port=config.port,
             execution_profiles={EXEC_PROFILE_DEFAULT: profile},
             protocol_version=5,
+            auth_provider=None if login is None else PlainTextAuthProvider(*astuple(login)),
+            ssl_context=None if config.tls is None else config.tls.context("cassandra"),
         )
         self._session: Session | None = None
         self._prepared: dict[str, PreparedStatement] = {}
@@ -103,6 +132,12 @@ class CassandraSession:
         """Blocking connect (call via ``asyncio.to_thread``); translates failures."""
         try:
             self._session = self._cluster.connect()
+        except NoHostAvailable as exc:
+            refusal = _refusal(exc, self.config)
+            if refusal:
+                user = self.config.credentials.user if self.config.credentials else ""
+                raise BackendRefused("cassandra", self.config.where, user, refusal) from None
+            raise BackendUnavailable(f"cassandra: {exc}") from exc
         except DriverException as exc:
             raise BackendUnavailable(f"cassandra: {exc}") from exc
         except OSError as exc:
@@ -194,6 +229,21 @@ class CassandraSession:
         """Blocking shutdown of the driver's connections and threads."""
         self._session = None
         self._cluster.shutdown()
+
+
+def _refusal(exc: NoHostAvailable, config: CassandraConfig) -> str:
+    """Why every host refused us for good (bad credentials, no credentials where a password is
+    required, a certificate nobody trusts), or "" for a network failure worth retrying."""
+    for error in exc.errors.values():
+        if isinstance(error, AuthenticationFailed):
+            if config.credentials is None:
+                return "it requires a login (add user@ and password_file= to the URL)"
+            return "authentication failed (wrong user or password)"
+        if isinstance(error, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(
+            error
+        ):
+            return "its TLS certificate is not trusted (tls_ca= names the CA to trust)"
+    return ""
 
 
 class _RowTypes:

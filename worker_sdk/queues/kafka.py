@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tikk.drivers.kafka import check_login
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import KafkaQueueUrl
 from worker_sdk.queues.consumer import GroupTiming, Message, decode_delivery
@@ -328,7 +329,7 @@ class KafkaQueueConsumer:
         return cls(KafkaQueueUrl.from_url(url), queues, timing)
 
     def __repr__(self) -> str:
-        return f"KafkaQueueConsumer({','.join(self._config.bootstrap_servers)!r}, {self._queues})"
+        return f"KafkaQueueConsumer({self._config.shown!r}, {self._queues})"
 
     @property
     def config(self) -> KafkaQueueUrl:
@@ -340,11 +341,13 @@ class KafkaQueueConsumer:
 
     async def start(self) -> None:
         """Connect, create missing topics and join the groups; idempotent, and may be awaited
-        again after it failed. Raises ``BackendUnavailable``."""
+        again after it failed. Raises ``BackendUnavailable``, or ``BackendRefused`` when the
+        broker refuses the URL's login or certificate (no use trying again)."""
         async with self._start_lock:
             if self._closed:
                 raise BackendUnavailable("kafka: the consumer is closed")
             if not self._lanes:
+                await check_login(self._config)
                 with _consumer_unavailable("start"):
                     await self._open()
 
@@ -391,8 +394,7 @@ class KafkaQueueConsumer:
             raise BackendUnavailable(f"kafka: close failed: {errors[0]!r}") from errors[0]
 
     async def _open(self) -> None:
-        servers = list(self._config.bootstrap_servers)
-        self._admin = AIOKafkaAdminClient(bootstrap_servers=servers)
+        self._admin = AIOKafkaAdminClient(**self._config.client_options())
         try:
             await self._admin.start()
             await _create_topics(self._admin, self._config, self._queues)
@@ -411,7 +413,7 @@ class KafkaQueueConsumer:
         t = self._timing
         group = self._config.group(queue)
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=list(self._config.bootstrap_servers),
+            **self._config.client_options(),
             group_id=group,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
