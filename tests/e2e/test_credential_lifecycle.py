@@ -15,7 +15,7 @@ from server.certs import DevPki
 from tests.contract.cassandra_keyspace import REPLICATION
 from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, code_of, tikk
 from tests.e2e.conftest import Process, eventually
-from tests.services import CASSANDRA, require
+from tests.services import CASSANDRA, require, with_login
 from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
 from tikk.store.cassandra.schema import STORE_MIGRATIONS
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
@@ -51,7 +51,7 @@ def sqlite_stack(tmp_path: Path) -> Iterator[AuthStack]:
 def cassandra_stack(tmp_path: Path) -> Iterator[AuthStack]:
     """Servers on a keyspace of their own, migrated by ``tikk migrate``."""
     keyspace = f"tikk_auth_{int(time.time() * 1000) % 10**9}"
-    url = f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}"
+    url = with_login(f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}")
     stack = AuthStack(tmp_path, store=url)
     done = tikk("migrate", *stack.backend_args(), "--shards", "16", "--replication", REPLICATION)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -194,7 +194,7 @@ def test_a_keyspace_without_the_credentials_table_is_refused_at_start(tmp_path: 
     """A keyspace migrated by a release before credentials: the server says to migrate
     instead of refusing every call."""
     keyspace = f"tikk_auth_old_{int(time.time() * 1000) % 10**9}"
-    url = f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}"
+    url = with_login(f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}")
     session = CassandraSession(CassandraConfig.from_url(url))
     session.connect()
     try:

@@ -25,7 +25,7 @@ from dispatcher.ready_queue.local import LocalReadyQueue
 from server.runtime import serve
 from server.wiring import migrate
 from tests.contract.cassandra_keyspace import REPLICATION
-from tests.services import CASSANDRA, require
+from tests.services import CASSANDRA, require, with_login
 from tests.worker_server import free_port
 from tikk import delivery_codec
 from tikk.delivery_tokens import load_keys, new_keys, save_keys
@@ -156,7 +156,7 @@ def stores(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str
         yield urls["store_url"], urls["history_url"]
         return
     keyspace = f"tikk_tokens_{uuid.uuid4().hex[:10]}"
-    url = f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}"
+    url = with_login(f"cassandra://{require('cassandra', CASSANDRA)}/{keyspace}")
     settings = Settings(url, url, "local://unused.db", shard_count=SHARDS)
     migrate(settings, REPLICATION, int(time.time() * 1000))
     yield url, url
