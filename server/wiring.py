@@ -21,6 +21,7 @@ from dispatcher.ready_queue import ReadyQueue
 from history.run_history import RunHistory
 from tikk.errors import InvalidArgument
 from tikk.settings import Settings
+from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
 from tikk.urls import split_url
@@ -82,6 +83,18 @@ def _cassandra_schedules(url: str, shards: int, drivers: Drivers) -> ScheduleSto
     return CassandraScheduleStore(drivers.cassandra(url, "store_url"))
 
 
+def _sqlite_quotas(url: str, shards: int, drivers: Drivers) -> QuotaStore:
+    from tikk.store.sqlite.quotas import SqliteQuotaStore
+
+    return SqliteQuotaStore(split_url("store_url", url)[1])
+
+
+def _cassandra_quotas(url: str, shards: int, drivers: Drivers) -> QuotaStore:
+    from tikk.store.cassandra.quotas import CassandraQuotaStore
+
+    return CassandraQuotaStore(drivers.cassandra(url, "store_url"))
+
+
 def _sqlite_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
     from history.sqlite import SqliteRunHistory
 
@@ -114,6 +127,11 @@ TASK_STORES: Mapping[str, Callable[[str, int, Drivers], TaskStore]] = {
 SCHEDULE_STORES: Mapping[str, Callable[[str, int, Drivers], ScheduleStore]] = {
     "sqlite": _sqlite_schedules,
     "cassandra": _cassandra_schedules,
+}
+# Quotas live in the task store's database too: its usage is counted there.
+QUOTA_STORES: Mapping[str, Callable[[str, int, Drivers], QuotaStore]] = {
+    "sqlite": _sqlite_quotas,
+    "cassandra": _cassandra_quotas,
 }
 RUN_HISTORIES: Mapping[str, Callable[[str, int, Drivers], RunHistory]] = {
     "sqlite": _sqlite_history,
@@ -163,6 +181,11 @@ async def open_store(settings: Settings, drivers: Drivers) -> TaskStore:
 async def open_schedules(settings: Settings, drivers: Drivers) -> ScheduleStore:
     url, shards = settings.store_url, settings.shard_count
     return await started(build(SCHEDULE_STORES, "store_url", url, shards, drivers))
+
+
+async def open_quotas(settings: Settings, drivers: Drivers) -> QuotaStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(QUOTA_STORES, "store_url", url, shards, drivers))
 
 
 async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
@@ -230,8 +253,10 @@ class Backends:
     # The server's producer, for dead-letter streams.
     queue: ReadyQueue
     schedules: ScheduleStore
+    quotas: QuotaStore
 
     async def close(self) -> None:
+        await self.quotas.close()
         await self.queue.close()
         await self.schedules.close()
         await self.store.close()
@@ -249,5 +274,7 @@ async def open_backends(settings: Settings, drivers: Drivers | None = None) -> B
         queue = await open_queue(settings, drivers)
         opened.push_async_callback(queue.close)
         schedules = await open_schedules(settings, drivers)
+        opened.push_async_callback(schedules.close)
+        quotas = await open_quotas(settings, drivers)
         opened.pop_all()
-    return Backends(store, history, queue, schedules)
+    return Backends(store, history, queue, schedules, quotas)

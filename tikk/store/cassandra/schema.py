@@ -85,6 +85,15 @@ STORE_MIGRATIONS = [
             namespace text, task_id text, attempt int, due_ms bigint, claim text,
             claimed_ms bigint, PRIMARY KEY ((namespace, task_id), attempt, due_ms))""",
     ]),
+    Migration("store", 8, "namespace quotas and task usage", [
+        """CREATE TABLE IF NOT EXISTS namespace_quotas (
+            namespace text PRIMARY KEY, tasks_per_second bigint, tasks_stored bigint,
+            schedules bigint, import_streams bigint, updated_ms bigint)""",
+        # Unfinished tasks per namespace (``tikk.store.cassandra.quotas``); a counter table
+        # holds counters only.
+        """CREATE TABLE IF NOT EXISTS task_usage (
+            namespace text PRIMARY KEY, open_tasks counter)""",
+    ]),
 ]  # fmt: skip
 
 
