@@ -82,7 +82,9 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
         return EXIT_IMPORT
     config = settings(args)
     if member is not None:
-        config = replace(config, listen=member.role.listen)
+        # Each member admits its share of a namespace's tasks per second (server.quotas).
+        shares = replace(config.quotas, processes=member.role.count)
+        config = replace(config, listen=member.role.listen, quotas=shares)
 
     telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
     for worker in workers:
