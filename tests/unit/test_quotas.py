@@ -17,6 +17,7 @@ import pytest
 
 from server.app import ApiServer
 from server.wiring import Backends, open_backends
+from tikk.client import AsyncClient, ResourceExhaustedError, TaskSpec
 from tikk.clock import ManualClock
 from tikk.settings import QuotaSettings, Settings, embedded_urls
 from tikk.store.quotas import NamespaceQuotas
@@ -51,6 +52,7 @@ class Api:
     schedules: Any
     admin: Any
     backends: Backends
+    address: str
 
 
 @dataclass
@@ -74,6 +76,7 @@ class Servers:
             schedules_pb2_grpc.ScheduleServiceStub(channel),
             admin_pb2_grpc.AdminServiceStub(channel),
             backends,
+            f"127.0.0.1:{port}",
         )
         self.apis.append(served)
         return served
@@ -291,3 +294,17 @@ async def test_a_negative_quota_is_invalid(api: Api) -> None:
         await set_quotas(api, schedules=-1)
     assert failure.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert "quotas.schedules" in (failure.value.details() or "")
+
+
+async def test_the_python_client_reads_and_sets_quotas(api: Api) -> None:
+    async with AsyncClient(api.address, namespace=NS) as client:
+        await client.create_task(TaskSpec(queue="q", handler="h"))
+        answer = await client.set_namespace_quotas(tasks_stored=1, import_streams=2)
+        assert (answer.quotas.tasks_stored, answer.quotas.import_streams) == (1, 2)
+        assert not answer.quotas.HasField("schedules")
+        with pytest.raises(ResourceExhaustedError, match="tasks_stored"):
+            await client.create_task(TaskSpec(queue="q", handler="h"))
+        await client.set_namespace_quotas()  # every quota cleared
+        await client.create_task(TaskSpec(queue="q", handler="h"))
+        got = await client.get_namespace_quotas()
+        assert not got.quotas.HasField("tasks_stored") and got.usage.tasks_stored == 2
