@@ -254,6 +254,31 @@ async def test_import_streams_at_once(api: Api) -> None:
     assert await stored(api) == {"a", "c"}
 
 
+async def test_a_cancelled_import_stream_gives_its_slot_back(api: Api) -> None:
+    await set_quotas(api, import_streams=1)
+    never = asyncio.Event()
+
+    async def one_then_wait() -> AsyncIterator[tasks_pb2.ImportTasksRequest]:
+        yield batch(["a"])
+        await never.wait()
+
+    first = api.tasks.ImportTasks(one_then_wait())
+    assert (await first.read()).accepted == 1
+    [refused_batch] = await import_all(api, batch(["b"]))
+    assert refused_batch.code == EXHAUSTED.value[0]
+    first.cancel()  # the client goes away mid-stream
+
+    async def admitted() -> bool:
+        [answer] = await import_all(api, batch(["c"]))
+        return bool(answer.accepted)
+
+    for _ in range(50):
+        if await admitted():
+            break
+        await asyncio.sleep(0.1)
+    assert await stored(api) == {"a", "c"}
+
+
 # --- administration ------------------------------------------------------------------------
 
 
