@@ -114,6 +114,8 @@ class QuotaGate:
         if quota is None:
             return
         rate = self._rate(quota)
+        if quota == 0:
+            raise _over("tasks_per_second", quota, namespace, "no task may be created")
         if adding > rate:
             raise _over(
                 "tasks_per_second", quota, namespace,
