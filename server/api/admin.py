@@ -1,4 +1,5 @@
-"""``tikk.v1.AdminService``: per-namespace quotas, read and replaced by an admin.
+"""``tikk.v1.AdminService``: per-namespace quotas, read and replaced by an admin, and the
+repair of a namespace's usage count.
 
 A change is stored at once; this process reads it at its next call, the others within their
 quota cache (``QuotaSettings.cache_ms``), none needing a restart.
@@ -33,6 +34,14 @@ class AdminService(admin_pb2_grpc.AdminServiceServicer):  # type: ignore[misc]
         quotas = quotas_from_proto(request.quotas)
         await self._quotas.store.put(ns, quotas, self._clock.now_ms())
         self._quotas.forget(ns)
+        return await self._answer(ns)
+
+    @maps_errors
+    async def RecountNamespaceUsage(
+        self, request: admin_pb2.RecountNamespaceUsageRequest, context: Ctx
+    ) -> admin_pb2.NamespaceQuotasResponse:
+        ns = validation.namespace(request.namespace)
+        await self._quotas.store.recount(ns)
         return await self._answer(ns)
 
     async def _answer(self, namespace: str) -> admin_pb2.NamespaceQuotasResponse:

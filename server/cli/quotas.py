@@ -1,4 +1,5 @@
-"""``quota`` (get, set): a namespace's quotas and usage, changed without a restart."""
+"""``quota`` (get, set, recount): a namespace's quotas and usage, changed without a
+restart."""
 
 from __future__ import annotations
 
@@ -64,6 +65,12 @@ def _quota_set(args: argparse.Namespace, ch: grpc.Channel) -> None:
     show(args, resp, lambda: _report(resp))
 
 
+def _quota_recount(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = admin_pb2.RecountNamespaceUsageRequest(namespace=args.namespace)
+    resp = admin_pb2_grpc.AdminServiceStub(ch).RecountNamespaceUsage(req, timeout=args.timeout)
+    show(args, resp, lambda: _report(resp))
+
+
 class _Change(argparse.Action):
     """Collects ``--<quota> N`` options into ``args.changes`` (only those given)."""
 
@@ -83,6 +90,9 @@ def register(top: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("get", help="the quotas in force and the usage")
     client_options(p)
     p.set_defaults(func=client(_quota_get))
+    p = sub.add_parser("recount", help="repair the usage from the stored tasks (reads them all)")
+    client_options(p)
+    p.set_defaults(func=client(_quota_recount))
     p = sub.add_parser("set", help="change quotas (N, or 'none' to clear); others are kept")
     client_options(p)
     for name in QUOTA_NAMES:

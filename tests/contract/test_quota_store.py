@@ -71,6 +71,18 @@ async def test_put_usage_corrects_a_drifted_count(quota_backend: QuotaBackend) -
     assert await stored(quota_backend) == 2
 
 
+async def test_recount_repairs_the_usage_from_the_tasks(quota_backend: QuotaBackend) -> None:
+    tasks = quota_backend.tasks
+    a, b, c = make_task("a"), make_task("b"), make_task("c")
+    await tasks.create_many([a, b, c, make_task("z", namespace="other")])
+    await tasks.cancel("default", "a", T0)
+    await tasks.mark_dispatched([b.entry()], b.due_ms)
+    await quota_backend.quotas.put_usage("default", NamespaceUsage(tasks_stored=40))  # drifted
+    assert await quota_backend.quotas.recount("default") == NamespaceUsage(tasks_stored=2)
+    assert await stored(quota_backend) == 2
+    assert await stored(quota_backend, "other") == 1
+
+
 async def test_sqlite_counts_tasks_stored_before_usage_was_kept(tmp_path: object) -> None:
     # A file written by a release without usage counting: its open tasks are counted once,
     # when a store first opens it.

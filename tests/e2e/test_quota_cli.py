@@ -65,6 +65,8 @@ def test_a_quota_set_from_the_cli_is_applied_by_running_servers(group: str) -> N
     shown = tikk(group, "quota", "get", "--namespace", "team")
     usage = re.search(r"usage: tasks_stored (\d+)", shown.stdout)
     assert usage is not None and int(usage.group(1)) == 4 + admitted
+    recounted = tikk(group, "quota", "recount", "--namespace", "team")
+    assert f"usage: tasks_stored {4 + admitted}" in recounted.stdout, recounted.stderr
     cleared = tikk(group, "quota", "set", "--namespace", "team", "--tasks-stored", "none")
     assert "tasks_stored      unlimited" in cleared.stdout
     assert "schedules         10" in cleared.stdout  # quotas not named are kept

@@ -20,7 +20,7 @@ from server.wiring import Backends, open_backends
 from tikk.client import AsyncClient, ResourceExhaustedError, TaskSpec
 from tikk.clock import ManualClock
 from tikk.settings import QuotaSettings, Settings, embedded_urls
-from tikk.store.quotas import NamespaceQuotas
+from tikk.store.quotas import NamespaceQuotas, NamespaceUsage
 from tikk.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -333,3 +333,13 @@ async def test_the_python_client_reads_and_sets_quotas(api: Api) -> None:
         await client.create_task(TaskSpec(queue="q", handler="h"))
         got = await client.get_namespace_quotas()
         assert not got.quotas.HasField("tasks_stored") and got.usage.tasks_stored == 2
+
+
+async def test_recount_repairs_a_drifted_usage_and_the_quota_follows_it(api: Api) -> None:
+    await set_quotas(api, tasks_stored=3)
+    await create(api, "a")
+    await api.backends.quotas.put_usage(NS, NamespaceUsage(tasks_stored=3))  # drifted up
+    await refused(api.tasks.CreateTask(task("b")))
+    req = admin_pb2.RecountNamespaceUsageRequest(namespace=NS)
+    assert (await api.admin.RecountNamespaceUsage(req)).usage.tasks_stored == 1
+    await create(api, "b")

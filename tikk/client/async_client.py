@@ -208,6 +208,11 @@ class AsyncClient:
         """The namespace's quotas (its own and those in force) and its usage."""
         return await self._unary(self._calls.get_namespace_quotas())
 
+    async def recount_namespace_usage(self) -> admin_pb2.NamespaceQuotasResponse:
+        """Correct the namespace's usage to a count of its stored unfinished tasks (a
+        repair: reads every task of the namespace)."""
+        return await self._unary(self._calls.recount_namespace_usage())
+
     async def set_namespace_quotas(
         self,
         *,

@@ -244,6 +244,10 @@ class Calls:
         request = admin_pb2.GetNamespaceQuotasRequest(namespace=self.namespace)
         return Unary("admin", "GetNamespaceQuotas", request)
 
+    def recount_namespace_usage(self) -> Unary[admin_pb2.NamespaceQuotasResponse]:
+        request = admin_pb2.RecountNamespaceUsageRequest(namespace=self.namespace)
+        return Unary("admin", "RecountNamespaceUsage", request)
+
     def set_namespace_quotas(
         self, quotas: Mapping[str, int | None]
     ) -> Unary[admin_pb2.NamespaceQuotasResponse]:

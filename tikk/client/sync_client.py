@@ -245,6 +245,11 @@ class Client:
         """The namespace's quotas (its own and those in force) and its usage."""
         return self._unary(self._calls.get_namespace_quotas())
 
+    def recount_namespace_usage(self) -> admin_pb2.NamespaceQuotasResponse:
+        """Correct the namespace's usage to a count of its stored unfinished tasks (a
+        repair: reads every task of the namespace)."""
+        return self._unary(self._calls.recount_namespace_usage())
+
     def set_namespace_quotas(
         self,
         *,

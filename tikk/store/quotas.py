@@ -10,8 +10,7 @@ store of the same database as tasks are created and finish:
   dies between a task write and its counter update leaves the counter off by the tasks of
   that one write (too low after a create, too high after a finish), and a task whose row
   expires unfinished (its retention ran out) is never subtracted. Both errors are bounded by
-  what the crashed writes held; a drifted counter is corrected by setting it (``put_usage``)
-  to a count taken from the tasks.
+  what the crashed writes held; ``recount`` corrects a drifted counter from the task rows.
 
 Backends: ``tikk.store.sqlite.quotas``, ``tikk.store.cassandra.quotas``. Every method may raise
 ``BackendUnavailable``.
@@ -71,6 +70,13 @@ class QuotaStore(Protocol):
     async def usage(self, namespace: str) -> NamespaceUsage:
         """The namespace's usage as counted by the task store (see the module docstring for
         how exact it is on each backend). Never negative."""
+        ...
+
+    async def recount(self, namespace: str) -> NamespaceUsage:
+        """Count the namespace's unfinished tasks from the task rows, set the usage to that
+        and return it: the repair of a drifted count. Reads every task of the namespace (on
+        Cassandra, a filtered scan of the task table): an admin's tool, not for the request
+        path. Tasks created or finished meanwhile may leave it off by their own number."""
         ...
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:

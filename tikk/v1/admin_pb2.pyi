@@ -37,6 +37,12 @@ class SetNamespaceQuotasRequest(_message.Message):
     quotas: Quotas
     def __init__(self, namespace: _Optional[str] = ..., quotas: _Optional[_Union[Quotas, _Mapping]] = ...) -> None: ...
 
+class RecountNamespaceUsageRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
 class NamespaceQuotasResponse(_message.Message):
     __slots__ = ("namespace", "quotas", "effective", "usage")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

@@ -44,6 +44,11 @@ class AdminServiceStub:
                 request_serializer=tikk_dot_v1_dot_admin__pb2.SetNamespaceQuotasRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_admin__pb2.NamespaceQuotasResponse.FromString,
                 _registered_method=True)
+        self.RecountNamespaceUsage = channel.unary_unary(
+                '/tikk.v1.AdminService/RecountNamespaceUsage',
+                request_serializer=tikk_dot_v1_dot_admin__pb2.RecountNamespaceUsageRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_admin__pb2.NamespaceQuotasResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -66,6 +71,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecountNamespaceUsage(self, request, context):
+        """Count the namespace's unfinished tasks from the stored tasks and correct its usage to
+        that (on Cassandra the usage is a counter a crash can leave off). Reads every task of
+        the namespace: a repair, not for routine use.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -77,6 +91,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
             'SetNamespaceQuotas': grpc.unary_unary_rpc_method_handler(
                     servicer.SetNamespaceQuotas,
                     request_deserializer=tikk_dot_v1_dot_admin__pb2.SetNamespaceQuotasRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_admin__pb2.NamespaceQuotasResponse.SerializeToString,
+            ),
+            'RecountNamespaceUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecountNamespaceUsage,
+                    request_deserializer=tikk_dot_v1_dot_admin__pb2.RecountNamespaceUsageRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_admin__pb2.NamespaceQuotasResponse.SerializeToString,
             ),
     }
@@ -133,6 +152,33 @@ class AdminService:
             target,
             '/tikk.v1.AdminService/SetNamespaceQuotas',
             tikk_dot_v1_dot_admin__pb2.SetNamespaceQuotasRequest.SerializeToString,
+            tikk_dot_v1_dot_admin__pb2.NamespaceQuotasResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecountNamespaceUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.AdminService/RecountNamespaceUsage',
+            tikk_dot_v1_dot_admin__pb2.RecountNamespaceUsageRequest.SerializeToString,
             tikk_dot_v1_dot_admin__pb2.NamespaceQuotasResponse.FromString,
             options,
             channel_credentials,

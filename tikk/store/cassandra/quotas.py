@@ -4,7 +4,8 @@ Tables (``tikk.store.cassandra.schema`` v8): ``namespace_quotas`` by namespace, 
 table ``task_usage`` that the task store moves (``count_usage``) after it wrote the task rows
 a change concerns: one counter update per namespace and write, never one per task of a bulk
 load. Counter updates are not idempotent and not atomic with the task rows, so the count can
-drift by what a crash interrupts (see ``tikk.store.quotas``); ``put_usage`` corrects it.
+drift by what a crash interrupts (see ``tikk.store.quotas``); ``recount`` corrects it from a
+filtered scan of the task table (rows whose retention ran out are gone from it, too).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from tikk.drivers.cassandra import CassandraSession
+from tikk.model import TaskState
 from tikk.store.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
 
 _COLUMNS = ", ".join(QUOTA_NAMES)
@@ -23,6 +25,9 @@ INSERT_QUOTAS = (
 )
 ADD_USAGE = "UPDATE task_usage SET open_tasks = open_tasks + ? WHERE namespace = ?"
 SELECT_USAGE = "SELECT open_tasks FROM task_usage WHERE namespace = ?"
+# The task table is keyed by (namespace, task id): counting one namespace's tasks filters a
+# scan of the whole table, server-side (one row comes back).
+COUNT_IN_STATE = "SELECT COUNT(*) FROM tasks WHERE namespace = ? AND state = ? ALLOW FILTERING"
 
 
 async def count_usage(db: CassandraSession, changes: Iterable[tuple[str, int]]) -> None:
@@ -52,6 +57,15 @@ class CassandraQuotaStore:
 
     async def usage(self, namespace: str) -> NamespaceUsage:
         return NamespaceUsage(tasks_stored=max(0, await self._open_tasks(namespace)))
+
+    async def recount(self, namespace: str) -> NamespaceUsage:
+        counts = await self._db.execute_many([
+            self._db.bind(COUNT_IN_STATE, [namespace, int(state)])
+            for state in TaskState if not state.finished
+        ])  # fmt: skip
+        usage = NamespaceUsage(tasks_stored=sum(int(rows[0][0]) for rows in counts))
+        await self.put_usage(namespace, usage)
+        return usage
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         # A counter cannot be set, only moved: by the difference to what it holds now.

@@ -105,6 +105,17 @@ class SqliteQuotaStore:
         row = await self._db.run(lambda conn: conn.execute(sql, (namespace,)).fetchone())
         return NamespaceUsage(tasks_stored=max(0, int(row[0])) if row else 0)
 
+    async def recount(self, namespace: str) -> NamespaceUsage:
+        sql = f"SELECT count(*) FROM tasks WHERE namespace=? AND state IN ({_OPEN})"
+
+        def work(conn: sqlite3.Connection) -> int:
+            with Transaction(conn):  # the count and the write see the same tasks
+                [count] = conn.execute(sql, (namespace,)).fetchone()
+                conn.execute("INSERT OR REPLACE INTO task_usage VALUES (?, ?)", (namespace, count))
+                return int(count)
+
+        return NamespaceUsage(tasks_stored=await self._db.run(work))
+
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         def work(conn: sqlite3.Connection) -> None:
             with Transaction(conn):
