@@ -1,13 +1,15 @@
-"""Per-namespace quotas through a real gRPC server on the embedded store: each quota refuses
-a request over it whole (RESOURCE_EXHAUSTED naming the quota, its value and the namespace;
-nothing written), admits one under it, and follows a change made while servers run."""
+"""Per-namespace quotas through a real gRPC server, its task store on SQLite and on the real
+Cassandra: each quota refuses a request over it whole (RESOURCE_EXHAUSTED naming the quota,
+its value and the namespace; nothing written), admits one under it, and follows a change
+made while servers run."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,10 +19,12 @@ import pytest
 
 from server.app import ApiServer
 from server.wiring import Backends, open_backends
+from tests.contract import cassandra_keyspace
 from tikk.client import AsyncClient, ResourceExhaustedError, TaskSpec
 from tikk.clock import ManualClock
 from tikk.settings import QuotaSettings, Settings, embedded_urls
 from tikk.store.quotas import NamespaceQuotas, NamespaceUsage
+from tikk.timestamps import to_duration
 from tikk.v1 import (
     admin_pb2,
     admin_pb2_grpc,
@@ -35,12 +39,13 @@ NS = "tenant"
 NOW_MS = 1_800_000_000_000
 
 
-def settings_in(tmp_path: Path, **changes: Any) -> Settings:
-    """Embedded settings on files under ``tmp_path``, on a free port."""
+def settings_in(tmp_path: Path, store_url: str = "", **changes: Any) -> Settings:
+    """Embedded settings on files under ``tmp_path`` (the task store at ``store_url`` if
+    given), on a free port."""
     urls = embedded_urls(tmp_path)
     return Settings(
-        store_url=urls["store_url"], history_url=urls["history_url"], queue_url=urls["queue_url"],
-        listen="127.0.0.1:0", **changes,
+        store_url=store_url or urls["store_url"], history_url=urls["history_url"],
+        queue_url=urls["queue_url"], listen="127.0.0.1:0", **changes,
     )  # fmt: skip
 
 
@@ -60,12 +65,13 @@ class Servers:
     """Servers on one store (as the processes of a deployment), sharing a clock."""
 
     tmp_path: Path
+    store_url: str = ""
     clock: ManualClock = field(default_factory=lambda: ManualClock(NOW_MS))
     apis: list[Api] = field(default_factory=list)
     _close: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
 
     async def start(self, quotas: QuotaSettings | None = None) -> Api:
-        settings = settings_in(self.tmp_path, quotas=quotas or QuotaSettings())
+        settings = settings_in(self.tmp_path, self.store_url, quotas=quotas or QuotaSettings())
         backends = await open_backends(settings)
         api = ApiServer(settings, backends, self.clock, random.Random(1))
         port = await api.start()
@@ -86,9 +92,19 @@ class Servers:
             await close()
 
 
-@pytest.fixture
-async def servers(tmp_path: Path) -> AsyncIterator[Servers]:
-    group = Servers(tmp_path)
+@pytest.fixture(scope="module")
+def keyspace() -> Iterator[cassandra_keyspace.TestKeyspace]:
+    ks = cassandra_keyspace.TestKeyspace()
+    ks.name = f"tikk_quotas_{os.getpid()}"  # not the contract suites' keyspace, which it drops
+    yield ks
+    ks.drop()
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+async def servers(
+    request: pytest.FixtureRequest, tmp_path: Path, keyspace: cassandra_keyspace.TestKeyspace
+) -> AsyncIterator[Servers]:
+    group = Servers(tmp_path, keyspace.fresh() if request.param == "cassandra" else "")
     yield group
     await group.close()
 
@@ -106,9 +122,11 @@ async def set_quotas(api: Api, namespace: str = NS, **quotas: int) -> Any:
 
 
 def task(task_id: str = "", namespace: str = NS) -> tasks_pb2.CreateTaskRequest:
+    # Due in an hour: cancellable on every store (Cassandra refuses a cancel close to due).
     return tasks_pb2.CreateTaskRequest(
-        namespace=namespace, task_id=task_id, queue="q", handler="h", payload=b"p"
-    )
+        namespace=namespace, task_id=task_id, queue="q", handler="h", payload=b"p",
+        delay=to_duration(3_600_000),
+    )  # fmt: skip
 
 
 async def create(api: Api, task_id: str = "", namespace: str = NS) -> None:
