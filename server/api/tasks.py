@@ -107,9 +107,9 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     async def _claim_import_streams(
         self, batch: tasks_pb2.ImportTasksRequest, claimed: set[str]
     ) -> None:
-        for req in batch.tasks:
+        for given in sorted({req.namespace for req in batch.tasks}):
             with contextlib.suppress(InvalidArgument):  # refused with its item later
-                namespace = validation.namespace(req.namespace)
+                namespace = validation.namespace(given)
                 await self._quotas.claim_import_stream(namespace, claimed)
 
     async def _bounded_chunk(
