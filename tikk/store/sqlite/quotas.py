@@ -30,17 +30,20 @@ def _count(sign: str, row: str) -> str:
 
 
 # A row per namespace that ever had a task. The triggers fire per task row; their cost is one
-# upsert on this small table, in the page cache.
+# upsert on this small table, in the page cache. The tasks already in a file are counted
+# once: the seed trigger runs only when the marker row is inserted, not on every open (an
+# ignored insert fires no trigger), so opening a file of millions scans nothing.
 TASK_USAGE_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS task_usage (
     namespace TEXT PRIMARY KEY,
     open_tasks INTEGER NOT NULL
 );
-INSERT INTO task_usage (namespace, open_tasks)
-    SELECT namespace, count(*) FROM tasks
-    WHERE state IN ({_OPEN})
-      AND NOT EXISTS (SELECT 1 FROM store_meta WHERE key = 'task_usage')
-    GROUP BY namespace;
+CREATE TRIGGER IF NOT EXISTS task_usage_seed AFTER INSERT ON store_meta
+    WHEN NEW.key = 'task_usage'
+    BEGIN
+        INSERT INTO task_usage (namespace, open_tasks)
+            SELECT namespace, count(*) FROM tasks WHERE state IN ({_OPEN}) GROUP BY namespace;
+    END;
 INSERT OR IGNORE INTO store_meta VALUES ('task_usage', 'counted');
 CREATE TRIGGER IF NOT EXISTS task_usage_delete AFTER DELETE ON tasks
     WHEN OLD.state IN ({_OPEN})
