@@ -32,6 +32,8 @@ from devtools.ceiling import CeilingResult, cassandra_ceiling, sqlite_ceiling
 from devtools.dispatch_reads import rate_between, totals
 from devtools.proc_stats import ProcSample
 from devtools.store_disk import cassandra_bytes, sqlite_bytes
+from server.certs import DevPki, make_dev_pki
+from tikk.client.transport import Transport
 
 _DAY_MS = 86_400_000
 # Stored tasks are spread over the day after tomorrow at this rate, so they fill many
@@ -57,6 +59,8 @@ class BenchConfig:
     cassandra_data: Path = field(
         default_factory=lambda: stack.stack_dir() / "cassandra" / "data" / "data"
     )
+    # Serve TLS (a development PKI made for the run); the clients and workers trust its CA.
+    tls: bool = field(default=False, kw_only=True)
 
     @property
     def mode(self) -> str:
@@ -71,6 +75,7 @@ class _Run:
     address: str
     work: Path
     keyspace: str
+    transport: Transport
 
 
 def run_one(cfg: BenchConfig) -> dict[str, Any]:
@@ -83,7 +88,9 @@ def run_one(cfg: BenchConfig) -> dict[str, Any]:
         fleet = Fleet(work, env)
         keyspace = f"tikk_bench_{uuid.uuid4().hex[:8]}"
         try:
-            run = _Run(fleet, _start(cfg, fleet, keyspace), work, keyspace)
+            pki = make_dev_pki(work / "pki") if cfg.tls else None
+            transport = Transport(ca_file=str(pki.ca_cert)) if pki else Transport()
+            run = _Run(fleet, _start(cfg, fleet, keyspace, pki), work, keyspace, transport)
             figures, window = _measure(cfg, run)
         finally:
             fleet.stop()
@@ -101,7 +108,7 @@ def _describe(cfg: BenchConfig) -> dict[str, Any]:
         "backend": cfg.backend, "mode": cfg.mode, "stored": cfg.stored, "fired": cfg.tasks,
         "rate": cfg.rate, "shards": cfg.shards, "workers": cfg.workers,
         "dispatchers": cfg.dispatchers if cfg.backend == "stack" else 1,
-        "server_args": list(cfg.server_args),
+        "server_args": list(cfg.server_args), "tls": cfg.tls,
     }  # fmt: skip
 
 
@@ -122,23 +129,29 @@ def _ceiling(cfg: BenchConfig, work: Path) -> CeilingResult:
     return cassandra_ceiling(n, spread, "idle", cfg.shards, host="127.0.0.1", port=stack.CQL_PORT)
 
 
-def _start(cfg: BenchConfig, fleet: Fleet, keyspace: str) -> str:
-    """Start the run's processes; the server's address."""
+def _start(cfg: BenchConfig, fleet: Fleet, keyspace: str, pki: DevPki | None) -> str:
+    """Start the run's processes (over TLS with ``pki``); the server's address."""
     shards = ["--shards", str(cfg.shards)]
-    listen = ["--listen", "127.0.0.1:0", *cfg.server_args]
+    serve_tls = (
+        ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)] if pki else []
+    )
+    listen = ["--listen", "127.0.0.1:0", *serve_tls, *cfg.server_args]
+    trust = ["--tls-ca", str(pki.ca_cert)] if pki else []
     if cfg.backend == "embedded":
         data = ["--data-dir", str(fleet.work / "data")]
         server = fleet.spawn("server", "server+dispatcher", ["dev", *data, *shards, *listen])
     else:
         urls = [*_stack_urls(keyspace), *shards]
         fleet.run(["migrate", *urls])
-        server = fleet.spawn("server", "server", ["server", *urls, *listen])
+        # The server checks the delivery tokens the dispatchers sign: one keys file for all.
+        keys = ["--delivery-keys", str(fleet.work / "delivery-keys")]
+        server = fleet.spawn("server", "server", ["server", *urls, *keys, *listen])
         for i in range(cfg.dispatchers):
-            fleet.spawn(f"dispatcher-{i + 1}", "dispatcher", ["dispatcher", *urls])
+            fleet.spawn(f"dispatcher-{i + 1}", "dispatcher", ["dispatcher", *urls, *keys])
     address = wait_listening(server)
     for i in range(cfg.workers):
-        fleet.spawn(f"worker-{i + 1}", "worker",
-                    ["worker", "devtools.bench_worker:worker", "--server", address])  # fmt: skip
+        worker = ["worker", "devtools.bench_worker:worker", "--server", address, *trust]
+        fleet.spawn(f"worker-{i + 1}", "worker", worker)
     return address
 
 
@@ -180,7 +193,7 @@ def _load(cfg: BenchConfig, run: _Run) -> IngestResult | None:
     if not cfg.stored:
         return None
     spread = Spread(int(time.time() * 1000) + _DAY_MS, _STORED_RATE)
-    return ingest(run.address, cfg.stored, spread, "idle")
+    return ingest(run.address, cfg.stored, spread, "idle", run.transport)
 
 
 def _queue_fire_tasks(
@@ -190,7 +203,7 @@ def _queue_fire_tasks(
     expected_rate = max(load.per_s if load else 1_000.0, 200.0)
     lead_ms = max(10_000, int(cfg.tasks / expected_rate * 1500) + 5_000)
     first_due = int(time.time() * 1000) + lead_ms
-    result = ingest(run.address, cfg.tasks, Spread(first_due, cfg.rate), "bench")
+    result = ingest(run.address, cfg.tasks, Spread(first_due, cfg.rate), "bench", run.transport)
     run.fleet.check_alive()
     return result, first_due
 

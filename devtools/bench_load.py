@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from tikk.client.transport import Transport
 from tikk.timestamps import to_timestamp
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -83,13 +84,19 @@ def _batches(
 
 
 def _stream(
-    address: str, span: range, spread: Spread, queue: str, acked: AckCounter
+    address: str,
+    span: range,
+    spread: Spread,
+    queue: str,
+    acked: AckCounter,
+    *,
+    transport: Transport,
 ) -> BaseException | None:
     """One ``ImportTasks`` stream for the tasks in ``span``; the error that ended it, if any."""
     # A connection of its own per stream (gRPC shares one between channels to one address by
     # default), so a server of several processes on one port gets streams in each.
     options = [("grpc.use_local_subchannel_pool", 1)]
-    with grpc.insecure_channel(address, options=options) as channel:
+    with transport.channel(address, options) as channel:
         stub = tasks_pb2_grpc.TaskServiceStub(channel)
         try:
             for answer in stub.ImportTasks(
@@ -109,14 +116,18 @@ def _spans(n: int, streams: int) -> list[range]:
     return [range(a, b) for a, b in itertools.pairwise(edges) if b > a]
 
 
-def ingest(address: str, n: int, spread: Spread, queue: str) -> IngestResult:
-    """Load ``n`` tasks over ``STREAMS`` concurrent streams, sampling the acknowledged count
-    every second. Raises ``RuntimeError`` if any batch was refused or a stream failed."""
+def ingest(
+    address: str, n: int, spread: Spread, queue: str, transport: Transport | None = None
+) -> IngestResult:
+    """Load ``n`` tasks over ``STREAMS`` concurrent streams (over ``transport``: TLS, a
+    token; plaintext if None), sampling the acknowledged count every second. Raises
+    ``RuntimeError`` if any batch was refused or a stream failed."""
+    transport = transport or Transport()
     acked = AckCounter()
     errors: list[BaseException] = []
 
     def run(span: range) -> None:
-        if (error := _stream(address, span, spread, queue, acked)) is not None:
+        if (error := _stream(address, span, spread, queue, acked, transport=transport)) is not None:
             errors.append(error)
 
     threads = [threading.Thread(target=run, args=(s,)) for s in _spans(n, STREAMS)]

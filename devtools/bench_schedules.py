@@ -21,6 +21,7 @@ from dispatcher.schedule_steps import ScheduleStepper
 from server.wiring import Drivers, open_history, open_schedules, open_store
 from tikk.buckets import shard_of
 from tikk.clock import SystemClock
+from tikk.delivery_tokens import new_keys
 from tikk.model import fingerprint
 from tikk.schedules.model import Schedule, ScheduleAction, SchedulePolicy
 from tikk.schedules.spec import ScheduleSpec
@@ -82,7 +83,8 @@ async def run(settings: Settings, count: int, lead_s: float) -> ScheduleBenchRes
                 print("bench-schedules: creating took longer than the lead; raise --lead")
             stepper = ScheduleStepper(schedules, store, history)
             owner = SingleOwner(store.shard_count, clock.now_ms())
-            dispatcher = Dispatcher(store, queue, owner, clock, schedules=stepper)
+            # Signed as in production, so the figure includes the token's cost.
+            dispatcher = Dispatcher(store, queue, owner, clock, schedules=stepper, keys=new_keys())
             lateness = await _dispatch_all(dispatcher, consumer, count, fire_ms)
         finally:
             for part in (consumer, queue, schedules, store, history):

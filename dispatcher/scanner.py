@@ -43,6 +43,7 @@ from dispatcher.schedule_steps import ScheduleStepper
 from dispatcher.start_timeouts import StartExpiry
 from tikk.buckets import second_of
 from tikk.clock import Clock
+from tikk.delivery_tokens import DeliveryKeys
 from tikk.errors import BackendUnavailable
 from tikk.model import Cursor, DueEntry
 from tikk.store.tasks import TaskStore
@@ -167,7 +168,10 @@ class Dispatcher:
         telemetry: Telemetry | None = None,
         schedules: ScheduleStepper | None = None,
         expiry: StartExpiry | None = None,
+        keys: DeliveryKeys | None = None,
     ) -> None:
+        """``keys`` sign every delivery published (servers refuse results of unsigned ones;
+        only tests of dispatching alone leave them out)."""
         self._store = store
         self._queue = queue
         self._ownership = ownership
@@ -184,6 +188,7 @@ class Dispatcher:
         self._telemetry = telemetry or Telemetry()
         self._schedules = schedules
         self._expiry = expiry
+        self._keys = keys
         self.stats = DispatchStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -402,8 +407,10 @@ class Dispatcher:
         queue = entries[0].queue
         try:
             with self._telemetry.dispatching(entries, now_ms) as deliveries:
+                keys = self._keys
+                signed = deliveries if keys is None else [keys.signed(d) for d in deliveries]
                 async with asyncio.timeout(self._settings.publish_timeout_ms / 1000):
-                    await self._queue.publish(deliveries)
+                    await self._queue.publish(signed)
         except TimeoutError:
             unconfirmed = BackendUnavailable(
                 f"not confirmed within {self._settings.publish_timeout_ms} ms"

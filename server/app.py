@@ -1,5 +1,7 @@
 """Assembly of the gRPC server: services, health, reflection, graceful stop.
 
+The port serves TLS (mTLS with a client CA) when the settings say so, and a non-loopback
+address is refused without TLS and authentication (``server.transport_security``).
 Health turns SERVING only after the stores are open, and NOT_SERVING at the start of a
 stop, so load balancers drain before in-flight calls are cut. With telemetry on, the ready
 queues' backlogs are reported while the server runs.
@@ -23,12 +25,15 @@ from server.api.schedules import ScheduleService
 from server.api.status import ServerDeadlines
 from server.api.tasks import TaskService
 from server.api.worker import WorkerService
+from server.auth.interceptor import auth_interceptors
 from server.backlog_report import report_backlog
 from server.quotas import QuotaGate
 from server.results import Lifecycle
 from server.schedule_ops import Schedules
+from server.transport_security import check_transport, server_credentials
 from server.wiring import Backends
 from tikk.clock import Clock
+from tikk.delivery_tokens import DeliveryKeys
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from tikk.v1 import (
@@ -67,6 +72,7 @@ class ApiServer:
         rng: random.Random,
         telemetry: Telemetry | None = None,
         *,
+        keys: DeliveryKeys,
         reuse_port: bool = False,
     ) -> None:
         self.settings = settings
@@ -76,10 +82,7 @@ class ApiServer:
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
-        self._server = grpc.aio.server(
-            interceptors=[ServerDeadlines(settings.deadlines)],
-            options=_server_options(settings, reuse_port),
-        )
+        self._server = _grpc_server(settings, backends, reuse_port)
         schedules = Schedules(
             backends.schedules, backends.store, backends.history, clock, settings.limits,
             queue=backends.queue,
@@ -91,7 +94,9 @@ class ApiServer:
         )  # fmt: skip
         self._lifecycle = lifecycle
         quotas = QuotaGate(backends.quotas, backends.schedules, clock, settings.quotas)
-        _add_services(self._server, settings, lifecycle, schedules, quotas, telemetry=telemetry)
+        _add_services(
+            self._server, settings, lifecycle, schedules, quotas, telemetry=telemetry, keys=keys
+        )
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -101,8 +106,9 @@ class ApiServer:
         self.port = 0
 
     async def start(self) -> int:
+        check_transport(self.settings)
         await self._lifecycle.guard.start()
-        self.port = self._server.add_insecure_port(self.settings.listen)
+        self.port = self._bind()
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
         await self._server.start()
@@ -110,6 +116,13 @@ class ApiServer:
         if self._report_backlog is not None:
             self._reporting = asyncio.create_task(self._report_backlog())
         return self.port
+
+    def _bind(self) -> int:
+        """The port, TLS when the settings give a certificate (``server.transport_security``)."""
+        tls = self.settings.security.tls
+        if tls is None:
+            return self._server.add_insecure_port(self.settings.listen)
+        return self._server.add_secure_port(self.settings.listen, server_credentials(tls))
 
     async def stop(self, grace_s: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -126,6 +139,17 @@ class ApiServer:
     async def _set_health(self, status: int) -> None:
         for name in ["", *_SERVICES]:
             await self._health.set(name, status)
+
+
+def _grpc_server(settings: Settings, backends: Backends, reuse_port: bool) -> grpc.aio.Server:
+    return grpc.aio.server(
+        # Callers are checked first; a call let in then runs under the server's bound.
+        interceptors=[
+            *auth_interceptors(settings, backends.credentials),
+            ServerDeadlines(settings.deadlines),
+        ],
+        options=_server_options(settings, reuse_port),
+    )
 
 
 def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int]]:
@@ -151,15 +175,19 @@ def _add_services(
     quotas: QuotaGate,
     *,
     telemetry: Telemetry | None,
+    keys: DeliveryKeys,
 ) -> None:
-    """The tikk.v1 services (``server.api``) on ``server``."""
+    """The tikk.v1 services (``server.api``) on ``server``; results are checked with
+    ``keys``."""
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(
         TaskService(lifecycle, settings, quotas, telemetry), server
     )
     history_pb2_grpc.add_HistoryServiceServicer_to_server(
         HistoryService(lifecycle, settings), server
     )
-    worker_pb2_grpc.add_WorkerServiceServicer_to_server(WorkerService(lifecycle, settings), server)
+    worker_pb2_grpc.add_WorkerServiceServicer_to_server(
+        WorkerService(lifecycle, settings, keys, telemetry), server
+    )
     schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(
         ScheduleService(schedules, quotas), server
     )

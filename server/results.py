@@ -4,6 +4,12 @@ The one place that decides retries: a failed run is retried with exponential bac
 jitter, scheduled durably through the task store, until the task's last attempt; then, or on
 a non-retryable failure, the task is dead-lettered (and a copy goes to the queue's dead-letter
 stream).
+
+Only the current attempt of a dispatched task takes a result. A result for a task that is not
+dispatched, or for an attempt it has moved past, is refused (``ResultRefused``) and changes
+nothing, unless it repeats a result already recorded (a worker reporting again after a lost
+acknowledgement: its run id is in the history) or reports another run of the attempt the task
+records as succeeded (a duplicate delivery): those are acknowledged as before.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from server.late_writes import LateWriteGuard
 from tikk.backoff import retry_delay_ms
 from tikk.buckets import shard_of
 from tikk.clock import Clock
-from tikk.errors import NotFound, TikkError
+from tikk.errors import FailedPrecondition, NotFound, TikkError
 from tikk.model import (
     DeadLetter,
     Delivery,
@@ -38,6 +44,16 @@ from tikk.model import (
 from tikk.settings import Limits
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry
+
+
+class ResultRefused(FailedPrecondition):
+    """A result for a task that is not dispatched at the reported attempt. ``reason``:
+    ``not_dispatched`` (the task is not running that attempt: not yet dispatched, cancelled,
+    finished, or gone) or ``stale_attempt`` (the task has moved on to another attempt)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ScheduleOutcomes(Protocol):
@@ -109,6 +125,10 @@ class Lifecycle:
         attempt is expired first, so a worker that got there late runs nothing; either way the
         store's single claim per attempt answers (see ``dispatcher.start_timeouts``)."""
         e = report.entry
+        task = await self._current(e)
+        # An attempt dead-lettered by its start timeout is answered by the claim below.
+        if not (task.state is TaskState.DEAD_LETTERED and _same_attempt(task, e)):
+            _refuse_unless_dispatched(task, e)
         now = self.clock.now_ms()
         if e.start_timeout_ms and now >= e.due_ms + e.start_timeout_ms:
             await self.expiry.expire(e, now)
@@ -117,13 +137,18 @@ class Lifecycle:
     async def record_result(self, report: RunReport) -> RunRecord:
         """Append the run to the history, then move the task on (success, retry or dead
         letter). Safe to repeat: the history keeps one record per run id, and a repeated or
-        stale report leaves the task alone."""
+        stale report leaves the task alone. Raises ``ResultRefused`` (see the module)."""
         if report.kind is ResultKind.SUCCEEDED:
-            await self.record_successes([report])
+            [refused] = await self.record_successes([report])
+            if refused is not None:
+                raise refused
             return _run_record(report, RunStatus.SUCCEEDED)
         now = self.clock.now_ms()
         e = report.entry
-        status, transition = await self._decide(report, now)
+        task = await self._current(e)
+        if not _dispatched_at(task, e) and not await self._recorded(report):
+            _refuse_unless_dispatched(task, e)
+        status, transition = self._decide(report, task, now)
         record = _run_record(report, status)
         await self.history.append(record)
         if isinstance(transition, DeadLetter):
@@ -131,7 +156,16 @@ class Lifecycle:
             # published then (at least once).
             delivery = Delivery(e, report.fired_ms)
             await self.queue.publish_dead_letter(delivery, report.error_type, report.error_message)
-        # A task that is gone (its store was reset) still leaves its run on record.
+        await self._finish(e, transition, now)
+        if isinstance(transition, RetryAt):
+            self._telemetry.retried(e.queue)
+        elif isinstance(transition, DeadLetter):
+            self._telemetry.dead_lettered(e.queue)
+        return record
+
+    async def _finish(self, e: DueEntry, transition: Transition, now: int) -> None:
+        """Move the task on from attempt ``e``; nothing if the report was a repeat."""
+        # A task removed meanwhile (its store was reset) still leaves its run on record.
         with contextlib.suppress(NotFound):
             async with self.guard.watching([(e.namespace, e.task_id)]):
                 task = await self.store.finish_attempt(
@@ -144,41 +178,65 @@ class Lifecycle:
                 await self.guard.confirm([task])
             if task is not None:
                 await self._occurrence_finished(e, task.state)
-        if isinstance(transition, RetryAt):
-            self._telemetry.retried(e.queue)
-        elif isinstance(transition, DeadLetter):
-            self._telemetry.dead_lettered(e.queue)
-        return record
 
-    async def record_successes(self, reports: Sequence[RunReport]) -> None:
-        """``record_result`` for successful runs, many at once: one history write for the
-        lot and one conditional write per task, with no read (a success needs none)."""
+    async def record_successes(self, reports: Sequence[RunReport]) -> list[ResultRefused | None]:
+        """``record_result`` for successful runs, many at once: one conditional write per
+        task, with no read (a success needs none), then one history write for the lot; each
+        report's refusal, or None if it was recorded. The state goes first so that a refused
+        report leaves no run behind; a crash in between is healed by the worker's repeat (the
+        task reads as succeeded at that attempt, and the run is appended then)."""
         now = self.clock.now_ms()
-        await self.history.append_many([_run_record(r, RunStatus.SUCCEEDED) for r in reports])
         moved = await self.store.succeed_many([r.entry for r in reports], now)
+        refusals = [
+            None if done else await self._refusal(r) for r, done in zip(reports, moved, strict=True)
+        ]
+        kept = [r for r, refused in zip(reports, refusals, strict=True) if refused is None]
+        await self.history.append_many([_run_record(r, RunStatus.SUCCEEDED) for r in kept])
         for report, done in zip(reports, moved, strict=True):
-            e = report.entry
             if done:
-                await self._occurrence_finished(e, TaskState.SUCCEEDED)
-                continue
-            # A repeated report: if the first one's retry landed late, it is moved now.
-            with contextlib.suppress(NotFound):
-                await self.guard.confirm([await self.store.get(e.namespace, e.task_id)])
+                await self._occurrence_finished(report.entry, TaskState.SUCCEEDED)
+        return refusals
+
+    async def _refusal(self, report: RunReport) -> ResultRefused | None:
+        """Why a success the store did not apply is refused; None for a repeat or another run
+        of the attempt that succeeded. A repeat also moves a retry the first report placed
+        late (see ``server.late_writes``)."""
+        e = report.entry
+        try:
+            task = await self._current(e)
+            succeeded = task.state is TaskState.SUCCEEDED and _same_attempt(task, e)
+            if not succeeded and not await self._recorded(report):
+                _refuse_unless_dispatched(task, e)
+        except ResultRefused as exc:
+            return exc
+        await self.guard.confirm([task])
+        return None
+
+    async def _current(self, e: DueEntry) -> Task:
+        """The task a result is for; ``ResultRefused`` if there is none."""
+        try:
+            return await self.store.get(e.namespace, e.task_id)
+        except NotFound:
+            raise ResultRefused("not_dispatched", f"task {e.task_id!r} does not exist") from None
+
+    async def _recorded(self, report: RunReport) -> bool:
+        """Is this report's run already in the history (a repeat after a lost answer)?"""
+        try:
+            run = await self.history.get(report.entry.namespace, report.run_id)
+        except NotFound:
+            return False
+        return (run.task_id, run.attempt) == (report.entry.task_id, report.entry.attempt)
 
     async def _occurrence_finished(self, e: DueEntry, state: TaskState) -> None:
         if e.schedule_id and self._schedules is not None:
             await self._schedules.occurrence_finished(e.namespace, e.schedule_id, e.task_id, state)
 
-    async def _decide(self, report: RunReport, now: int) -> tuple[RunStatus, Transition]:
+    def _decide(self, report: RunReport, task: Task, now: int) -> tuple[RunStatus, Transition]:
         if report.kind is ResultKind.SUCCEEDED:
             return RunStatus.SUCCEEDED, Succeed()
         etype, emsg = report.error_type, report.error_message
         dead = (RunStatus.DEAD_LETTERED, DeadLetter(etype, emsg))
         if report.kind is ResultKind.FAILED_PERMANENTLY:
-            return dead
-        try:
-            task = await self.store.get(report.entry.namespace, report.entry.task_id)
-        except NotFound:
             return dead
         if report.entry.attempt >= task.retry.max_attempts:
             return dead
@@ -188,6 +246,30 @@ class Lifecycle:
             delay = retry_delay_ms(task.retry, report.entry.attempt, self._rng)
         due = self.guard.place_due(task.shard, now + delay)
         return RunStatus.FAILED, RetryAt(due, etype, emsg)
+
+
+def _same_attempt(task: Task, e: DueEntry) -> bool:
+    # The due time tells occurrences apart: a redriven task counts attempts from 1 again.
+    return (task.attempt, task.due_ms) == (e.attempt, e.due_ms)
+
+
+def _dispatched_at(task: Task, e: DueEntry) -> bool:
+    return task.state is TaskState.DISPATCHED and _same_attempt(task, e)
+
+
+def _refuse_unless_dispatched(task: Task, e: DueEntry) -> None:
+    """Raise ``ResultRefused`` unless ``task`` is running the attempt ``e``."""
+    if not _same_attempt(task, e):
+        raise ResultRefused(
+            "stale_attempt",
+            f"attempt {e.attempt} of task {e.task_id!r} is not its current attempt "
+            f"({task.attempt}, {task.state.name})",
+        )
+    if task.state is not TaskState.DISPATCHED:
+        raise ResultRefused(
+            "not_dispatched",
+            f"task {e.task_id!r} is not dispatched at attempt {e.attempt} ({task.state.name})",
+        )
 
 
 def _run_record(report: RunReport, status: RunStatus) -> RunRecord:

@@ -21,6 +21,7 @@ from dispatcher.start_timeouts import StartExpiry
 from server.app import ApiServer
 from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
+from tikk.delivery_tokens import DeliveryKeys, keys_for
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from worker_sdk import Worker
@@ -43,10 +44,13 @@ async def run_dispatcher(
     dispatch: DispatchSettings | None = None,
     telemetry: Telemetry | None = None,
     drivers: Drivers | None = None,
+    keys: DeliveryKeys | None = None,
 ) -> None:
     """Dispatch until ``stop``. Backends of its own (SQLite connections of its own), on the
-    driver sessions of a server in the same process if given (``drivers``)."""
+    driver sessions of a server in the same process if given (``drivers``). Deliveries are
+    signed with ``keys``, by default those of ``settings.security.delivery_keys_file``."""
     clock = clock or SystemClock()
+    keys = keys or keys_for(settings.security.delivery_keys_file)
     backends = await open_backends(settings, drivers)
     try:
         ownership = await open_ownership(settings, epoch=clock.now_ms())
@@ -55,8 +59,9 @@ async def run_dispatcher(
                 late_write_grace_s=settings.late_write_grace_ms // 1000
             )
             await _dispatch(
-                backends, ownership, stop, clock, dispatch=dispatch, telemetry=telemetry
-            )
+                backends, ownership, stop, clock, dispatch=dispatch, telemetry=telemetry,
+                keys=keys,
+            )  # fmt: skip
         finally:
             await ownership.close()
     finally:
@@ -71,12 +76,13 @@ async def _dispatch(
     *,
     dispatch: DispatchSettings,
     telemetry: Telemetry | None,
+    keys: DeliveryKeys,
 ) -> None:
     store, queue, history = backends.store, backends.queue, backends.history
     stepper = ScheduleStepper(backends.schedules, store, history, telemetry)
     dispatcher = Dispatcher(
         store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
-        schedules=stepper, expiry=StartExpiry(store, history, queue, telemetry),
+        schedules=stepper, expiry=StartExpiry(store, history, queue, telemetry), keys=keys,
     )  # fmt: skip
     await dispatcher.run(stop)
 
@@ -95,15 +101,18 @@ async def serve(
     """Serve the API (and optionally dispatch and run workers in-process) until ``stop``.
     ``reuse_port``: other processes serve on the same port (see ``server.supervisor``)."""
     clock = clock or SystemClock()
+    # One keyring for the server and its in-process dispatcher: they agree with no file.
+    keys = keys_for(settings.security.delivery_keys_file)
     drivers = Drivers()
     backends = await open_backends(settings, drivers)
-    api = ApiServer(settings, backends, clock, random.Random(), telemetry, reuse_port=reuse_port)
+    rng = random.Random()
+    api = ApiServer(settings, backends, clock, rng, telemetry, reuse_port=reuse_port, keys=keys)
     port = await api.start()
     background: list[asyncio.Task[object]] = []
     worker_stop = asyncio.Event()
     if dispatcher:
         dispatching = run_dispatcher(
-            settings, stop, clock=clock, telemetry=telemetry, drivers=drivers
+            settings, stop, clock=clock, telemetry=telemetry, drivers=drivers, keys=keys
         )
         background.append(asyncio.create_task(dispatching))
     address = f"127.0.0.1:{port}"

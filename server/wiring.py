@@ -21,6 +21,7 @@ from dispatcher.ready_queue import ReadyQueue
 from history.run_history import RunHistory
 from tikk.errors import InvalidArgument
 from tikk.settings import Settings
+from tikk.store.credentials import CredentialStore
 from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
@@ -107,6 +108,18 @@ def _cassandra_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
     return CassandraRunHistory(drivers.cassandra(url, "history_url"))
 
 
+def _sqlite_credentials(url: str, shards: int, drivers: Drivers) -> CredentialStore:
+    from tikk.store.sqlite.credentials import SqliteCredentialStore
+
+    return SqliteCredentialStore(split_url("store_url", url)[1])
+
+
+def _cassandra_credentials(url: str, shards: int, drivers: Drivers) -> CredentialStore:
+    from tikk.store.cassandra.credentials import CassandraCredentialStore
+
+    return CassandraCredentialStore(drivers.cassandra(url, "store_url"))
+
+
 def _local_queue(url: str, shards: int, drivers: Drivers) -> ReadyQueue:
     from dispatcher.ready_queue.local import LocalReadyQueue
 
@@ -127,6 +140,11 @@ TASK_STORES: Mapping[str, Callable[[str, int, Drivers], TaskStore]] = {
 SCHEDULE_STORES: Mapping[str, Callable[[str, int, Drivers], ScheduleStore]] = {
     "sqlite": _sqlite_schedules,
     "cassandra": _cassandra_schedules,
+}
+# Credentials live in the task store's database too (same URL).
+CREDENTIAL_STORES: Mapping[str, Callable[[str, int, Drivers], CredentialStore]] = {
+    "sqlite": _sqlite_credentials,
+    "cassandra": _cassandra_credentials,
 }
 # Quotas live in the task store's database too: its usage is counted there.
 QUOTA_STORES: Mapping[str, Callable[[str, int, Drivers], QuotaStore]] = {
@@ -181,6 +199,11 @@ async def open_store(settings: Settings, drivers: Drivers) -> TaskStore:
 async def open_schedules(settings: Settings, drivers: Drivers) -> ScheduleStore:
     url, shards = settings.store_url, settings.shard_count
     return await started(build(SCHEDULE_STORES, "store_url", url, shards, drivers))
+
+
+async def open_credentials(settings: Settings, drivers: Drivers) -> CredentialStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(CREDENTIAL_STORES, "store_url", url, shards, drivers))
 
 
 async def open_quotas(settings: Settings, drivers: Drivers) -> QuotaStore:
@@ -254,8 +277,12 @@ class Backends:
     queue: ReadyQueue
     schedules: ScheduleStore
     quotas: QuotaStore
+    # Open when the API checks callers (``settings.security.auth``).
+    credentials: CredentialStore | None = None
 
     async def close(self) -> None:
+        if self.credentials is not None:
+            await self.credentials.close()
         await self.quotas.close()
         await self.queue.close()
         await self.schedules.close()
@@ -276,5 +303,9 @@ async def open_backends(settings: Settings, drivers: Drivers | None = None) -> B
         schedules = await open_schedules(settings, drivers)
         opened.push_async_callback(schedules.close)
         quotas = await open_quotas(settings, drivers)
+        opened.push_async_callback(quotas.close)
+        credentials = None
+        if settings.security.auth:
+            credentials = await open_credentials(settings, drivers)
         opened.pop_all()
-    return Backends(store, history, queue, schedules, quotas)
+    return Backends(store, history, queue, schedules, quotas, credentials)

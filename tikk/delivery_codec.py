@@ -29,6 +29,7 @@ def to_proto(delivery: Delivery) -> worker_pb2.Delivery:
         fired_time=to_timestamp(delivery.fired_ms),
         idempotency_key=e.idempotency_key,
         trace_context=dict(delivery.trace_context or e.trace_context),
+        token=delivery.token,
     )
     if e.start_timeout_ms:
         msg.start_timeout.FromMilliseconds(e.start_timeout_ms)
@@ -68,4 +69,4 @@ def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
         schedule_id=schedule_id,
         start_timeout_ms=msg.start_timeout.ToMilliseconds() if msg.HasField("start_timeout") else 0,
     )
-    return Delivery(entry, from_timestamp(msg.fired_time), dict(msg.trace_context))
+    return Delivery(entry, from_timestamp(msg.fired_time), dict(msg.trace_context), token=msg.token)

@@ -10,6 +10,10 @@
     ├── ResourceExhausted     over a quota or a request limit       (RESOURCE_EXHAUSTED)
     ├── StreamIdle            a client stream sent nothing too long (DEADLINE_EXCEEDED)
     ├── StaleOwner            a fencing epoch was refused           (ABORTED)
+    ├── Unauthenticated       no credential, or not a valid one     (UNAUTHENTICATED)
+    ├── PermissionDenied      the credential's roles do not cover   (PERMISSION_DENIED)
+    │                         the namespace or queue; a delivery
+    │                         token that does not match
     └── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
 
 Backends translate their driver's exceptions into this tree at their boundary, once; the gRPC
@@ -70,3 +74,14 @@ class BackendUnavailable(TikkError):
     """A store or queue could not be reached or timed out; the call may be repeated."""
 
     retriable = True
+
+
+class Unauthenticated(TikkError):
+    """The call carries no credential, or one that is unknown, revoked or malformed. The
+    message never repeats what the caller sent."""
+
+
+class PermissionDenied(TikkError):
+    """The caller may not do this: its credential's roles do not cover the request (the
+    message names the role needed and the namespace or queue), or a result's delivery token
+    does not match."""

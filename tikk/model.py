@@ -216,6 +216,9 @@ class Delivery:
     entry: DueEntry
     fired_ms: int
     trace_context: Mapping[str, str] = field(default_factory=dict)
+    # The dispatcher's proof that it published this delivery (``tikk.delivery_tokens``);
+    # empty until signed.
+    token: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,10 @@ Metrics (units in the names' descriptions):
 - ``tikk.dispatch.store_reads``, ``tikk.dispatch.rows_read``  counters of the dispatcher's
   reads of the due index and the rows they returned (follow what is due, not what is stored)
 - ``tikk.retries``, ``tikk.dead_letters``  counters per queue, counted by the server
+- ``tikk.results.refused``  counter of run results the server refused, by ``reason`` (a bad
+  delivery token: ``missing``, ``malformed``, ``unknown_key``, ``mismatch``; or a task not
+  running that attempt: ``not_dispatched``, ``stale_attempt``). Not by queue: a refused
+  result's queue is whatever the sender wrote.
 - ``tikk.queue.waiting``, ``tikk.queue.oldest_age_ms``  gauges per ready queue, reported by
   the server: tasks handed to the queue and not yet consumed for good, and the age of the
   oldest of them (a queue nobody consumes grows both)
@@ -105,6 +109,9 @@ class Telemetry:
 
     def dead_lettered(self, queue: str) -> None:
         """One task was given up."""
+
+    def result_refused(self, reason: str) -> None:
+        """The server refused one run result (see ``tikk.results.refused``)."""
 
     def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
         """Schedule occurrences were decided (fired, missed, skipped...)."""
@@ -221,6 +228,9 @@ class OtelTelemetry(Telemetry):
             "tikk.late_writes", description="Due rows re-placed ahead of a cursor, by reason"
         )
         self._dead = meter.create_counter("tikk.dead_letters", description="Tasks given up")
+        self._refused = meter.create_counter(
+            "tikk.results.refused", description="Run results refused by the server, by reason"
+        )
         self._occurrences = meter.create_counter(
             "tikk.schedule.occurrences",
             description="Schedule occurrences decided, by outcome",
@@ -341,6 +351,9 @@ class OtelTelemetry(Telemetry):
 
     def dead_lettered(self, queue: str) -> None:
         self._dead.add(1, {"queue": queue})
+
+    def result_refused(self, reason: str) -> None:
+        self._refused.add(1, {"reason": reason})
 
     def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
         for outcome, n in Counter(r.outcome for r in records).items():

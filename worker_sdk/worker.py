@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from tikk.client.transport import Transport
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
@@ -57,8 +58,13 @@ Handler = (
 )
 H = TypeVar("H", bound=Callable[..., Any])
 _ERROR_MESSAGE_LIMIT = 4096
-# The server's answer to a start whose timeout ran out (google.rpc.Code FAILED_PRECONDITION).
-_REFUSED = grpc.StatusCode.FAILED_PRECONDITION.value[0]
+# Answers that reporting again cannot change (google.rpc.Code numbers): the task is not
+# running that attempt any more (also a start whose timeout ran out), or the delivery's token
+# does not match it. The message is dropped, not reported forever.
+_FINAL_REFUSALS = {
+    grpc.StatusCode.FAILED_PRECONDITION.value[0],
+    grpc.StatusCode.PERMISSION_DENIED.value[0],
+}
 _CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
 _GATHER_S = 0.01  # how long a full worker waits for more slots to free before it fetches
 _CONFIG_TIMEOUT_S = 10.0  # one GetWorkerConfig attempt
@@ -100,7 +106,8 @@ class Worker:
     are the consumer-group timing on Kafka (a killed worker's partitions move after about the
     session; the heartbeat must be under a third of it); ``report_timeout_s`` is how long
     results may go unacknowledged before the worker steps aside. ``clock`` (monotonic
-    seconds) times that.
+    seconds) times that. ``transport`` (``tikk.client.Transport``) says how to reach the
+    server: TLS, a client certificate, a bearer token; ``run`` may override it.
     """
 
     def __init__(
@@ -117,6 +124,7 @@ class Worker:
         heartbeat_interval_s: float = 1.0,
         report_timeout_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
+        transport: Transport | None = None,
     ) -> None:
         if not queues:
             raise ValueError("a Worker needs at least one queue")
@@ -133,9 +141,13 @@ class Worker:
         self._handlers: dict[str, Handler] = {}
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="handler")
         self.completed = 0
+        # Messages whose result the server refused for good (see ``_FINAL_REFUSALS``).
+        self.dropped = 0
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
         self._clock = clock
+        # How ``run`` reaches the server (TLS, client certificate, token); plaintext if None.
+        self.transport = transport or Transport()
         self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s)
 
     def set_failover(
@@ -183,13 +195,21 @@ class Worker:
         return sorted(self._handlers)
 
     async def run(
-        self, server: str, *, burst: bool = False, stop: asyncio.Event | None = None
+        self,
+        server: str,
+        *,
+        burst: bool = False,
+        stop: asyncio.Event | None = None,
+        transport: Transport | None = None,
     ) -> int:
         """Work until ``stop`` is set (or, with ``burst``, until the queues are empty and
         nothing is in flight). Returns the number of runs whose result was recorded. A server
-        that does not answer yet is asked again until it does (or ``stop`` is set)."""
+        that does not answer yet is asked again until it does (or ``stop`` is set).
+        ``transport`` overrides the worker's own; ``TransportError`` if its files cannot be
+        read."""
         stop = stop or asyncio.Event()
-        async with grpc.aio.insecure_channel(server, options=_CHANNEL_OPTIONS) as channel:
+        channel = (transport or self.transport).aio_channel(server, _CHANNEL_OPTIONS)
+        async with channel:
             stub = worker_pb2_grpc.WorkerServiceStub(channel)
             config = await _worker_config(stub, server, stop)
             if config is None:
@@ -295,11 +315,17 @@ class Worker:
         while True:
             ack = await out.results.report(result)
             if ack.code == grpc.StatusCode.OK.value[0]:
+                self.completed += 1
+                break
+            if ack.code in _FINAL_REFUSALS:
+                self.dropped += 1
+                d = result.delivery
+                log.warning("result of task %s attempt %d refused for good, message dropped: %s",
+                            d.task_id, d.attempt, ack.message)  # fmt: skip
                 break
             log.warning("server refused result of %s (%s), retrying", result.run_id, ack.message)
             await asyncio.sleep(1.0)
         out.commits.add(consumer, message)
-        self.completed += 1
 
     async def _may_start(self, results: ResultStream, message: Message) -> bool:
         """An attempt with a start timeout runs only once the server granted its start (the
@@ -314,8 +340,12 @@ class Worker:
         claim.start_time.FromMilliseconds(_now_ms())
         while True:
             ack = await results.report(claim)
-            if ack.code in (grpc.StatusCode.OK.value[0], _REFUSED):
-                return bool(ack.code == grpc.StatusCode.OK.value[0])
+            if ack.code == grpc.StatusCode.OK.value[0]:
+                return True
+            if ack.code in _FINAL_REFUSALS:
+                log.warning("start of task %s attempt %d refused, message dropped: %s",
+                            d.task_id, d.attempt, ack.message)  # fmt: skip
+                return False
             log.warning("server could not decide the start of %s (%s), asking again",
                         d.task_id, ack.message)  # fmt: skip
             await asyncio.sleep(1.0)

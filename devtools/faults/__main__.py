@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="WORKDIR",
         help="check the records a finished run left in WORKDIR again and print the report",
     )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="the cluster serves TLS (a development CA); workers and the suite's clients trust it",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="log every fault as it happens")
     return p
 
@@ -101,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fault suite: mode {mode.name}, seed {seed}, records in {workdir}", flush=True)
     try:
         result = run_suite(
-            mode, seed=seed, workdir=workdir, keep_data=args.keep_data, git_rev=args.git_rev
-        )
+            mode, seed=seed, workdir=workdir, keep_data=args.keep_data, git_rev=args.git_rev,
+            tls=args.tls,
+        )  # fmt: skip
     except Exception as exc:
         print(f"devtools.faults: the run could not be carried out: {exc}", file=sys.stderr)
         return EXIT_NOT_RUN

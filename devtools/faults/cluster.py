@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import IO
 
 from devtools.faults.worker_app import LOG_ENV
+from server.certs import DevPki, make_dev_pki
+from tikk.client.transport import Transport
 
 ROOT = Path(__file__).resolve().parents[2]
 # PR_SET_PDEATHSIG (1) with SIGKILL (9), then the real command: the setting survives exec.
@@ -133,6 +135,8 @@ class ClusterConfig:
     session_timeout_s: int = 4
     dispatchers: int = 2
     workers: int = 2
+    # Serve TLS with a development PKI under the workdir; workers and clients trust its CA.
+    tls: bool = False
 
     @property
     def keyspace(self) -> str:
@@ -149,6 +153,20 @@ class ClusterConfig:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def pki(self) -> DevPki:
+        """Where the PKI of a TLS cluster is (``Cluster`` makes it)."""
+        return DevPki.in_directory(self.workdir / "pki")
+
+    @property
+    def transport(self) -> Transport:
+        """How the suite's clients reach the server."""
+        return Transport(ca_file=str(self.pki.ca_cert)) if self.tls else Transport()
+
+    def serve_tls_args(self) -> list[str]:
+        pki = self.pki
+        return ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
 
     @property
     def start_log(self) -> Path:
@@ -267,12 +285,18 @@ class Cluster:
     def __init__(self, config: ClusterConfig) -> None:
         self.config = config
         backend = config.backend_args()
-        server = ["server", *backend, "--listen", config.address]
+        # Servers and dispatchers check and sign delivery tokens with one keys file.
+        keys = ["--delivery-keys", str(config.workdir / "delivery-keys")]
+        server = ["server", *backend, *keys, "--listen", config.address]
         worker = ["worker", "devtools.faults.worker_app:worker", "--server", config.address]
+        if config.tls:
+            make_dev_pki(config.pki.ca_cert.parent)
+            server += config.serve_tls_args()
+            worker += ["--tls-ca", str(config.pki.ca_cert)]
         self.members = {SERVER: Member(SERVER, server, config)}
         for i in range(config.dispatchers):
             role = f"dispatcher-{i}"
-            self.members[role] = Member(role, ["dispatcher", *backend], config)
+            self.members[role] = Member(role, ["dispatcher", *backend, *keys], config)
         for i in range(config.workers):
             self.members[f"worker-{i}"] = Member(f"worker-{i}", worker, config)
 

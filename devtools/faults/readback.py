@@ -20,6 +20,7 @@ from devtools.faults.records import (
     parse_start,
 )
 from devtools.faults.workload import CHANNEL_OPTIONS
+from tikk.client.transport import Transport
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
 TERMINAL = frozenset({"SUCCEEDED", "DEAD_LETTERED", "CANCELLED", "NOT_FOUND"})
@@ -73,12 +74,20 @@ def still_expected(
 class StateReader:
     """Final states through the server's API, with retries (it may just have restarted)."""
 
-    def __init__(self, address: str, namespace: str, deadline: float, threads: int = 8) -> None:
+    def __init__(
+        self,
+        address: str,
+        namespace: str,
+        deadline: float,
+        threads: int = 8,
+        transport: Transport | None = None,
+    ) -> None:
         """``deadline`` (a ``time.monotonic`` instant): after it, states not read yet are
-        reported ``UNREADABLE`` at once instead of being asked for."""
+        reported ``UNREADABLE`` at once instead of being asked for. ``transport``: how to
+        reach the server (plaintext if None)."""
         self.namespace = namespace
         self.deadline = deadline
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = (transport or Transport()).channel(address, CHANNEL_OPTIONS)
         self._tasks: Any = tasks_pb2_grpc.TaskServiceStub(self._channel)
         self._history: Any = history_pb2_grpc.HistoryServiceStub(self._channel)
         self._threads = threads

@@ -131,6 +131,8 @@ class Run:
         workdir: Path,
         addresses: dict[str, str],
         git_rev: str | None = None,
+        *,
+        tls: bool = False,
     ) -> None:
         self.mode = mode
         self.git_rev = git_rev
@@ -145,6 +147,7 @@ class Run:
             workdir=workdir,
             port=free_port(),
             code_dir=workdir / "code",
+            tls=tls,
         )
         self.cluster = Cluster(self.config)
         self.nemesis = Nemesis(self.cluster, ServiceStopper(addresses))
@@ -178,7 +181,8 @@ class Run:
         """One task through server, dispatcher, queue and worker before the clock starts."""
         now = _now_ms()
         plan = TaskPlan(WARM_UP_ID, TaskKind.OK, now, now, True)
-        create_now(self.config.address, create_request(plan, self.mode.workload, NAMESPACE))
+        request = create_request(plan, self.mode.workload, NAMESPACE)
+        create_now(self.config.address, request, transport=self.config.transport)
         deadline = time.monotonic() + timeout_s
         while not any(s.task_id == WARM_UP_ID for s in self.starts.read()):
             if time.monotonic() > deadline:
@@ -201,7 +205,9 @@ class Run:
         started the processes and so must outlive them)."""
         spec = self.mode.workload
         self.plans = plan_tasks(spec, self.rng, _now_ms() + 500)
-        self.workload = Workload(self.config.address, NAMESPACE, self.plans, spec)
+        self.workload = Workload(
+            self.config.address, NAMESPACE, self.plans, spec, self.config.transport
+        )
         origin = time.monotonic()
         self.workload.start()
         roles = {k: self.cluster.roles(k) for k in ("server", "dispatcher", "worker")}
@@ -230,7 +236,10 @@ class Run:
         creates, _ = self.workload.records()
         ids = [c.task_id for c in creates if c.accepted]
         budget = max(120.0, len(ids) / READBACK_RATE)
-        reader = StateReader(self.config.address, NAMESPACE, time.monotonic() + budget)
+        reader = StateReader(
+            self.config.address, NAMESPACE, time.monotonic() + budget,
+            transport=self.config.transport,
+        )  # fmt: skip
         try:
             self.finals = reader.finals(ids)
             while _now_ms() < self._drain_until_ms() and (moving := _not_final(self.finals)):
@@ -291,13 +300,14 @@ def run_suite(
     addresses: dict[str, str] | None = None,
     keep_data: bool = False,
     git_rev: str | None = None,
+    tls: bool = False,
 ) -> SuiteResult:
     """Run ``mode`` once and check it, on the working tree's code or on ``git_rev``'s.
     Raises if the run could not start (the stack not answering, a process that would not
-    start, the hard timeout before the workload)."""
+    start, the hard timeout before the workload). ``tls``: the cluster serves TLS."""
     began = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    run = Run(mode, seed, workdir, addresses or stack_addresses(), git_rev)
+    run = Run(mode, seed, workdir, addresses or stack_addresses(), git_rev, tls=tls)
     with hard_timeout(mode.timeout_s):
         try:
             run.set_up()

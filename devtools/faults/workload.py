@@ -31,6 +31,7 @@ from devtools.faults.records import (
     TaskPlan,
 )
 from devtools.faults.worker_app import QUEUE
+from tikk.client.transport import Transport
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -140,10 +141,12 @@ def _call(fn: Callable[..., Any], request: Any, timeout_s: float) -> Call:
     return Call(sent, _now_ms(), code)
 
 
-def create_now(address: str, request: Any, timeout_s: float = 30.0) -> None:
-    """One create on a channel of its own, waiting for the server to be up; raises
-    ``grpc.RpcError`` if it fails."""
-    with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+def create_now(
+    address: str, request: Any, timeout_s: float = 30.0, transport: Transport | None = None
+) -> None:
+    """One create on a channel of its own (over ``transport``, plaintext if None), waiting
+    for the server to be up; raises ``grpc.RpcError`` if it fails."""
+    with (transport or Transport()).channel(address, CHANNEL_OPTIONS) as channel:
         stub: Any = tasks_pb2_grpc.TaskServiceStub(channel)
         stub.CreateTask(request, timeout=timeout_s, wait_for_ready=True)
 
@@ -152,12 +155,17 @@ class Workload:
     """Runs a plan against a server: creates at their planned instants, cancels at theirs."""
 
     def __init__(
-        self, address: str, namespace: str, plans: list[TaskPlan], spec: WorkloadSpec
+        self,
+        address: str,
+        namespace: str,
+        plans: list[TaskPlan],
+        spec: WorkloadSpec,
+        transport: Transport | None = None,
     ) -> None:
         self.namespace = namespace
         self.plans = plans
         self.spec = spec
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._channel = (transport or Transport()).channel(address, CHANNEL_OPTIONS)
         self._stub: Any = tasks_pb2_grpc.TaskServiceStub(self._channel)
         self._pool = ThreadPoolExecutor(spec.threads, thread_name_prefix="workload")
         self._lock = threading.Lock()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from tikk.delivery_tokens import UnknownDeliveryKey
 from tikk.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -17,10 +18,12 @@ from tikk.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     StaleOwner,
     StreamIdle,
     TikkError,
+    Unauthenticated,
 )
 from tikk.settings import Deadlines
 
@@ -31,11 +34,16 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
+    # Before PermissionDenied: the servers lack a key (configuration), so the worker reports
+    # the result again instead of dropping it.
+    (UnknownDeliveryKey, grpc.StatusCode.UNAVAILABLE),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (Conflict, grpc.StatusCode.ABORTED),
     (ResourceExhausted, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (StaleOwner, grpc.StatusCode.ABORTED),
     (StreamIdle, grpc.StatusCode.DEADLINE_EXCEEDED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
 ]
 
 

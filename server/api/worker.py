@@ -1,22 +1,31 @@
 """``tikk.v1.WorkerService``: a worker's configuration, and the stream of its run results
-(protobuf results become ``RunReport`` for the lifecycle)."""
+(protobuf results become ``RunReport`` for the lifecycle).
+
+Every result's delivery token is checked before anything is read or written for it
+(``tikk.delivery_tokens``): a worker can report only deliveries a dispatcher published, for
+the task, attempt and queue they name. A refusal (bad token, or an attempt that is not the
+current one, see ``server.results``) is logged without token or payload and counted
+(``tikk.results.refused`` by reason)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import grpc
 
 from server.api import validation
 from server.api.status import Ctx, bounded, code_of, maps_errors, numeric
 from server.batching import Coalescer, answer_in_order
-from server.results import Lifecycle
+from server.results import Lifecycle, ResultRefused
 from tikk import delivery_codec
+from tikk.delivery_tokens import DeliveryKeys, TokenRefused
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import ResultKind, RunReport
 from tikk.settings import Settings
+from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 
@@ -27,12 +36,28 @@ _RESULTS_IN_FLIGHT = 256
 _BATCHES_IN_FLIGHT = 8
 
 
+@dataclass
+class _PendingSuccess:
+    """A success waiting in the coalescer, and its refusal once its batch was written."""
+
+    report: RunReport
+    refused: ResultRefused | None = None
+
+
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
-    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
+    def __init__(
+        self,
+        lifecycle: Lifecycle,
+        settings: Settings,
+        keys: DeliveryKeys,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         self._lc = lifecycle
         self._settings = settings
+        self._keys = keys
+        self._telemetry = telemetry or Telemetry()
         # Successes of every stream are written together (see server.batching).
-        self._successes = Coalescer(lifecycle.record_successes)
+        self._successes = Coalescer(self._write_successes)
 
     @maps_errors
     async def GetWorkerConfig(
@@ -129,15 +154,42 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             if report.kind is ResultKind.STARTED:
                 return await self._start(report)
             if report.kind is ResultKind.SUCCEEDED:
-                await self._successes.submit(report)
+                await self._record_success(report)
             else:
                 await self._lc.record_result(report)
             return worker_pb2.ResultAck(run_id=result.run_id)
+        except (TokenRefused, ResultRefused) as exc:
+            return self._refused(result, exc)
         except TikkError as exc:
             log.warning("result %s not recorded: %s", result.run_id, exc)
             return worker_pb2.ResultAck(
                 run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
             )
+
+    def _refused(
+        self, result: worker_pb2.RunResult, exc: TokenRefused | ResultRefused
+    ) -> worker_pb2.ResultAck:
+        """Record a refusal: a log line (its message names no token or payload) and a count."""
+        d = result.delivery
+        log.warning(
+            "result %s refused (%s): namespace %r task %r queue %r attempt %d: %s",
+            result.run_id, exc.reason, d.namespace, d.task_id, d.queue, d.attempt, exc,
+        )  # fmt: skip
+        self._telemetry.result_refused(exc.reason)
+        return worker_pb2.ResultAck(
+            run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
+        )
+
+    async def _record_success(self, report: RunReport) -> None:
+        pending = _PendingSuccess(report)
+        await self._successes.submit(pending)
+        if pending.refused is not None:
+            raise pending.refused
+
+    async def _write_successes(self, batch: Sequence[_PendingSuccess]) -> None:
+        refusals = await self._lc.record_successes([p.report for p in batch])
+        for pending, refused in zip(batch, refusals, strict=True):
+            pending.refused = refused
 
     async def _start(self, report: RunReport) -> worker_pb2.ResultAck:
         """A worker's request to start an attempt that has a start timeout."""
@@ -157,6 +209,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         except ValueError:
             raise InvalidArgument("kind", f"unknown result kind {r.kind}") from None
         delivery = delivery_codec.from_proto(r.delivery, self._settings.shard_count)
+        self._keys.verify(delivery)
         return RunReport(
             run_id=r.run_id,
             entry=delivery.entry,

@@ -13,18 +13,24 @@ from typing import Any
 import grpc
 from google.protobuf.json_format import MessageToDict
 
-from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE
+from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, transport
+from tikk.client.transport import TransportError
 from tikk.v1 import tasks_pb2
 
 Action = Callable[[argparse.Namespace, grpc.Channel], None]
 
 
 def client(action: Action) -> Callable[..., int]:
-    """A command that runs ``action`` on a channel to ``--server``: a refusal is exit code 1,
-    an unreachable server 3."""
+    """A command that runs ``action`` on a channel to ``--server`` (over the transport of its
+    options): a refusal is exit code 1, an unreachable server 3, a bad transport option 2."""
 
     def run(args: argparse.Namespace) -> int:
-        with grpc.insecure_channel(args.server) as channel:
+        try:
+            channel = transport(args).channel(args.server)
+        except TransportError as exc:
+            print(f"tikk: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        with channel:
             try:
                 action(args, channel)
             except grpc.RpcError as exc:

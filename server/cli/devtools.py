@@ -82,7 +82,7 @@ def _bench_configs(args: argparse.Namespace) -> list[Any]:
             configs.append(BenchConfig(
                 backend, args.tasks, rate, stored, args.workers, args.dispatchers, args.shards,
                 args.ceiling_tasks, tuple(args.server_arg), args.keep_keyspace,
-                *([Path(args.cassandra_data)] if args.cassandra_data else []),
+                *([Path(args.cassandra_data)] if args.cassandra_data else []), tls=args.tls,
             ))  # fmt: skip
     return configs
 
@@ -235,6 +235,7 @@ def _bench_command(sub: Any) -> None:
         help="the node's data folder, for bytes on disk (default: the local stack's)",
     )  # fmt: skip
     p.add_argument("--out", help="results folder (default: bench-results/<UTC time>)")
+    p.add_argument("--tls", action="store_true", help="server, clients and workers over TLS")
     p.add_argument(
         "--smoke", action="store_true",
         help="a one-minute check: embedded, 2,000 stored, 500 fired at 50/s, 1 worker",

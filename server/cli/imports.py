@@ -21,8 +21,15 @@ from typing import IO, Any
 import grpc
 from google.protobuf import json_format
 
-from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, client_options
-from tikk.client import Client, ClientError, ImportInterrupted, ImportResult
+from server.cli.options import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    client_options,
+    transport,
+)
+from tikk.client import Client, ClientError, ImportInterrupted, ImportResult, TransportError
 from tikk.v1 import tasks_pb2
 
 
@@ -110,7 +117,7 @@ def _import(args: argparse.Namespace) -> None:
     source = sys.stdin if args.file == "-" else open(args.file, encoding="utf-8")  # noqa: SIM115
     size = None if args.file == "-" else os.path.getsize(args.file)
     progress = Progress(total_bytes=size)
-    client = Client(args.server, namespace=args.namespace)
+    client = Client(args.server, namespace=args.namespace, transport=transport(args))
     with client, source, open(args.rejects, "a", encoding="utf-8") as rejects:
         results = client.import_tasks(_tasks(source, args, progress), batch_size=args.batch_size)
         try:
@@ -134,6 +141,9 @@ def _run(args: argparse.Namespace) -> int:
     """The command: a refusal is exit code 1, an unreachable server 3."""
     try:
         _import(args)
+    except TransportError as exc:
+        print(f"tikk: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ClientError as exc:
         cause = exc.cause if isinstance(exc, ImportInterrupted) else exc
         print(f"tikk: {cause.code.name}: {cause.details}", file=sys.stderr)

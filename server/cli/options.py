@@ -6,8 +6,13 @@ import argparse
 import os
 import re
 from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tikk.settings import Security, Settings, Tls, embedded_urls
+
+if TYPE_CHECKING:
+    from tikk.client.transport import Transport
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_IMPORT = 0, 1, 2, 3, 4
 DEFAULT_SERVER = os.environ.get("TIKK_SERVER", "127.0.0.1:7070")
@@ -60,8 +65,17 @@ def security(args: argparse.Namespace) -> Security:
         tls=tls,
         auth=getattr(args, "auth", False),
         insecure=getattr(args, "insecure", False),
-        delivery_keys_file=getattr(args, "delivery_keys", None) or "",
+        delivery_keys_file=delivery_keys_file(args),
     )
+
+
+def delivery_keys_file(args: argparse.Namespace) -> str:
+    """``--delivery-keys``, else the file under the data dir (created on first use), so that
+    servers and dispatchers sharing a data dir agree with no configuration."""
+    if given := getattr(args, "delivery_keys", None):
+        return str(given)
+    data_dir = getattr(args, "data_dir", None)
+    return str(Path(data_dir).resolve() / "delivery-keys") if data_dir else ""
 
 
 def security_options(p: argparse.ArgumentParser, *, serves: bool) -> None:
@@ -128,6 +142,49 @@ def client_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namespace", default="", help="namespace (default: 'default')")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
+    transport_options(p)
+
+
+def transport_options(p: argparse.ArgumentParser) -> None:
+    """How a client reaches the server (``transport``): TLS, a client certificate, a token.
+    The token itself is never an option, so it stays out of shell history and ``ps``."""
+    p.add_argument("--tls", action="store_true", help="connect over TLS (system trusted roots)")
+    p.add_argument("--tls-ca", metavar="PEM", help="trust this CA for the server (implies --tls)")
+    p.add_argument("--tls-cert", metavar="PEM", help="client certificate for mTLS (implies --tls)")
+    p.add_argument("--tls-key", metavar="PEM", help="the private key of --tls-cert")
+    p.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="check the server's certificate for this name instead of --server's host",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="a file holding the bearer token (default: $TIKK_TOKEN, else none)",
+    )
+
+
+def transport(args: argparse.Namespace) -> Transport:
+    """The client transport of ``transport_options``; ``TransportError`` for a half-given
+    certificate or an unreadable token file."""
+    from tikk.client.transport import Transport, TransportError
+
+    token = os.environ.get("TIKK_TOKEN", "")
+    if args.token_file:
+        try:
+            with open(args.token_file, encoding="utf-8") as source:
+                token = source.read().strip()
+        except OSError as exc:
+            why = exc.strerror
+            raise TransportError(f"cannot read --token-file {args.token_file}: {why}") from None
+    return Transport(
+        tls=args.tls,
+        ca_file=args.tls_ca or "",
+        cert_file=args.tls_cert or "",
+        key_file=args.tls_key or "",
+        server_name=args.tls_server_name or "",
+        token=token.strip(),
+    )
 
 
 def paging(p: argparse.ArgumentParser) -> None:

@@ -24,13 +24,17 @@ from server.cli.options import (
     parse_duration_ms,
     security_options,
     settings,
+    transport,
+    transport_options,
 )
 from tikk.errors import InvalidArgument, TikkError
 from tikk.settings import Settings
 from tikk.telemetry import Providers, open_telemetry
 
 if TYPE_CHECKING:
+    from server.certs import DevPki
     from server.supervisor import Member
+    from tikk.client.transport import Transport
     from worker_sdk import Worker
 
 _OUR_PACKAGES = {"tikk", "server", "dispatcher", "worker_sdk", "history"}
@@ -64,9 +68,48 @@ def _run_server(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace, dispatcher: bool) -> int:
+    """Refuse what must not be served (an exposed plaintext port, unusable TLS files) with
+    exit code 2 before anything starts, then serve alone or as a group."""
+    from server.certs import TlsExtraMissing
+    from server.transport_security import check_transport
+
+    try:
+        _dev_tls(args)
+        check_transport(settings(args))
+    except (InvalidArgument, TlsExtraMissing, OSError) as exc:
+        print(f"tikk {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if args.processes > 1:
         return _supervise(args, dispatcher)
     return _serve_process(args, dispatcher, None)
+
+
+def _dev_tls(args: argparse.Namespace) -> None:
+    """``tikk dev --tls``: serve with a development PKI under ``<data-dir>/tls`` (made once,
+    reused after; ``server.certs``). Its paths go into ``args``, so the members of a group
+    serve the same files."""
+    if not getattr(args, "tls", False):
+        return
+    if args.tls_cert or args.tls_key:
+        raise InvalidArgument("--tls", "makes its own certificate: leave out --tls-cert/--tls-key")
+    from server.certs import DEV_HOSTS, make_dev_pki
+
+    host = _listen_host(args.listen)
+    hosts = (
+        (*DEV_HOSTS, host) if host and host not in DEV_HOSTS and not _wildcard(host) else DEV_HOSTS
+    )
+    pki = make_dev_pki(Path(args.data_dir, "tls").resolve(), hosts=hosts)
+    args.tls_cert, args.tls_key = str(pki.server_cert), str(pki.server_key)
+    args.dev_pki = pki
+
+
+def _listen_host(listen: str) -> str:
+    host = listen.rpartition(":")[0]
+    return host[1:-1] if host.startswith("[") else host
+
+
+def _wildcard(host: str) -> bool:
+    return host in {"", "0.0.0.0", "::"}
 
 
 def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | None) -> int:
@@ -75,16 +118,17 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
     from server.runtime import install_stop_signals, serve
 
     in_process_parts = member is None or member.role.first
+    config = settings(args)
     try:
-        workers = [load_worker(t) for t in args.worker] if in_process_parts else []
+        workers = _in_process_workers(args, config) if in_process_parts else []
     except ImportError as exc:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_IMPORT
-    config = settings(args)
+    except InvalidArgument as exc:
+        print(f"tikk {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     if member is not None:
-        # Each member admits its share of a namespace's tasks per second (server.quotas).
-        shares = replace(config.quotas, processes=member.role.count)
-        config = replace(config, listen=member.role.listen, quotas=shares)
+        config = _as_member(config, member)
 
     telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
     for worker in workers:
@@ -94,7 +138,7 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
         if member is not None:
             member.serving(port)
         else:
-            _announce(args.command, config, port)
+            _announce(args.command, config, port, getattr(args, "dev_pki", None))
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -109,11 +153,58 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
     return _run_process(args.command, main, telemetry)
 
 
-def _announce(command: str, config: Settings, port: int) -> None:
-    """The line tests and tools wait for (``listening on HOST:PORT``), then the backends."""
+def _as_member(config: Settings, member: Member) -> Settings:
+    """A group member's settings: the group's address, and its share of each namespace's
+    tasks per second (``server.quotas``)."""
+    shares = replace(config.quotas, processes=member.role.count)
+    return replace(config, listen=member.role.listen, quotas=shares)
+
+
+def _in_process_workers(args: argparse.Namespace, config: Settings) -> list[Worker]:
+    """The ``--worker`` targets, each reaching this server; ``ImportError`` for a target that
+    does not load, ``InvalidArgument`` for one that cannot reach a TLS port."""
+    workers = [load_worker(t) for t in args.worker]
+    for worker in workers:
+        _reach_own_server(worker, config, getattr(args, "dev_pki", None))
+    return workers
+
+
+def _reach_own_server(worker: Worker, config: Settings, dev_pki: DevPki | None) -> None:
+    """An in-process worker reaches this server over its TLS: it trusts the development CA
+    of ``tikk dev --tls``; with a certificate of the operator's, its own transport must."""
+    if config.security.tls is None or worker.transport.ca_file:
+        return
+    if dev_pki is not None:
+        # The development client certificate too, unless the worker has its own, should the
+        # server ask for one (``--tls-client-ca``).
+        own = worker.transport
+        worker.transport = replace(
+            own,
+            ca_file=str(dev_pki.ca_cert),
+            cert_file=own.cert_file or str(dev_pki.client_cert),
+            key_file=own.key_file or str(dev_pki.client_key),
+        )
+    elif not worker.transport.secure:
+        raise InvalidArgument(
+            "--worker",
+            "the server serves TLS, so an in-process worker needs a transport trusting its "
+            "CA: Worker(..., transport=Transport(ca_file=...))",
+        )
+
+
+def _announce(command: str, config: Settings, port: int, dev_pki: DevPki | None = None) -> None:
+    """The line tests and tools wait for (``listening on HOST:PORT``), then the backends and,
+    with ``tikk dev --tls``, how a client connects."""
     host = config.listen.rpartition(":")[0] or "127.0.0.1"
     print(f"tikk {command} listening on {host}:{port}", flush=True)
     print(f"  store {config.store_url}\n  queue {config.queue_url}", flush=True)
+    if config.security.tls is not None:
+        print(f"  tls {config.security.tls.cert_file}", flush=True)
+    if dev_pki is not None:
+        dev_ca = dev_pki.ca_cert
+        print(f"  clients trust the development CA {dev_ca}", flush=True)
+        target = f"{'127.0.0.1' if _wildcard(host) else host}:{port}"
+        print(f"  e.g. tikk task list --server {target} --tls-ca {dev_ca}", flush=True)
 
 
 def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
@@ -125,7 +216,8 @@ def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
     group = Supervisor(_serve_member, (args, dispatcher), args.processes, config.listen)
 
     def serving(address: str) -> None:
-        _announce(args.command, config, int(address.rpartition(":")[2]))
+        port = int(address.rpartition(":")[2])
+        _announce(args.command, config, port, getattr(args, "dev_pki", None))
         print(f"  processes {' '.join(map(str, group.pids))}", flush=True)
 
     async def main() -> None:
@@ -200,16 +292,9 @@ def _run_worker(args: argparse.Namespace) -> int:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_IMPORT
 
-    def seconds(ms: int | None) -> float | None:
-        return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
-
     try:
-        worker.set_failover(
-            session_timeout_s=seconds(args.session_timeout),
-            heartbeat_interval_s=seconds(args.heartbeat_interval),
-            report_timeout_s=seconds(args.report_timeout),
-        )
-    except ValueError as exc:
+        _apply_worker_flags(worker, args)
+    except ValueError as exc:  # TransportError among them
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_USAGE
 
@@ -228,6 +313,31 @@ def _run_worker(args: argparse.Namespace) -> int:
         telemetry.shutdown()
     print(f"tikk worker finished {done} runs", flush=True)
     return EXIT_OK
+
+
+def _apply_worker_flags(worker: Worker, args: argparse.Namespace) -> None:
+    """The failover and transport flags of ``tikk worker`` onto the worker; ``ValueError``
+    (``TransportError`` for the transport) naming a bad value, and then nothing changed."""
+
+    def seconds(ms: int | None) -> float | None:
+        return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
+
+    given = _given_transport(worker.transport, transport(args))
+    # A channel connects lazily: opening one only reads the files and checks the token rule.
+    given.channel(args.server).close()
+    worker.set_failover(
+        session_timeout_s=seconds(args.session_timeout),
+        heartbeat_interval_s=seconds(args.heartbeat_interval),
+        report_timeout_s=seconds(args.report_timeout),
+    )
+    worker.transport = given
+
+
+def _given_transport(own: Transport, flags: Transport) -> Transport:
+    """The worker's own transport with what the command line gives (flags, $TIKK_TOKEN) in
+    place of its fields."""
+    given = {name: value for name, value in vars(flags).items() if value}
+    return replace(own, **given)
 
 
 def _run_migrate(args: argparse.Namespace) -> int:
@@ -251,32 +361,7 @@ def register(sub: Any) -> None:
         ("dev", _run_dev, "all in one: API server + dispatcher (+ workers), embedded"),
         ("server", _run_server, "the API server"),
     ]:
-        p = sub.add_parser(name, help=help_text)
-        backend_options(p)
-        security_options(p, serves=True)
-        p.add_argument("--listen", default="127.0.0.1:7070", help="host:port (port 0 = any)")
-        p.add_argument(
-            "--visibility-timeout",
-            type=parse_duration_ms,
-            default=60_000,
-            help="how long a worker may hold a task before redelivery (e.g. 60s)",
-        )
-        p.add_argument(
-            "--worker",
-            action="append",
-            default=[],
-            metavar="MODULE:ATTR",
-            help="also run this worker in-process (repeatable)",
-        )
-        p.add_argument(
-            "--processes",
-            type=_process_count,
-            default=1,
-            metavar="N",
-            help="serve from N processes on one port (SO_REUSEPORT), under a supervisor that "
-            "restarts them; the dispatcher and --worker run in the first only (default 1)",
-        )
-        p.set_defaults(func=fn)
+        _serving_command(sub, name, fn, help_text)
 
     p = sub.add_parser("dispatcher", help="a dispatcher: moves due tasks to the ready queue")
     backend_options(p)
@@ -284,6 +369,43 @@ def register(sub: Any) -> None:
     p.set_defaults(func=_run_dispatcher)
     _worker_command(sub)
     _migrate_command(sub)
+
+
+def _serving_command(sub: Any, name: str, fn: Callable[..., int], help_text: str) -> None:
+    """``dev`` or ``server``: the options of a process serving the API."""
+    p = sub.add_parser(name, help=help_text)
+    backend_options(p)
+    security_options(p, serves=True)
+    p.add_argument("--listen", default="127.0.0.1:7070", help="host:port (port 0 = any)")
+    p.add_argument(
+        "--visibility-timeout",
+        type=parse_duration_ms,
+        default=60_000,
+        help="how long a worker may hold a task before redelivery (e.g. 60s)",
+    )
+    p.add_argument(
+        "--worker",
+        action="append",
+        default=[],
+        metavar="MODULE:ATTR",
+        help="also run this worker in-process (repeatable)",
+    )
+    p.add_argument(
+        "--processes",
+        type=_process_count,
+        default=1,
+        metavar="N",
+        help="serve from N processes on one port (SO_REUSEPORT), under a supervisor that "
+        "restarts them; the dispatcher and --worker run in the first only (default 1)",
+    )
+    if name == "dev":
+        p.add_argument(
+            "--tls",
+            action="store_true",
+            help="serve TLS with a development certificate made (once) under "
+            "<data-dir>/tls; prints the CA clients trust",
+        )
+    p.set_defaults(func=fn)
 
 
 def _process_count(text: str) -> int:
@@ -300,6 +422,7 @@ def _worker_command(sub: Any) -> None:
     p = sub.add_parser("worker", help="run a worker_sdk.Worker")
     p.add_argument("target", metavar="MODULE:ATTR")
     p.add_argument("--server", default=DEFAULT_SERVER)
+    transport_options(p)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     p.add_argument(
         "--session-timeout",

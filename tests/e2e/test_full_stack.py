@@ -52,7 +52,13 @@ class FullStack:
             SHARDS,
         ]
         self.log = tmp / "executions.jsonl"
-        self.env = {"TIKK_E2E_LOG": str(self.log), "PYTHONUNBUFFERED": "1"}
+        # The server checks the delivery tokens the dispatchers sign: one keys file for all.
+        keys = str(tmp / "delivery-keys")
+        self.env = {
+            "TIKK_E2E_LOG": str(self.log),
+            "PYTHONUNBUFFERED": "1",
+            "TIKK_DELIVERY_KEYS": keys,
+        }
         self.processes: list[Process] = []
         self.address = ""
 

@@ -60,7 +60,12 @@ class Deployment:
 
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.env = {"TIKK_E2E_LOG": str(tmp / "executions.jsonl"), "PYTHONUNBUFFERED": "1"}
+        self.env = {
+            "TIKK_E2E_LOG": str(tmp / "executions.jsonl"),
+            "PYTHONUNBUFFERED": "1",
+            # The server checks the delivery tokens the dispatcher signs: one keys file.
+            "TIKK_DELIVERY_KEYS": str(tmp / "delivery-keys"),
+        }
         self.processes: list[Process] = []
         self.files: list[Path] = []
         self.address = ""

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
 
 from devtools.faults import modes
-from devtools.faults.suite import run_suite, stack_addresses
+from devtools.faults.readback import StateReader
+from devtools.faults.records import WARM_UP_ID
+from devtools.faults.suite import NAMESPACE, Run, run_suite, stack_addresses
 from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require
 
 pytestmark = pytest.mark.e2e
@@ -37,3 +40,27 @@ def test_ci_fault_suite_loses_nothing_and_runs_nothing_early(tmp_path: Path) -> 
     assert not result.check.failed, result.report
     kills = dict(result.check.fault_counts)
     assert all(kills.get(f"kill {k}", 0) >= 3 for k in ("server", "dispatcher", "worker"))
+
+
+def test_a_tls_cluster_takes_a_task_through_every_process(tmp_path: Path) -> None:
+    """``--tls``: the server serves TLS, the workers and the suite's clients trust its CA; the
+    warm-up task goes through server, dispatcher, queue and worker (no faults)."""
+    addresses = {
+        "cassandra": require("cassandra", CASSANDRA),
+        "kafka": require("kafka", KAFKA),
+        "zookeeper": require("zookeeper", ZOOKEEPER),
+    }
+    run = Run(modes.ci().without_service_faults(), 1, tmp_path, addresses, tls=True)
+    try:
+        run.set_up()  # raises unless the warm-up task ran
+        over_tls = StateReader(run.config.address, NAMESPACE, time.monotonic() + 60,
+                               transport=run.config.transport)  # fmt: skip
+        plaintext = StateReader(run.config.address, NAMESPACE, time.monotonic() + 5)
+        try:
+            assert over_tls.final(WARM_UP_ID).state == "SUCCEEDED"
+            assert plaintext.final(WARM_UP_ID, attempts=2).state == "UNREADABLE"
+        finally:
+            over_tls.close()
+            plaintext.close()
+    finally:
+        run.clean_up(keep_data=False)

@@ -17,6 +17,7 @@ from server.app import ApiServer
 from server.batching import answer_in_order
 from server.wiring import Backends, open_backends
 from tikk.clock import SystemClock
+from tikk.delivery_tokens import new_keys
 from tikk.settings import Limits, Settings, embedded_urls
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -39,7 +40,7 @@ async def server(tmp_path: Path) -> AsyncIterator[Server]:
         listen="127.0.0.1:0", limits=LIMITS,
     )  # fmt: skip
     backends = await open_backends(settings)
-    api = ApiServer(settings, backends, SystemClock(), random.Random(1))
+    api = ApiServer(settings, backends, SystemClock(), random.Random(1), keys=new_keys())
     port = await api.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield Server(tasks_pb2_grpc.TaskServiceStub(channel), backends)

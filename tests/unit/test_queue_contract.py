@@ -266,7 +266,9 @@ def test_the_contract_imports_only_the_standard_library_and_tikk_errors() -> Non
 
 
 def test_worker_sdk_imports_of_tikk_are_only_the_stubs_the_errors_and_the_queue_contract() -> None:
-    allowed = {"tikk.errors", "tikk.queue_contract"}
+    # The client transport (grpc only) too, so a worker reaches a server with TLS and tokens
+    # exactly as every other client of ours does.
+    allowed = {"tikk.errors", "tikk.queue_contract", "tikk.client.transport"}
     offending = {
         f"{path.relative_to(ROOT)}: {name}"
         for path in sorted((ROOT / "worker_sdk").rglob("*.py"))

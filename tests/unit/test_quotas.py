@@ -22,6 +22,7 @@ from server.wiring import Backends, open_backends
 from tests.contract import cassandra_keyspace
 from tikk.client import AsyncClient, ResourceExhaustedError, TaskSpec
 from tikk.clock import ManualClock
+from tikk.delivery_tokens import new_keys
 from tikk.settings import QuotaSettings, Settings, embedded_urls
 from tikk.store.quotas import NamespaceQuotas, NamespaceUsage
 from tikk.timestamps import to_duration
@@ -73,7 +74,7 @@ class Servers:
     async def start(self, quotas: QuotaSettings | None = None) -> Api:
         settings = settings_in(self.tmp_path, self.store_url, quotas=quotas or QuotaSettings())
         backends = await open_backends(settings)
-        api = ApiServer(settings, backends, self.clock, random.Random(1))
+        api = ApiServer(settings, backends, self.clock, random.Random(1), keys=new_keys())
         port = await api.start()
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
         self._close += [backends.close, api.stop, functools.partial(channel.close, None)]

@@ -16,6 +16,7 @@ import pytest
 from server.app import ApiServer
 from server.wiring import open_backends
 from tikk.clock import SystemClock
+from tikk.delivery_tokens import new_keys
 from tikk.settings import Limits, Settings, embedded_urls
 from tikk.timestamps import to_timestamp
 from tikk.v1 import (
@@ -52,7 +53,7 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
         listen="127.0.0.1:0", limits=LIMITS,
     )  # fmt: skip
     backends = await open_backends(settings)
-    server = ApiServer(settings, backends, SystemClock(), random.Random(1))
+    server = ApiServer(settings, backends, SystemClock(), random.Random(1), keys=new_keys())
     port = await server.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield Api(

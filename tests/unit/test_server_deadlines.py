@@ -18,6 +18,7 @@ import pytest
 from server.app import ApiServer
 from server.wiring import open_backends
 from tikk.clock import SystemClock
+from tikk.delivery_tokens import new_keys
 from tikk.errors import TikkError
 from tikk.model import Task
 from tikk.settings import Deadlines, Settings, embedded_urls
@@ -63,7 +64,7 @@ async def slow(tmp_path: Path) -> AsyncIterator[tuple[Any, SlowStore]]:
     store = SlowStore(str(tmp_path / "tikk.db"), settings.shard_count)
     await store.start()
     api = ApiServer(settings, dataclasses.replace(backends, store=store), SystemClock(),
-                    random.Random(1))  # fmt: skip
+                    random.Random(1), keys=new_keys())  # fmt: skip
     port = await api.start()
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         yield tasks_pb2_grpc.TaskServiceStub(channel), store

@@ -4,7 +4,7 @@ asyncio (``AsyncClient``)::
     from datetime import UTC, datetime, timedelta
     from tikk.client import Client, TaskSpec
 
-    with Client("127.0.0.1:7070", namespace="billing") as tikk:
+    with Client("127.0.0.1:7070", namespace="billing") as tikk:  # transport=Transport(...)
         tikk.create_task(TaskSpec("email", "send_welcome", b"{}", delay=timedelta(minutes=5)))
         for result in tikk.import_tasks(TaskSpec("email", "remind", task_id=f"r-{n}",
                                                  run_at=datetime(2030, 1, 1, tzinfo=UTC))
@@ -32,6 +32,7 @@ from tikk.client.errors import (
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
 from tikk.client.specs import Recurrence, RetryOptions, ScheduleDefinition, TaskSpec
 from tikk.client.sync_client import Client
+from tikk.client.transport import Transport, TransportError
 
 __all__ = [
     "AlreadyExistsError",
@@ -52,5 +53,7 @@ __all__ = [
     "ScheduleDefinition",
     "TaskCreated",
     "TaskSpec",
+    "Transport",
+    "TransportError",
     "UnavailableError",
 ]

@@ -21,6 +21,7 @@ from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
+from tikk.client.transport import Transport, TransportError
 from tikk.v1 import admin_pb2, history_pb2, schedules_pb2, tasks_pb2
 
 R = TypeVar("R")
@@ -41,10 +42,15 @@ class AsyncClient:
         metadata: Sequence[tuple[str, str]] = (),
         timeout: float | None = 30.0,
         options: Sequence[tuple[str, Any]] = (),
+        transport: Transport | None = None,
     ) -> None:
+        if transport is not None and credentials is not None:
+            raise TransportError("give a transport or channel credentials, not both")
         self._target = target
         self._metadata, self._timeout = tuple(metadata), timeout
-        if credentials is None:
+        if transport is not None:
+            self._channel = transport.aio_channel(target, options)
+        elif credentials is None:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         else:
             self._channel = grpc.aio.secure_channel(target, credentials, options=options)

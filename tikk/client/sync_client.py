@@ -20,6 +20,7 @@ from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
+from tikk.client.transport import Transport, TransportError
 from tikk.v1 import admin_pb2, history_pb2, schedules_pb2, tasks_pb2
 
 R = TypeVar("R")
@@ -29,10 +30,11 @@ T = TypeVar("T")
 class Client:
     """A blocking client of one tikk server, in one namespace, over one channel.
 
-    ``credentials`` makes the channel secure (``grpc.ssl_channel_credentials(...)``); without
-    them it is plaintext. ``metadata`` is sent with every call; ``timeout`` (seconds) bounds
-    each unary call and each page of a listing, not an import stream. ``namespace`` empty
-    means the server's default namespace.
+    ``transport`` says how to reach the server: TLS, a client certificate, a bearer token
+    (``tikk.client.Transport``); without it the channel is plaintext, or made secure by
+    ``credentials`` (``grpc.ssl_channel_credentials(...)``). ``metadata`` is sent with every
+    call; ``timeout`` (seconds) bounds each unary call and each page of a listing, not an
+    import stream. ``namespace`` empty means the server's default namespace.
 
     Every call raises a ``tikk.client.ClientError`` subclass when it fails. Listings are lazy:
     they fetch the next page when the previous one is used up. Safe to share between threads.
@@ -47,10 +49,15 @@ class Client:
         metadata: Sequence[tuple[str, str]] = (),
         timeout: float | None = 30.0,
         options: Sequence[tuple[str, Any]] = (),
+        transport: Transport | None = None,
     ) -> None:
+        if transport is not None and credentials is not None:
+            raise TransportError("give a transport or channel credentials, not both")
         self._target = target
         self._metadata, self._timeout = tuple(metadata), timeout
-        if credentials is None:
+        if transport is not None:
+            self._channel = transport.channel(target, options)
+        elif credentials is None:
             self._channel = grpc.insecure_channel(target, options=options)
         else:
             self._channel = grpc.secure_channel(target, credentials, options=options)

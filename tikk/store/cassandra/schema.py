@@ -85,6 +85,14 @@ STORE_MIGRATIONS = [
             namespace text, task_id text, attempt int, due_ms bigint, claim text,
             claimed_ms bigint, PRIMARY KEY ((namespace, task_id), attempt, due_ms))""",
     ]),
+    # Callers of the API (tikk.store.cassandra.credentials): few rows, read whole by every
+    # server every few seconds.
+    Migration("store", 7, "credentials of the API's callers", [
+        """CREATE TABLE IF NOT EXISTS credentials (
+            credential_id text, name text, salt blob, secret_hash blob, grants list<text>,
+            subject text, created_ms bigint, revoked_ms bigint, rotated_ms bigint,
+            PRIMARY KEY ((credential_id)))""",
+    ]),
     Migration("store", 8, "namespace quotas and task usage", [
         """CREATE TABLE IF NOT EXISTS namespace_quotas (
             namespace text PRIMARY KEY, tasks_per_second bigint, tasks_stored bigint,
