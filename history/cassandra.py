@@ -83,6 +83,10 @@ SELECT_BY_QUEUE = (
     " AND (finished_ms, run_id) < (?, ?) AND finished_ms >= ? LIMIT ?"
 )
 _TOP = (2**62, "")
+# Reads one listing call makes at most (a read per hour of runs, per day of occurrences, or
+# per page_size rows a status filter passed over): a sparse range ends the call with a
+# shorter page and a token to go on from, so no call's cost grows with the span asked for.
+READS_PER_CALL = 48
 
 
 def _values(r: RunRecord) -> list[Any]:
@@ -163,7 +167,9 @@ class CassandraRunHistory:
         else:
             hour, before = (query.end_ms - 1) // _HOUR_MS, (query.end_ms, "")
         found: list[RunRecord] = []
-        while hour >= query.start_ms // _HOUR_MS:
+        for _ in range(READS_PER_CALL):
+            if hour < query.start_ms // _HOUR_MS:
+                break
             params = [query.namespace, query.queue, hour, *before, query.start_ms, page_size]
             rows = await self._db.execute(SELECT_BY_QUEUE, params)
             for row in rows:
@@ -175,7 +181,8 @@ class CassandraRunHistory:
                     return Page(found, encode_token(hour, *before))
             if len(rows) < page_size:
                 hour, before = hour - 1, _TOP
-        return Page(found)
+        more = hour >= query.start_ms // _HOUR_MS
+        return Page(found, encode_token(hour, *before) if more else "")
 
     async def record_occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
         # Independent idempotent rows (a replay rewrites the same keys): written concurrently.
@@ -199,7 +206,9 @@ class CassandraRunHistory:
         else:
             day, before = (query.end_ms - 1) // _DAY_MS, (query.end_ms, 0)
         found: list[OccurrenceRecord] = []
-        while day >= query.start_ms // _DAY_MS:
+        for _ in range(READS_PER_CALL):
+            if day < query.start_ms // _DAY_MS:
+                break
             params = [query.namespace, query.schedule_id, day, *before, query.start_ms, page_size]
             rows = await self._db.execute(SELECT_OCCURRENCES, params)
             for row in rows:
@@ -211,7 +220,8 @@ class CassandraRunHistory:
                     return Page(found, encode_token(day, *before))
             if len(rows) < page_size:
                 day, before = day - 1, (2**62, 0)
-        return Page(found)
+        more = day >= query.start_ms // _DAY_MS
+        return Page(found, encode_token(day, *before) if more else "")
 
     async def close(self) -> None:
         await self._db.close()

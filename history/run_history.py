@@ -63,8 +63,10 @@ class RunHistory(Protocol):
     async def list_by_queue(
         self, query: RunQuery, page_size: int, page_token: str
     ) -> Page[RunRecord]:
-        """Runs matching ``query``, newest first. Raises ``InvalidArgument`` for a malformed
-        token."""
+        """Runs matching ``query``, newest first. A call's cost is bounded whatever the span:
+        a backend may return fewer than ``page_size`` runs (none, even) with a next token
+        when the range is sparse; the listing ends only without a token. Raises
+        ``InvalidArgument`` for a malformed token."""
         ...
 
     async def record_occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
@@ -76,8 +78,9 @@ class RunHistory(Protocol):
     async def list_occurrences(
         self, query: OccurrenceQuery, page_size: int, page_token: str
     ) -> Page[OccurrenceRecord]:
-        """Records matching ``query``, newest nominal instant first. Raises
-        ``InvalidArgument`` for a malformed token."""
+        """Records matching ``query``, newest nominal instant first; a short page may have a
+        next token, as in ``list_by_queue``. Raises ``InvalidArgument`` for a malformed
+        token."""
         ...
 
     async def start(self) -> None:

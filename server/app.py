@@ -19,12 +19,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from server.api.admin import AdminService
 from server.api.history import HistoryService
 from server.api.schedules import ScheduleService
+from server.api.status import ServerDeadlines
 from server.api.tasks import TaskService
 from server.api.worker import WorkerService
 from server.auth.interceptor import auth_interceptors
 from server.backlog_report import report_backlog
+from server.quotas import QuotaGate
 from server.results import Lifecycle
 from server.schedule_ops import Schedules
 from server.transport_security import check_transport, server_credentials
@@ -34,6 +37,8 @@ from tikk.delivery_tokens import DeliveryKeys
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from tikk.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     history_pb2,
     history_pb2_grpc,
     schedules_pb2,
@@ -47,6 +52,7 @@ from tikk.v1 import (
 log = logging.getLogger("tikk.server")
 
 _SERVICES = [
+    admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
     tasks_pb2.DESCRIPTOR.services_by_name["TaskService"].full_name,
     history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name,
     worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
@@ -76,10 +82,7 @@ class ApiServer:
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
-        self._server = grpc.aio.server(
-            interceptors=auth_interceptors(settings, backends.credentials),
-            options=_server_options(settings, reuse_port),
-        )
+        self._server = _grpc_server(settings, backends, reuse_port)
         schedules = Schedules(
             backends.schedules, backends.store, backends.history, clock, settings.limits,
             queue=backends.queue,
@@ -90,7 +93,10 @@ class ApiServer:
             late_write_grace_ms=settings.late_write_grace_ms,
         )  # fmt: skip
         self._lifecycle = lifecycle
-        _add_services(self._server, settings, lifecycle, schedules, telemetry, keys=keys)
+        quotas = QuotaGate(backends.quotas, backends.schedules, clock, settings.quotas)
+        _add_services(
+            self._server, settings, lifecycle, schedules, quotas, telemetry=telemetry, keys=keys
+        )
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -135,11 +141,24 @@ class ApiServer:
             await self._health.set(name, status)
 
 
+def _grpc_server(settings: Settings, backends: Backends, reuse_port: bool) -> grpc.aio.Server:
+    return grpc.aio.server(
+        # Callers are checked first; a call let in then runs under the server's bound.
+        interceptors=[
+            *auth_interceptors(settings, backends.credentials),
+            ServerDeadlines(settings.deadlines),
+        ],
+        options=_server_options(settings, reuse_port),
+    )
+
+
 def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int]]:
-    limit = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
+    # A larger request is RESOURCE_EXHAUSTED before it is read. Answers (a page of tasks at
+    # the largest payload) may be larger than any one request.
+    send = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
     options = [
-        ("grpc.max_receive_message_length", limit),
-        ("grpc.max_send_message_length", limit),
+        ("grpc.max_receive_message_length", settings.limits.max_request_bytes),
+        ("grpc.max_send_message_length", send),
     ]
     if reuse_port:
         # gRPC sets SO_REUSEPORT on Linux by default; several processes on one port rely on
@@ -153,14 +172,15 @@ def _add_services(
     settings: Settings,
     lifecycle: Lifecycle,
     schedules: Schedules,
-    telemetry: Telemetry | None,
+    quotas: QuotaGate,
     *,
+    telemetry: Telemetry | None,
     keys: DeliveryKeys,
 ) -> None:
     """The tikk.v1 services (``server.api``) on ``server``; results are checked with
     ``keys``."""
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(
-        TaskService(lifecycle, settings, telemetry), server
+        TaskService(lifecycle, settings, quotas, telemetry), server
     )
     history_pb2_grpc.add_HistoryServiceServicer_to_server(
         HistoryService(lifecycle, settings), server
@@ -168,4 +188,7 @@ def _add_services(
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
         WorkerService(lifecycle, settings, keys, telemetry), server
     )
-    schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(ScheduleService(schedules), server)
+    schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(
+        ScheduleService(schedules, quotas), server
+    )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(quotas, lifecycle.clock), server)

@@ -32,8 +32,6 @@ from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
 
 T = TypeVar("T")
-# Occurrences one backfill may create.
-MAX_BACKFILL = 10_000
 # Re-reads of a pause or resume that keeps losing to the dispatcher's steps.
 _ATTEMPTS = 10
 
@@ -169,11 +167,13 @@ class Schedules:
         if start_ms >= end_ms:
             raise InvalidArgument("start_time", "must be before end_time")
         s = await self.schedules.get(namespace, schedule_id)
+        most = self.limits.max_backfill_occurrences
         found = preview(s.spec, after_ms=start_ms - 1, schedule_id=s.schedule_id,
-                        count=MAX_BACKFILL + 1, until_ms=end_ms - 1)  # fmt: skip
-        if len(found) > MAX_BACKFILL:
-            raise InvalidArgument("end_time", f"the range holds more than {MAX_BACKFILL} "
-                                              "occurrences; backfill it in parts")  # fmt: skip
+                        count=most + 1, until_ms=end_ms - 1)  # fmt: skip
+        if len(found) > most:
+            raise InvalidArgument("end_time", f"the range holds more than {most} occurrences "
+                                              "(max_backfill_occurrences); backfill it in "
+                                              "parts")  # fmt: skip
         tasks = [s.occurrence_task(o.nominal_ms, now, now) for o in found]
         await self.queue.prepare([s.action.queue])
         outcomes = await self.store.create_many(tasks)

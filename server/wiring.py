@@ -22,6 +22,7 @@ from history.run_history import RunHistory
 from tikk.errors import InvalidArgument
 from tikk.settings import Settings
 from tikk.store.credentials import CredentialStore
+from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
 from tikk.urls import split_url
@@ -83,6 +84,18 @@ def _cassandra_schedules(url: str, shards: int, drivers: Drivers) -> ScheduleSto
     return CassandraScheduleStore(drivers.cassandra(url, "store_url"))
 
 
+def _sqlite_quotas(url: str, shards: int, drivers: Drivers) -> QuotaStore:
+    from tikk.store.sqlite.quotas import SqliteQuotaStore
+
+    return SqliteQuotaStore(split_url("store_url", url)[1])
+
+
+def _cassandra_quotas(url: str, shards: int, drivers: Drivers) -> QuotaStore:
+    from tikk.store.cassandra.quotas import CassandraQuotaStore
+
+    return CassandraQuotaStore(drivers.cassandra(url, "store_url"))
+
+
 def _sqlite_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
     from history.sqlite import SqliteRunHistory
 
@@ -132,6 +145,11 @@ SCHEDULE_STORES: Mapping[str, Callable[[str, int, Drivers], ScheduleStore]] = {
 CREDENTIAL_STORES: Mapping[str, Callable[[str, int, Drivers], CredentialStore]] = {
     "sqlite": _sqlite_credentials,
     "cassandra": _cassandra_credentials,
+}
+# Quotas live in the task store's database too: its usage is counted there.
+QUOTA_STORES: Mapping[str, Callable[[str, int, Drivers], QuotaStore]] = {
+    "sqlite": _sqlite_quotas,
+    "cassandra": _cassandra_quotas,
 }
 RUN_HISTORIES: Mapping[str, Callable[[str, int, Drivers], RunHistory]] = {
     "sqlite": _sqlite_history,
@@ -186,6 +204,11 @@ async def open_schedules(settings: Settings, drivers: Drivers) -> ScheduleStore:
 async def open_credentials(settings: Settings, drivers: Drivers) -> CredentialStore:
     url, shards = settings.store_url, settings.shard_count
     return await started(build(CREDENTIAL_STORES, "store_url", url, shards, drivers))
+
+
+async def open_quotas(settings: Settings, drivers: Drivers) -> QuotaStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(QUOTA_STORES, "store_url", url, shards, drivers))
 
 
 async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
@@ -253,12 +276,14 @@ class Backends:
     # The server's producer, for dead-letter streams.
     queue: ReadyQueue
     schedules: ScheduleStore
+    quotas: QuotaStore
     # Open when the API checks callers (``settings.security.auth``).
     credentials: CredentialStore | None = None
 
     async def close(self) -> None:
         if self.credentials is not None:
             await self.credentials.close()
+        await self.quotas.close()
         await self.queue.close()
         await self.schedules.close()
         await self.store.close()
@@ -277,8 +302,10 @@ async def open_backends(settings: Settings, drivers: Drivers | None = None) -> B
         opened.push_async_callback(queue.close)
         schedules = await open_schedules(settings, drivers)
         opened.push_async_callback(schedules.close)
+        quotas = await open_quotas(settings, drivers)
+        opened.push_async_callback(quotas.close)
         credentials = None
         if settings.security.auth:
             credentials = await open_credentials(settings, drivers)
         opened.pop_all()
-    return Backends(store, history, queue, schedules, credentials)
+    return Backends(store, history, queue, schedules, quotas, credentials)

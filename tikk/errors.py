@@ -7,6 +7,8 @@
     ├── NotFound              no such task / run                    (NOT_FOUND)
     ├── AlreadyExists         same id, different content            (ALREADY_EXISTS)
     ├── FailedPrecondition    the operation does not fit the state  (FAILED_PRECONDITION)
+    ├── ResourceExhausted     over a quota or a request limit       (RESOURCE_EXHAUSTED)
+    ├── StreamIdle            a client stream sent nothing too long (DEADLINE_EXCEEDED)
     ├── StaleOwner            a fencing epoch was refused           (ABORTED)
     ├── Unauthenticated       no credential, or not a valid one     (UNAUTHENTICATED)
     ├── PermissionDenied      the credential's roles do not cover   (PERMISSION_DENIED)
@@ -58,6 +60,11 @@ class Conflict(TikkError):
 class ResourceExhausted(TikkError):
     """The request is over a limit of the service (items per stream or batch); the message
     names the limit and what to do instead."""
+
+
+class StreamIdle(TikkError):
+    """A client stream sent no message for longer than the server waits (it held a slot,
+    such as an import stream of a namespace's quota, while doing nothing)."""
 
 
 class StaleOwner(TikkError):

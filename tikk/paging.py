@@ -33,10 +33,12 @@ def decode_token(token: str, shape: tuple[type, ...]) -> list[int | str] | None:
     return parts
 
 
-def page_size(requested: int) -> int:
-    """0 → the default; otherwise 1..MAX_PAGE_SIZE."""
+def page_size(
+    requested: int, maximum: int = MAX_PAGE_SIZE, default: int = DEFAULT_PAGE_SIZE
+) -> int:
+    """0 → the default; otherwise 1..``maximum``, refused outside (never trimmed)."""
     if requested == 0:
-        return DEFAULT_PAGE_SIZE
-    if requested < 0 or requested > MAX_PAGE_SIZE:
-        raise InvalidArgument("page_size", f"must be between 1 and {MAX_PAGE_SIZE}")
+        return min(default, maximum)
+    if requested < 0 or requested > maximum:
+        raise InvalidArgument("page_size", f"must be between 1 and {maximum} (max_page_size)")
     return requested

@@ -8,9 +8,11 @@ from pathlib import Path
 from tikk.buckets import DEFAULT_SHARD_COUNT
 from tikk.model import RetryPolicy
 from tikk.queue_contract import MAX_QUEUE_NAME_LENGTH
+from tikk.store.quotas import NamespaceQuotas
 
 TEN_YEARS_MS = 10 * 366 * 24 * 3600 * 1000
 ONE_YEAR_MS = 366 * 24 * 3600 * 1000
+DAY_MS = 24 * 3600 * 1000
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,45 @@ class Limits:
     max_create_tasks_per_stream: int = 100_000
     max_import_batch: int = 5_000
     import_window: int = 4
+    # Results in one ReportResultBatches message.
+    max_result_batch: int = 5_000
+    # Bytes of one request message (gRPC's receive limit): a larger one is RESOURCE_EXHAUSTED
+    # before the server reads it. Never below what a task of the largest payload needs.
+    max_request_bytes: int = 16 * 1024 * 1024
+    # Listings: a page_size over this is INVALID_ARGUMENT, never trimmed; 0 asks the default.
+    max_page_size: int = 1_000
+    default_page_size: int = 100
+    # History queries by time (runs of a queue, occurrences of a schedule): the span of one
+    # call. A query without a start covers a default span back from its end.
+    max_history_span_ms: int = 31 * DAY_MS
+    # Backfills: the span of nominal instants, and the occurrences, of one call.
+    max_backfill_span_ms: int = 366 * DAY_MS
+    max_backfill_occurrences: int = 10_000
     default_retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """Server-side bounds on every call, whatever deadline the caller set (or none): one
+    slow backend cannot hold a process's calls. Over a bound a call ends UNAVAILABLE."""
+
+    # A unary call, and each message of a stream (an import batch, a result batch).
+    call_ms: int = 30_000
+    # A stream whose client sends nothing for this long is closed (it holds a slot).
+    stream_idle_ms: int = 300_000
+
+
+@dataclass(frozen=True)
+class QuotaSettings:
+    """How per-namespace quotas (``tikk.store.quotas``) are applied."""
+
+    # For namespaces without a quota of their own (None: unlimited).
+    defaults: NamespaceQuotas = field(default_factory=NamespaceQuotas)
+    # How long a server process trusts the quotas it read: a change applies within this.
+    cache_ms: int = 3_000
+    # Server processes sharing the port (``--processes``): each admits its share of a
+    # namespace's tasks per second, since the kernel spreads connections evenly over them.
+    processes: int = 1
 
 
 @dataclass(frozen=True)
@@ -82,6 +122,8 @@ class Settings:
     # re-places rows it wrote later than half of it (see ``server.late_writes``).
     late_write_grace_ms: int = 5_000
     limits: Limits = field(default_factory=Limits)
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    quotas: QuotaSettings = field(default_factory=QuotaSettings)
     security: Security = field(default_factory=Security)
 
 

@@ -3,8 +3,6 @@ protobuf form."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from history.run_history import OccurrenceQuery, RunQuery
 from server.api import validation
 from server.api.messages import task_to_proto
@@ -12,7 +10,6 @@ from server.api.status import Ctx, maps_errors
 from server.results import Lifecycle
 from tikk.errors import InvalidArgument
 from tikk.model import RunRecord, RunStatus
-from tikk.paging import page_size
 from tikk.schedules.model import OccurrenceRecord
 from tikk.settings import Settings
 from tikk.timestamps import to_duration, to_timestamp
@@ -33,7 +30,7 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
     ) -> history_pb2.ListRunsResponse:
         ns = validation.namespace(request.namespace)
         tid = validation.task_id(request.task_id, self._limits)
-        size = page_size(request.page_size)
+        size = validation.listing_page_size(request.page_size, self._limits)
         page = await self._lc.history.list_for_task(ns, tid, size, request.page_token)
         return _runs(page.items, page.next_token)
 
@@ -44,9 +41,10 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         ns = validation.namespace(request.namespace)
         queue = validation.queue(request.queue, self._limits)
         status = validation.run_status(request.status)
-        start, end = _time_range(request, self._lc.clock.now_ms(), _HOUR_MS)
+        now = self._lc.clock.now_ms()
+        start, end = validation.time_span(request, now, _HOUR_MS, self._limits)
         query = RunQuery(ns, queue, start, end, RunStatus(status) if status else None)
-        size = page_size(request.page_size)
+        size = validation.listing_page_size(request.page_size, self._limits)
         page = await self._lc.history.list_by_queue(query, size, request.page_token)
         return _runs(page.items, page.next_token)
 
@@ -63,7 +61,7 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
     ) -> history_pb2.ListDeadLettersResponse:
         ns = validation.namespace(request.namespace)
         queue = validation.queue(request.queue, self._limits) if request.queue else ""
-        size = page_size(request.page_size)
+        size = validation.listing_page_size(request.page_size, self._limits)
         now = self._lc.clock.now_ms()
         page = await self._lc.store.list_dead_letters(ns, queue, size, request.page_token, now)
         return history_pb2.ListDeadLettersResponse(
@@ -85,26 +83,16 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         ns = validation.namespace(request.namespace)
         if not request.schedule_id:
             raise InvalidArgument("schedule_id", "must not be empty")
-        start, end = _time_range(request, self._lc.clock.now_ms(), _OCCURRENCE_RANGE_MS)
+        now = self._lc.clock.now_ms()
+        start, end = validation.time_span(request, now, _OCCURRENCE_RANGE_MS, self._limits)
         outcome = validation.occurrence_outcome(request.outcome)
         query = OccurrenceQuery(ns, request.schedule_id, start, end, outcome)
-        size = page_size(request.page_size)
+        size = validation.listing_page_size(request.page_size, self._limits)
         page = await self._lc.history.list_occurrences(query, size, request.page_token)
         return history_pb2.ListScheduleOccurrencesResponse(
             occurrences=[occurrence_to_proto(r) for r in page.items],
             next_page_token=page.next_token,
         )
-
-
-def _time_range(request: Any, now_ms: int, default_span_ms: int) -> tuple[int, int]:
-    """[start_time, end_time) of a history query: by default the span up to now."""
-    end = validation.optional_timestamp_ms(request, "end_time")
-    end = now_ms + 1 if end is None else end
-    start = validation.optional_timestamp_ms(request, "start_time")
-    start = end - default_span_ms if start is None else start
-    if start >= end:
-        raise InvalidArgument("start_time", "must be before end_time")
-    return start, end
 
 
 def _runs(items: list[RunRecord], token: str) -> history_pb2.ListRunsResponse:

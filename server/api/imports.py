@@ -43,11 +43,20 @@ async def import_batch(
     results = tasks_pb2.CreateTasksResponse()
     try:
         await create(batch.tasks, 0, results, trace)
+    except ResourceExhausted as exc:  # over a quota: refused before anything was written
+        return _refused(answer, exc)
     except TikkError as exc:
         return _refused(answer, exc, "the batch may be stored in part; send it again: ")
     answer.results.extend(results.results)
     answer.accepted, answer.rejected = results.accepted, results.rejected
     return answer
+
+
+def refuse_batch(
+    batch: tasks_pb2.ImportTasksRequest, exc: TikkError
+) -> tasks_pb2.ImportTasksResponse:
+    """The answer to a batch refused whole, before any of it was written."""
+    return _refused(tasks_pb2.ImportTasksResponse(batch_id=batch.batch_id), exc)
 
 
 def _refused(

@@ -9,11 +9,11 @@ from __future__ import annotations
 from server.api import validation
 from server.api.messages import retry_to_proto, task_to_proto
 from server.api.status import Ctx, maps_errors
+from server.quotas import QuotaGate
 from server.schedule_ops import Schedules, first_occurrence
 from tikk.buckets import shard_of
 from tikk.errors import InvalidArgument
 from tikk.model import fingerprint
-from tikk.paging import page_size
 from tikk.schedules.model import Schedule, SchedulePolicy
 from tikk.schedules.spec import Occurrence, ScheduleSpec, format_local, preview, validate
 from tikk.settings import TEN_YEARS_MS, Limits
@@ -148,8 +148,9 @@ def _preview_to_proto(
 
 
 class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: ignore[misc]
-    def __init__(self, ops: Schedules) -> None:
+    def __init__(self, ops: Schedules, quotas: QuotaGate) -> None:
         self._ops = ops
+        self._quotas = quotas
         self._clock = ops.clock
         self._limits = ops.limits
 
@@ -162,6 +163,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         self, request: schedules_pb2.CreateScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
         schedule = self._new_schedule(request.schedule)
+        await self._quotas.admit_schedule(schedule.namespace)
         return schedule_to_proto(await self._ops.create(schedule))
 
     @maps_errors
@@ -176,7 +178,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         self, request: schedules_pb2.ListSchedulesRequest, context: Ctx
     ) -> schedules_pb2.ListSchedulesResponse:
         ns = validation.namespace(request.namespace)
-        size = page_size(request.page_size)
+        size = validation.listing_page_size(request.page_size, self._limits)
         page = await self._ops.schedules.list(ns, size, request.page_token)
         return schedules_pb2.ListSchedulesResponse(
             schedules=[schedule_to_proto(s) for s in page.items], next_page_token=page.next_token
@@ -223,7 +225,8 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         self, request: schedules_pb2.TriggerScheduleRequest, context: Ctx
     ) -> schedules_pb2.TriggerScheduleResponse:
         ns, sid = self._key(request.namespace, request.schedule_id)
-        task = await self._ops.trigger(ns, sid)
+        async with self._quotas.creating({ns: 1}):
+            task = await self._ops.trigger(ns, sid)
         return schedules_pb2.TriggerScheduleResponse(task=task_to_proto(task))
 
     @maps_errors
@@ -235,6 +238,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         end = validation.optional_timestamp_ms(request, "end_time")
         if start is None or end is None:
             raise InvalidArgument("start_time" if start is None else "end_time", "required")
+        validation.backfill_span(start, end, self._limits)
         created, existing = await self._ops.backfill(ns, sid, start, end)
         return schedules_pb2.BackfillScheduleResponse(created=created, existing=existing)
 

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
 from dispatcher.ready_queue import QueueBacklog
 from server.api import validation
-from server.api.imports import import_batch
+from server.api.imports import import_batch, refuse_batch
 from server.api.messages import task_to_proto
-from server.api.status import Ctx, code_of, maps_errors, numeric
+from server.api.status import Ctx, bounded, code_of, idle_bounded, maps_errors, numeric
 from server.batching import answer_in_order
+from server.quotas import QuotaGate
 from server.results import Lifecycle
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import Task
-from tikk.paging import decode_token, encode_token, page_size
+from tikk.paging import decode_token, encode_token
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration
@@ -24,10 +26,15 @@ from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     def __init__(
-        self, lifecycle: Lifecycle, settings: Settings, telemetry: Telemetry | None = None
+        self,
+        lifecycle: Lifecycle,
+        settings: Settings,
+        quotas: QuotaGate,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._lc = lifecycle
         self._settings = settings
+        self._quotas = quotas
         self._telemetry = telemetry or Telemetry()
 
     def _validate(self, req: tasks_pb2.CreateTaskRequest, trace: dict[str, str]) -> Task:
@@ -47,7 +54,8 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
             task = self._validate(request, trace)
             # Before storing: a task accepted for a queue that cannot take it would be lost.
             await self._lc.queue.prepare([task.queue])
-            task, created = await self._lc.create(task)
+            async with self._quotas.creating({task.namespace: 1}):
+                task, created = await self._lc.create(task)
         return tasks_pb2.CreateTaskResponse(task=task_to_proto(task), created=created)
 
     async def CreateTasks(
@@ -55,12 +63,13 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     ) -> tasks_pb2.CreateTasksResponse:
         response = tasks_pb2.CreateTasksResponse()
         index, cap = 0, self._settings.limits.max_create_tasks_per_stream
+        chunks = idle_bounded(request_iterator, self._settings.deadlines.stream_idle_ms)
         try:
             # One span for the stream: every task it creates joins that span's trace.
             with self._span("CreateTasks", context) as trace:
-                async for chunk in request_iterator:
+                async for chunk in chunks:
                     items = chunk.tasks[: max(0, cap - index)]
-                    await self._create_chunk(items, index, response, trace)
+                    await self._bounded_chunk(items, index, response, trace)
                     index += len(items)
                     if len(items) < len(chunk.tasks):
                         _item(response, index, _over_stream_cap(cap, index), "")
@@ -74,14 +83,45 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     async def ImportTasks(
         self, request_iterator: AsyncIterator[tasks_pb2.ImportTasksRequest], context: Ctx
     ) -> AsyncIterator[tasks_pb2.ImportTasksResponse]:
-        limits = self._settings.limits
+        limits, deadlines = self._settings.limits, self._settings.deadlines
+        claimed: set[str] = set()  # namespaces this stream counts against import_streams
         with self._span("ImportTasks", context) as trace:
 
             async def one(batch: tasks_pb2.ImportTasksRequest) -> tasks_pb2.ImportTasksResponse:
-                return await import_batch(batch, limits.max_import_batch, self._create_chunk, trace)
+                try:
+                    await self._claim_import_streams(batch, claimed)
+                except ResourceExhausted as exc:
+                    return refuse_batch(batch, exc)
+                return await import_batch(batch, limits.max_import_batch, self._bounded_chunk,
+                                          trace)  # fmt: skip
 
-            async for answer in answer_in_order(request_iterator, one, limits.import_window):
-                yield answer
+            batches = idle_bounded(request_iterator, deadlines.stream_idle_ms)
+            try:
+                async for answer in answer_in_order(batches, one, limits.import_window):
+                    yield answer
+            except TikkError as exc:
+                await context.abort(code_of(exc), str(exc))
+            finally:
+                self._quotas.release_import_streams(claimed)
+
+    async def _claim_import_streams(
+        self, batch: tasks_pb2.ImportTasksRequest, claimed: set[str]
+    ) -> None:
+        for given in sorted({req.namespace for req in batch.tasks}):
+            with contextlib.suppress(InvalidArgument):  # refused with its item later
+                namespace = validation.namespace(given)
+                await self._quotas.claim_import_stream(namespace, claimed)
+
+    async def _bounded_chunk(
+        self,
+        chunk: Sequence[tasks_pb2.CreateTaskRequest],
+        first: int,
+        out: tasks_pb2.CreateTasksResponse,
+        trace: dict[str, str],
+    ) -> None:
+        """``_create_chunk`` within the server's bound on one message of a stream."""
+        work = self._create_chunk(chunk, first, out, trace)
+        await bounded(work, self._settings.deadlines.call_ms, "a batch of creates")
 
     async def _create_chunk(
         self,
@@ -100,19 +140,13 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
             except InvalidArgument as exc:
                 _item(out, first + offset, exc, req.task_id)
         refused = await self._prepare_each({t.queue for _, t in [*given, *assigned]})
-        for items, new_ids in ((given, False), (assigned, True)):
-            kept = _drop_refused(items, refused, out, ids_given=not new_ids)
-            outcomes = await self._lc.create_many([t for _, t in kept], new_ids=new_ids)
-            for (index, task), outcome in zip(kept, outcomes, strict=True):
-                if isinstance(outcome, TikkError):
-                    _item(out, index, outcome, task.task_id)
-                    continue
-                out.results.append(
-                    tasks_pb2.CreateTasksItemResult(
-                        index=index, task_id=outcome[0].task_id, created=outcome[1]
-                    )
-                )
-                out.accepted += 1
+        given = _drop_refused(given, refused, out, ids_given=True)
+        assigned = _drop_refused(assigned, refused, out, ids_given=False)
+        # The whole chunk is admitted or refused before anything of it is written.
+        async with self._quotas.creating(Counter(t.namespace for _, t in [*given, *assigned])):
+            for kept, new_ids in ((given, False), (assigned, True)):
+                outcomes = await self._lc.create_many([t for _, t in kept], new_ids=new_ids)
+                _record_outcomes(out, kept, outcomes)
         out.results.sort(key=lambda r: r.index)
 
     async def _prepare_each(self, queues: set[str]) -> dict[str, TikkError]:
@@ -151,7 +185,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         ns = validation.namespace(request.namespace)
         queue = validation.queue(request.queue, self._settings.limits)
         state = validation.task_state(request.state)
-        size = page_size(request.page_size)
+        size = validation.listing_page_size(request.page_size, self._settings.limits)
         page = await self._lc.store.list_tasks(ns, queue, state, size, request.page_token)
         return tasks_pb2.ListTasksResponse(
             tasks=[task_to_proto(t) for t in page.items], next_page_token=page.next_token
@@ -161,7 +195,7 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     async def ListQueues(
         self, request: tasks_pb2.ListQueuesRequest, context: Ctx
     ) -> tasks_pb2.ListQueuesResponse:
-        size = page_size(request.page_size)
+        size = validation.listing_page_size(request.page_size, self._settings.limits)
         token = decode_token(request.page_token, (str,))
         after = str(token[0]) if token else ""
         backlog = [b for b in await self._lc.queue.backlog() if b.queue > after]
@@ -181,6 +215,23 @@ def _queue_to_proto(b: QueueBacklog, now_ms: int) -> tasks_pb2.QueueInfo:
     if b.consumers is not None:
         info.consumers = b.consumers
     return info
+
+
+def _record_outcomes(
+    out: tasks_pb2.CreateTasksResponse,
+    kept: list[tuple[int, Task]],
+    outcomes: list[tuple[Task, bool] | TikkError],
+) -> None:
+    for (index, task), outcome in zip(kept, outcomes, strict=True):
+        if isinstance(outcome, TikkError):
+            _item(out, index, outcome, task.task_id)
+            continue
+        out.results.append(
+            tasks_pb2.CreateTasksItemResult(
+                index=index, task_id=outcome[0].task_id, created=outcome[1]
+            )
+        )
+        out.accepted += 1
 
 
 def _drop_refused(

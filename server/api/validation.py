@@ -24,6 +24,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from tikk.buckets import shard_of
 from tikk.errors import InvalidArgument
 from tikk.model import DEFAULT_NAMESPACE, RetryPolicy, Task, TaskState, fingerprint
+from tikk.paging import page_size
 from tikk.queue_contract import (
     FOLDED_DEAD_LETTER_SUFFIX,
     NEW_QUEUE_NAME,
@@ -360,4 +361,51 @@ def run_status(value: int) -> int | None:
         return None
     if value not in history_pb2.RunStatus.values():
         raise InvalidArgument("status", f"unknown run status {value}")
+    return value
+
+
+def listing_page_size(requested: int, limits: Limits) -> int:
+    """A listing's page size: 0 asks the default; over the maximum is refused, not trimmed."""
+    return page_size(requested, limits.max_page_size, limits.default_page_size)
+
+
+def time_span(
+    request: Message, now_ms: int, default_span_ms: int, limits: Limits
+) -> tuple[int, int]:
+    """[start_time, end_time) of a history query. Without an end it runs to now; without a
+    start it covers ``default_span_ms`` (at most the limit) back from its end. A longer span
+    than ``max_history_span_ms`` is refused: page through a longer period call by call."""
+    end = optional_timestamp_ms(request, "end_time")
+    end = now_ms + 1 if end is None else end
+    start = optional_timestamp_ms(request, "start_time")
+    if start is None:
+        start = end - min(default_span_ms, limits.max_history_span_ms)
+    if start >= end:
+        raise InvalidArgument("start_time", "must be before end_time")
+    if end - start > limits.max_history_span_ms:
+        raise InvalidArgument(
+            "start_time",
+            f"the time range spans more than the limit of {_days(limits.max_history_span_ms)} "
+            "per call (max_history_span): query a shorter range, one after another",
+        )
+    return start, end
+
+
+def backfill_span(start_ms: int, end_ms: int, limits: Limits) -> None:
+    """Refuse a backfill range longer than ``max_backfill_span_ms``."""
+    if end_ms - start_ms > limits.max_backfill_span_ms:
+        raise InvalidArgument(
+            "start_time",
+            f"a backfill spans at most {_days(limits.max_backfill_span_ms)} "
+            "(max_backfill_span): backfill the range in parts",
+        )
+
+
+def _days(ms: int) -> str:
+    return f"{ms / 86_400_000:g} days"
+
+
+def quota_value(value: int, field: str) -> int:
+    if value < 0:
+        raise InvalidArgument(field, "must not be negative")
     return value

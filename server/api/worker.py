@@ -17,12 +17,12 @@ from dataclasses import dataclass
 import grpc
 
 from server.api import validation
-from server.api.status import Ctx, code_of, maps_errors, numeric
+from server.api.status import Ctx, bounded, code_of, maps_errors, numeric
 from server.batching import Coalescer, answer_in_order
 from server.results import Lifecycle, ResultRefused
 from tikk import delivery_codec
 from tikk.delivery_tokens import DeliveryKeys, TokenRefused
-from tikk.errors import InvalidArgument, TikkError
+from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import ResultKind, RunReport
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
@@ -109,8 +109,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         ``_BATCHES_IN_FLIGHT`` batches of a stream are recorded at once."""
 
         async def one(batch: worker_pb2.RunResultBatch) -> worker_pb2.ResultAckBatch:
-            acks = await asyncio.gather(*(self._settle(r) for r in batch.results))
-            return worker_pb2.ResultAckBatch(acks=acks)
+            return await self._settle_batch(batch)
 
         # Headers at once: a worker waits for them before writing, to tell this server from
         # one without the method (see worker_sdk.results).
@@ -118,10 +117,37 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         async for answer in answer_in_order(request_iterator, one, _BATCHES_IN_FLIGHT):
             yield answer
 
+    async def _settle_batch(self, batch: worker_pb2.RunResultBatch) -> worker_pb2.ResultAckBatch:
+        """A batch's acknowledgements; a batch over the size limit, or not recorded within the
+        server's bound on one message, is refused whole (each result may be sent again)."""
+        most, limit_ms = self._settings.limits.max_result_batch, self._settings.deadlines.call_ms
+        try:
+            if len(batch.results) > most:
+                raise ResourceExhausted(
+                    f"a result batch holds at most {most:,} results (max_result_batch), this "
+                    f"one {len(batch.results):,}: split it"
+                )
+            work = asyncio.gather(*(self._settle(r) for r in batch.results))
+            acks = await bounded(work, limit_ms, "recording a result batch")
+        except TikkError as exc:
+            code = numeric(code_of(exc))
+            acks = [
+                worker_pb2.ResultAck(run_id=r.run_id, code=code, message=str(exc))
+                for r in batch.results
+            ]
+        return worker_pb2.ResultAckBatch(acks=acks)
+
     async def _record_one(
         self, result: worker_pb2.RunResult, acks: asyncio.Queue[worker_pb2.ResultAck | None]
     ) -> None:
-        acks.put_nowait(await self._settle(result))
+        try:
+            limit_ms = self._settings.deadlines.call_ms
+            ack = await bounded(self._settle(result), limit_ms, "recording a result")
+        except TikkError as exc:
+            ack = worker_pb2.ResultAck(
+                run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
+            )
+        acks.put_nowait(ack)
 
     async def _settle(self, result: worker_pb2.RunResult) -> worker_pb2.ResultAck:
         """Record one result; its acknowledgement, with the reason if it was refused."""

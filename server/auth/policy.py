@@ -137,6 +137,7 @@ POLICY: Mapping[str, Rule] = {
     # Quotas of a namespace (proto/tikk/v1/admin.proto): read and changed by its admins.
     _ADMIN + "GetNamespaceQuotas": ADMIN,
     _ADMIN + "SetNamespaceQuotas": ADMIN,
+    _ADMIN + "RecountNamespaceUsage": ADMIN,
 }
 ANY_CREDENTIAL = Rule(None)
 

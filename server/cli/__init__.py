@@ -12,7 +12,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from server.cli import auth, certs, delivery_keys, devtools, processes, queues, schedules, tasks
+from server.cli import (
+    auth,
+    certs,
+    delivery_keys,
+    devtools,
+    processes,
+    queues,
+    quotas,
+    schedules,
+    tasks,
+)
 from server.cli.options import EXIT_USAGE
 from tikk.errors import InvalidArgument
 
@@ -21,7 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tikk", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     # In this order in the help: the processes, the tools, then the client commands.
-    for commands in (processes, certs, delivery_keys, devtools, auth, tasks, schedules, queues):
+    for commands in (
+        processes,
+        certs,
+        delivery_keys,
+        devtools,
+        auth,
+        tasks,
+        schedules,
+        queues,
+        quotas,
+    ):
         commands.register(sub)
     return parser
 

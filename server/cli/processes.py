@@ -131,7 +131,7 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
         print(f"tikk {args.command}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if member is not None:
-        config = replace(config, listen=member.role.listen)
+        config = _as_member(config, member)
 
     telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
     for worker in workers:
@@ -154,6 +154,13 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
         )  # fmt: skip
 
     return _run_process(args.command, main, telemetry)
+
+
+def _as_member(config: Settings, member: Member) -> Settings:
+    """A group member's settings: the group's address, and its share of each namespace's
+    tasks per second (``server.quotas``)."""
+    shares = replace(config.quotas, processes=member.role.count)
+    return replace(config, listen=member.role.listen, quotas=shares)
 
 
 def _in_process_workers(args: argparse.Namespace, config: Settings) -> list[Worker]:

@@ -16,6 +16,7 @@ from dispatcher.ready_queue import ReadyQueue
 from dispatcher.ready_queue.local import LocalReadyQueue
 from history.run_history import RunHistory
 from server.wiring import (
+    QUOTA_STORES,
     RUN_HISTORIES,
     SCHEDULE_STORES,
     TASK_STORES,
@@ -26,6 +27,7 @@ from server.wiring import (
 )
 from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, kafka_options, require, with_login
+from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import TaskStore
@@ -101,6 +103,30 @@ async def schedule_backend(
     )
     yield backend
     await backend.schedules.close()
+    await backend.tasks.close()
+
+
+@dataclass
+class QuotaBackend:
+    """A quota store and the task store of the same database (whose usage it reports)."""
+
+    quotas: QuotaStore
+    tasks: TaskStore
+    url: str
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+async def quota_backend(
+    request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
+) -> AsyncIterator[QuotaBackend]:
+    url, drivers = backend_url(request.param, tmp_path, keyspace), Drivers()
+    backend = QuotaBackend(
+        await open_backend(QUOTA_STORES, url, drivers),
+        await open_backend(TASK_STORES, url, drivers),
+        url,
+    )
+    yield backend
+    await backend.quotas.close()
     await backend.tasks.close()
 
 

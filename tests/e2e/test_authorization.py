@@ -241,6 +241,8 @@ def _admin_rpcs() -> list[Rpc]:
             admin_pb2.GetNamespaceQuotasRequest(namespace=ns[w]), timeout=T, metadata=md)),
         Rpc("SetNamespaceQuotas", "admin", lambda ch, w, md: stub(ch).SetNamespaceQuotas(
             admin_pb2.SetNamespaceQuotasRequest(namespace=ns[w]), timeout=T, metadata=md)),
+        Rpc("RecountNamespaceUsage", "admin", lambda ch, w, md: stub(ch).RecountNamespaceUsage(
+            admin_pb2.RecountNamespaceUsageRequest(namespace=ns[w]), timeout=T, metadata=md)),
     ]  # fmt: skip
 
 

@@ -4,7 +4,7 @@ drift apart; each only knows how to send one call and how to walk pages."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
@@ -20,6 +20,8 @@ from tikk.client.wire import (
     timestamp,
 )
 from tikk.v1 import (
+    admin_pb2,
+    admin_pb2_grpc,
     history_pb2,
     history_pb2_grpc,
     schedules_pb2,
@@ -30,7 +32,7 @@ from tikk.v1 import (
 
 R = TypeVar("R")
 T = TypeVar("T")
-Service = Literal["tasks", "schedules", "history"]
+Service = Literal["tasks", "schedules", "history", "admin"]
 
 
 def stubs(channel: Any) -> dict[Service, Any]:
@@ -39,6 +41,7 @@ def stubs(channel: Any) -> dict[Service, Any]:
         "tasks": tasks_pb2_grpc.TaskServiceStub(channel),
         "schedules": schedules_pb2_grpc.ScheduleServiceStub(channel),
         "history": history_pb2_grpc.HistoryServiceStub(channel),
+        "admin": admin_pb2_grpc.AdminServiceStub(channel),
     }
 
 
@@ -236,3 +239,22 @@ class Calls:
         )  # fmt: skip
         time_range(request, start, end)
         return Paged("history", "ListScheduleOccurrences", request, lambda page: page.occurrences)
+
+    def get_namespace_quotas(self) -> Unary[admin_pb2.NamespaceQuotasResponse]:
+        request = admin_pb2.GetNamespaceQuotasRequest(namespace=self.namespace)
+        return Unary("admin", "GetNamespaceQuotas", request)
+
+    def recount_namespace_usage(self) -> Unary[admin_pb2.NamespaceQuotasResponse]:
+        request = admin_pb2.RecountNamespaceUsageRequest(namespace=self.namespace)
+        return Unary("admin", "RecountNamespaceUsage", request)
+
+    def set_namespace_quotas(
+        self, quotas: Mapping[str, int | None]
+    ) -> Unary[admin_pb2.NamespaceQuotasResponse]:
+        """Replace the namespace's quotas with ``quotas`` (name → value; None or absent
+        clears that quota)."""
+        given = {name: value for name, value in quotas.items() if value is not None}
+        request = admin_pb2.SetNamespaceQuotasRequest(
+            namespace=self.namespace, quotas=admin_pb2.Quotas(**given)
+        )
+        return Unary("admin", "SetNamespaceQuotas", request)

@@ -21,7 +21,7 @@ from tikk.client.errors import error_from_rpc
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
 from tikk.client.transport import Transport, TransportError
-from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
+from tikk.v1 import admin_pb2, history_pb2, schedules_pb2, tasks_pb2
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -245,6 +245,33 @@ class Client:
         return self._paged(call)
 
     # Transport
+
+    # Administration (needs the admin role where the server checks credentials)
+
+    def get_namespace_quotas(self) -> admin_pb2.NamespaceQuotasResponse:
+        """The namespace's quotas (its own and those in force) and its usage."""
+        return self._unary(self._calls.get_namespace_quotas())
+
+    def recount_namespace_usage(self) -> admin_pb2.NamespaceQuotasResponse:
+        """Correct the namespace's usage to a count of its stored unfinished tasks (a
+        repair: reads every task of the namespace)."""
+        return self._unary(self._calls.recount_namespace_usage())
+
+    def set_namespace_quotas(
+        self,
+        *,
+        tasks_per_second: int | None = None,
+        tasks_stored: int | None = None,
+        schedules: int | None = None,
+        import_streams: int | None = None,
+    ) -> admin_pb2.NamespaceQuotasResponse:
+        """Replace the namespace's quotas: one not given is cleared (no quota, or the
+        server's default). Applies on every server process within seconds."""
+        quotas = {
+            "tasks_per_second": tasks_per_second, "tasks_stored": tasks_stored,
+            "schedules": schedules, "import_streams": import_streams,
+        }  # fmt: skip
+        return self._unary(self._calls.set_namespace_quotas(quotas))
 
     def _unary(self, call: Unary[R]) -> R:
         method = getattr(self._stubs[call.service], call.method)

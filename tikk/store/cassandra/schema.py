@@ -93,6 +93,15 @@ STORE_MIGRATIONS = [
             subject text, created_ms bigint, revoked_ms bigint, rotated_ms bigint,
             PRIMARY KEY ((credential_id)))""",
     ]),
+    Migration("store", 8, "namespace quotas and task usage", [
+        """CREATE TABLE IF NOT EXISTS namespace_quotas (
+            namespace text PRIMARY KEY, tasks_per_second bigint, tasks_stored bigint,
+            schedules bigint, import_streams bigint, updated_ms bigint)""",
+        # Unfinished tasks per namespace (``tikk.store.cassandra.quotas``); a counter table
+        # holds counters only.
+        """CREATE TABLE IF NOT EXISTS task_usage (
+            namespace text PRIMARY KEY, open_tasks counter)""",
+    ]),
 ]  # fmt: skip
 
 

@@ -48,6 +48,7 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
+from tikk.store.cassandra.quotas import count_usage
 from tikk.store.cassandra.schema import DUE_RETENTION_S, INIT_CURSOR, TASK_RETENTION_S
 from tikk.store.tasks import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
 
@@ -250,6 +251,7 @@ class CassandraTaskStore:
             rows = [self._db.bind(CREATE_NEW_TASK, [*task_values(t), _task_ttl(t)]) for t in tasks]
             await self._db.execute_many(rows)
             await self._write_pointers(tasks)
+            await count_usage(self._db, [(t.namespace, 1) for t in tasks])
             return [(t, True) for t in tasks]
         inserts = [self._db.bind(CREATE_TASK, [*task_values(t), _task_ttl(t)]) for t in tasks]
         answers = await self._db.execute_many(inserts)
@@ -260,6 +262,9 @@ class CassandraTaskStore:
             self._db.bind(COMPLETE_CREATE, [_task_ttl(t), t.namespace, t.task_id])
             for t in unfinished
         ])  # fmt: skip
+        # Counted after the completion mark: a create found half-written was never counted
+        # by the try that died, so it is counted here, with the new ones.
+        await count_usage(self._db, [(t.namespace, 1) for t in unfinished])
         return [o.outcome() if isinstance(o, _Unfinished) else o for o in outcomes]
 
     async def _write_pointers(self, tasks: Sequence[Task]) -> None:
@@ -301,6 +306,7 @@ class CassandraTaskStore:
                 "dispatched; it can no longer be cancelled"
             )
         await self._db.execute(SET_STATE, [int(TaskState.CANCELLED), now_ms, namespace, task_id])
+        await count_usage(self._db, [(namespace, -1)])
         second = second_of(task.due_ms)
         key = task_key(namespace, task_id)
         await self._db.execute(DELETE_DUE, [task.shard, minute_of_second(second), second, key])
@@ -473,6 +479,8 @@ class CassandraTaskStore:
         updated = apply_transition(task, transition, now_ms)
         if not await self._update_if(updated, task, now_ms):
             return None  # another report or a dispatcher moved it first
+        if updated.state.finished:
+            await count_usage(self._db, [(namespace, -1)])
         await self._write_finished(updated, now_ms)
         return updated
 
@@ -507,7 +515,10 @@ class CassandraTaskStore:
 
     async def succeed_many(self, entries: Sequence[DueEntry], now_ms: int) -> list[bool]:
         writes = [self._db.bind(SUCCEED_IF, _success_params(e, now_ms)) for e in entries]
-        return [bool(rows and rows[0][0]) for rows in await self._db.execute_many(writes)]
+        done = [bool(rows and rows[0][0]) for rows in await self._db.execute_many(writes)]
+        finished = [(e.namespace, -1) for e, ok in zip(entries, done, strict=True) if ok]
+        await count_usage(self._db, finished)
+        return done
 
     async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
         task = await self.get(namespace, task_id)
@@ -520,6 +531,7 @@ class CassandraTaskStore:
         # the rows that point at it, for the reason given in create_many.
         if not await self._update_if(again, task, now_ms):
             raise FailedPrecondition(f"task {task_id!r} changed while it was re-driven; retry")
+        await count_usage(self._db, [(namespace, 1)])
         ttl = _ttl_after(again.due_ms, now_ms, TASK_RETENTION_S)
         await self._db.execute_batch([
             (INSERT_DUE, due_values(again.entry(), now_ms)),

@@ -16,6 +16,7 @@ from tikk.paging import decode_token, encode_token
 from tikk.schedules import codec as schedule_codec
 from tikk.schedules.model import Schedule
 from tikk.store.schedules import StepWrite
+from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA
 from tikk.store.sqlite.schema import ADDED_COLUMNS, SCHEDULES_SCHEMA, TASKS_SCHEMA
 from tikk.store.sqlite.tasks import create_one, insert_due
 
@@ -71,7 +72,8 @@ class SqliteScheduleStore:
     """``ScheduleStore`` on the SQLite file of ``SqliteTaskStore`` (same path)."""
 
     def __init__(self, path: str) -> None:
-        self._db = SqliteRunner(path, TASKS_SCHEMA + SCHEDULES_SCHEMA, ADDED_COLUMNS)
+        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + SCHEDULES_SCHEMA
+        self._db = SqliteRunner(path, schema, ADDED_COLUMNS)
 
     async def create(self, schedule: Schedule) -> tuple[Schedule, bool]:
         def work(conn: sqlite3.Connection) -> tuple[Schedule, bool]:

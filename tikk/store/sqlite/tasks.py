@@ -24,6 +24,7 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.paging import decode_token, encode_token
+from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA, count_created
 from tikk.store.sqlite.schema import ADDED_COLUMNS, TASKS_SCHEMA
 from tikk.store.tasks import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS, check_shard_count
 
@@ -83,6 +84,12 @@ INSERT_DUE = (
     f" VALUES ({','.join('?' * len(DUE_WRITE_COLUMNS))})"
 )
 INSERT_TASK = f"INSERT INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_MARKS})"
+# An upsert rather than INSERT OR REPLACE: a replace deletes the old row without firing its
+# delete trigger, and the usage triggers (``tikk.store.sqlite.quotas``) must see the change
+# of state as one update.
+_SAVE_TASK = f"{INSERT_TASK} ON CONFLICT (namespace, task_id) DO UPDATE SET " + ", ".join(
+    f"{c}=excluded.{c}" for c in TASK_COLUMNS[2:]
+)
 # The task file's page cache. Its indexes grow with the tasks stored; at SQLite's default
 # (2 MiB) a load of millions re-read index pages from the OS on every batch.
 CACHE_MIB = 64
@@ -122,8 +129,7 @@ def _fetch_task(conn: sqlite3.Connection, namespace: str, task_id: str) -> Task:
 
 
 def _save_task(conn: sqlite3.Connection, t: Task) -> None:
-    conn.execute(f"INSERT OR REPLACE INTO tasks ({_TASK_COLUMNS}) VALUES ({_TASK_MARKS})",
-                 task_row(t))  # fmt: skip
+    conn.execute(_SAVE_TASK, task_row(t))
 
 
 def create_one(conn: sqlite3.Connection, task: Task) -> tuple[Task, bool]:
@@ -146,6 +152,7 @@ def create_all(
         fresh, outcomes = _sort_out(tasks, _existing(conn, tasks))
     conn.executemany(INSERT_TASK, [task_row(t) for t in fresh])
     conn.executemany(INSERT_DUE, [due_row(t.entry()) for t in fresh])
+    count_created(conn, fresh)
     return outcomes
 
 
@@ -194,7 +201,8 @@ class SqliteTaskStore:
     """``TaskStore`` on one SQLite file (``sqlite:///path``); semantics in ``tikk.store.tasks``."""
 
     def __init__(self, path: str, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
-        self._db = SqliteRunner(path, TASKS_SCHEMA, ADDED_COLUMNS, cache_mib=CACHE_MIB)
+        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA
+        self._db = SqliteRunner(path, schema, ADDED_COLUMNS, cache_mib=CACHE_MIB)
         self._shard_count = shard_count
         self._checked = False
 

@@ -1,0 +1,101 @@
+"""``quota`` (get, set, recount): a namespace's quotas and usage, changed without a
+restart."""
+
+from __future__ import annotations
+
+import argparse
+
+import grpc
+
+from server.cli.client import client, show
+from server.cli.options import client_options
+from tikk.store.quotas import QUOTA_NAMES
+from tikk.v1 import admin_pb2, admin_pb2_grpc
+
+
+def _quota_value(text: str) -> int | None:
+    """A quota on the command line: a count, or ``none`` to clear it."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count or 'none'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a quota is not negative")
+    return value
+
+
+def _quota_text(q: admin_pb2.Quotas, name: str) -> str:
+    return f"{getattr(q, name):,}" if q.HasField(name) else "unlimited"
+
+
+def _report(resp: admin_pb2.NamespaceQuotasResponse) -> str:
+    rows = [f"namespace {resp.namespace}"]
+    for name in QUOTA_NAMES:
+        own = "" if resp.quotas.HasField(name) else "  (server default)"
+        rows.append(f"  {name:<17} {_quota_text(resp.effective, name)}{own}")
+    rows.append(f"  usage: tasks_stored {resp.usage.tasks_stored:,}")
+    return "\n".join(rows)
+
+
+def _quota_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = admin_pb2.GetNamespaceQuotasRequest(namespace=args.namespace)
+    resp = admin_pb2_grpc.AdminServiceStub(ch).GetNamespaceQuotas(req, timeout=args.timeout)
+    show(args, resp, lambda: _report(resp))
+
+
+def _quota_set(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    """Change the quotas given on the command line; the others stay as they are."""
+    stub = admin_pb2_grpc.AdminServiceStub(ch)
+    current = stub.GetNamespaceQuotas(
+        admin_pb2.GetNamespaceQuotasRequest(namespace=args.namespace), timeout=args.timeout
+    )
+    quotas = admin_pb2.Quotas()
+    quotas.CopyFrom(current.quotas)
+    for name in QUOTA_NAMES:
+        if name not in args.changes:
+            continue
+        if args.changes[name] is None:
+            quotas.ClearField(name)
+        else:
+            setattr(quotas, name, args.changes[name])
+    req = admin_pb2.SetNamespaceQuotasRequest(namespace=args.namespace, quotas=quotas)
+    resp = stub.SetNamespaceQuotas(req, timeout=args.timeout)
+    show(args, resp, lambda: _report(resp))
+
+
+def _quota_recount(args: argparse.Namespace, ch: grpc.Channel) -> None:
+    req = admin_pb2.RecountNamespaceUsageRequest(namespace=args.namespace)
+    resp = admin_pb2_grpc.AdminServiceStub(ch).RecountNamespaceUsage(req, timeout=args.timeout)
+    show(args, resp, lambda: _report(resp))
+
+
+class _Change(argparse.Action):
+    """Collects ``--<quota> N`` options into ``args.changes`` (only those given)."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
+    ) -> None:
+        namespace.changes = {**namespace.changes, self.dest: values}
+
+
+def register(top: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = top.add_parser("quota", help="a namespace's quotas and usage (admin)")
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("get", help="the quotas in force and the usage")
+    client_options(p)
+    p.set_defaults(func=client(_quota_get))
+    p = sub.add_parser("recount", help="repair the usage from the stored tasks (reads them all)")
+    client_options(p)
+    p.set_defaults(func=client(_quota_recount))
+    p = sub.add_parser("set", help="change quotas (N, or 'none' to clear); others are kept")
+    client_options(p)
+    for name in QUOTA_NAMES:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, action=_Change,
+                       type=_quota_value, metavar="N")  # fmt: skip
+    p.set_defaults(func=client(_quota_set), changes={})

@@ -1,0 +1,182 @@
+"""Per-namespace quotas, applied in one place: the task, import and schedule operations ask
+a ``QuotaGate`` before they write, and a request over a quota is refused whole with
+``ResourceExhausted`` naming the quota, its value and the namespace (nothing half-written).
+
+Quotas are read through a cache of ``QuotaSettings.cache_ms``: a change made by an admin on any
+process applies everywhere within that, without a restart.
+
+- tasks_per_second: a token bucket per namespace in each process, holding one second of the
+  rate. With ``--processes N`` each process admits ``rate / N`` (the kernel spreads
+  connections over the processes evenly), so the group admits about the rate. A batch
+  larger than one second's share can never pass: it is refused, saying so.
+- tasks_stored: the store's count of unfinished tasks (``tikk.store.quotas``), plus the
+  creates this process admitted and is still writing, plus the request. Creates running at
+  the same moment on other processes can pass the quota together by their own sizes.
+- schedules: counted from the schedule listing (up to the quota) before a create.
+- import_streams: ImportTasks streams open at once in each process, per namespace they
+  carry tasks of (a stream claims a namespace with its first batch of it). Each process of
+  a group enforces the whole number: a stream is pinned to one connection, so sharing it
+  out would refuse streams depending on where the kernel placed them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from tikk.clock import Clock
+from tikk.errors import ResourceExhausted
+from tikk.settings import QuotaSettings
+from tikk.store.quotas import NamespaceQuotas, QuotaStore
+from tikk.store.schedules import ScheduleStore
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class _Cached:
+    quotas: NamespaceQuotas
+    read_ms: int
+
+
+class QuotaGate:
+    """The quotas of every namespace as this process applies them."""
+
+    def __init__(
+        self,
+        store: QuotaStore,
+        schedules: ScheduleStore,
+        clock: Clock,
+        settings: QuotaSettings,
+    ) -> None:
+        self.store = store
+        self._schedules = schedules
+        self._clock = clock
+        self._settings = settings
+        self._cache: dict[str, _Cached] = {}
+        self._buckets: dict[str, _Bucket] = {}
+        self._writing: Counter[str] = Counter()
+        self._streams: Counter[str] = Counter()
+
+    async def quotas(self, namespace: str) -> NamespaceQuotas:
+        """The quotas in force (the namespace's own over the defaults), at most
+        ``cache_ms`` old."""
+        now = self._clock.now_ms()
+        hit = self._cache.get(namespace)
+        if hit is None or now - hit.read_ms >= self._settings.cache_ms:
+            own = await self.store.get(namespace)
+            hit = _Cached(own.over(self._settings.defaults), now)
+            self._cache[namespace] = hit
+        return hit.quotas
+
+    def forget(self, namespace: str) -> None:
+        """Read the namespace's quotas again on next use (this process changed them)."""
+        self._cache.pop(namespace, None)
+
+    @contextlib.asynccontextmanager
+    async def creating(self, counts: Mapping[str, int]) -> AsyncIterator[None]:
+        """Admit creating ``counts[namespace]`` tasks in each namespace, for the duration of
+        the write; raises ``ResourceExhausted`` (admitting nothing) if any is over a quota."""
+        wanted = {ns: n for ns, n in counts.items() if n > 0}
+        effective = {ns: await self.quotas(ns) for ns in wanted}
+        for ns, n in wanted.items():
+            await self._check_stored(ns, n, effective[ns].tasks_stored)
+        for ns, n in wanted.items():
+            self._check_rate(ns, n, effective[ns].tasks_per_second)
+        for ns, n in wanted.items():  # only once every namespace passed
+            self._take(ns, n, effective[ns].tasks_per_second)
+            self._writing[ns] += n
+        try:
+            yield
+        finally:
+            self._writing.subtract(wanted)
+
+    async def _check_stored(self, namespace: str, adding: int, quota: int | None) -> None:
+        if quota is None:
+            return
+        usage = await self.store.usage(namespace)
+        if usage.tasks_stored + self._writing[namespace] + adding > quota:
+            raise _over(
+                "tasks_stored", quota, namespace,
+                f"{usage.tasks_stored:,} stored and not finished, {adding:,} more asked",
+            )  # fmt: skip
+
+    def _rate(self, per_second: int) -> float:
+        return per_second / max(1, self._settings.processes)
+
+    def _check_rate(self, namespace: str, adding: int, quota: int | None) -> None:
+        if quota is None:
+            return
+        rate = self._rate(quota)
+        if quota == 0:
+            raise _over("tasks_per_second", quota, namespace, "no task may be created")
+        if adding > rate:
+            raise _over(
+                "tasks_per_second", quota, namespace,
+                f"{adding:,} tasks in one request is more than one second's share of this "
+                f"server process ({rate:g}); send smaller batches",
+            )  # fmt: skip
+        if self._refill(namespace, rate).tokens < adding:
+            raise _over("tasks_per_second", quota, namespace, "retry after a moment")
+
+    def _refill(self, namespace: str, rate: float) -> _Bucket:
+        now = self._clock.now_ms()
+        bucket = self._buckets.setdefault(namespace, _Bucket(rate, now))
+        bucket.tokens = min(rate, bucket.tokens + rate * max(0, now - bucket.at_ms) / 1000)
+        bucket.at_ms = now
+        return bucket
+
+    def _take(self, namespace: str, n: int, quota: int | None) -> None:
+        if quota is not None:
+            self._buckets[namespace].tokens -= n
+
+    async def admit_schedule(self, namespace: str) -> None:
+        """Refuse a new schedule if the namespace holds its quota of schedules already."""
+        quota = (await self.quotas(namespace)).schedules
+        if quota is None:
+            return
+        held = await self._count_schedules(namespace, quota + 1)
+        if held + 1 > quota:
+            raise _over("schedules", quota, namespace, f"{held:,} exist")
+
+    async def _count_schedules(self, namespace: str, most: int) -> int:
+        count, token = 0, ""
+        while count < most:
+            page = await self._schedules.list(namespace, min(1_000, most - count), token)
+            count += len(page.items)
+            token = page.next_token
+            if not token:
+                break
+        return count
+
+    async def claim_import_stream(self, namespace: str, claimed: set[str]) -> None:
+        """Count a stream that now carries tasks of ``namespace`` (unless ``claimed``, the
+        namespaces it counts in already, holds it; it is added there). Raises
+        ``ResourceExhausted`` if the namespace holds its quota of streams. The stream calls
+        ``release_import_streams`` with ``claimed`` when it ends."""
+        if namespace in claimed:
+            return
+        quota = (await self.quotas(namespace)).import_streams
+        if namespace in claimed:  # another batch of the stream claimed it meanwhile
+            return
+        if quota is not None and self._streams[namespace] >= quota:
+            raise _over("import_streams", quota, namespace,
+                        f"{self._streams[namespace]} ImportTasks streams are open")  # fmt: skip
+        self._streams[namespace] += 1
+        claimed.add(namespace)
+
+    def release_import_streams(self, claimed: set[str]) -> None:
+        self._streams.subtract(claimed)
+
+
+def _over(quota: str, value: int, namespace: str, detail: str) -> ResourceExhausted:
+    return ResourceExhausted(
+        f"quota {quota} of namespace {namespace!r} is {value:,}: {detail} (nothing of this "
+        "request was written)"
+    )

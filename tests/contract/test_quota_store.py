@@ -1,0 +1,107 @@
+"""The QuotaStore contract (tikk.store.quotas), run against every backend, with the usage
+that the task store of the same database counts."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tests.contract.conftest import QuotaBackend
+from tests.factories import T0, make_task
+from tikk.model import DeadLetter, RetryAt, Succeed
+from tikk.store.quotas import NamespaceQuotas, NamespaceUsage
+from tikk.store.sqlite.quotas import SqliteQuotaStore
+
+
+async def stored(b: QuotaBackend, namespace: str = "default") -> int:
+    return (await b.quotas.usage(namespace)).tasks_stored
+
+
+async def test_a_namespace_without_quotas_has_none(quota_backend: QuotaBackend) -> None:
+    assert await quota_backend.quotas.get("nobody") == NamespaceQuotas()
+    assert await quota_backend.quotas.usage("nobody") == NamespaceUsage(0)
+
+
+async def test_put_replaces_every_quota_of_the_namespace(quota_backend: QuotaBackend) -> None:
+    q = quota_backend.quotas
+    await q.put("a", NamespaceQuotas(tasks_per_second=5, tasks_stored=100), T0)
+    await q.put("b", NamespaceQuotas(schedules=3), T0)
+    assert await q.get("a") == NamespaceQuotas(tasks_per_second=5, tasks_stored=100)
+    await q.put("a", NamespaceQuotas(import_streams=2), T0 + 1)
+    assert await q.get("a") == NamespaceQuotas(import_streams=2)
+    assert await q.get("b") == NamespaceQuotas(schedules=3)
+
+
+async def test_usage_counts_created_tasks_once_per_namespace(quota_backend: QuotaBackend) -> None:
+    tasks = quota_backend.tasks
+    await tasks.create_many([make_task("a"), make_task("b"), make_task("c", namespace="other")])
+    await tasks.create(make_task("a"))  # the same task again: not created, not counted
+    await tasks.create_many([make_task(f"n{i}") for i in range(5)], new_ids=True)
+    assert await stored(quota_backend) == 7
+    assert await stored(quota_backend, "other") == 1
+
+
+async def test_finished_tasks_leave_the_usage_and_redriven_ones_return(
+    quota_backend: QuotaBackend,
+) -> None:
+    tasks = quota_backend.tasks
+    a, b, c, d, e = (make_task(t, max_attempts=2) for t in "abcde")
+    await tasks.create_many([a, b, c, d, e])
+    await tasks.cancel("default", "a", T0)
+    await tasks.mark_dispatched([b.entry(), c.entry(), d.entry()], b.due_ms)
+    assert await tasks.succeed_many([b.entry()], b.due_ms + 1) == [True]
+    assert await tasks.succeed_many([b.entry()], b.due_ms + 2) == [False]  # stale: no change
+    await tasks.finish_attempt("default", "c", 1, Succeed(), c.due_ms + 1)
+    await tasks.finish_attempt("default", "d", 1, RetryAt(d.due_ms + 60_000, "E", "m"),
+                               d.due_ms + 1)  # fmt: skip
+    assert await stored(quota_backend) == 2  # d waits for its retry, e is scheduled
+    dead = await tasks.finish_attempt("default", "e", 9, DeadLetter("E", "m"), T0)
+    assert dead is None  # not dispatched at that attempt: nothing moves
+    await tasks.mark_dispatched([e.entry()], e.due_ms)
+    await tasks.finish_attempt("default", "e", 1, DeadLetter("E", "m"), e.due_ms + 1)
+    assert await stored(quota_backend) == 1
+    await tasks.redrive("default", "e", e.due_ms + 2)
+    assert await stored(quota_backend) == 2
+
+
+async def test_put_usage_corrects_a_drifted_count(quota_backend: QuotaBackend) -> None:
+    await quota_backend.tasks.create_many([make_task("a"), make_task("b")])
+    await quota_backend.quotas.put_usage("default", NamespaceUsage(tasks_stored=5))
+    assert await stored(quota_backend) == 5
+    await quota_backend.quotas.put_usage("default", NamespaceUsage(tasks_stored=2))
+    assert await stored(quota_backend) == 2
+
+
+async def test_recount_repairs_the_usage_from_the_tasks(quota_backend: QuotaBackend) -> None:
+    tasks = quota_backend.tasks
+    a, b, c = make_task("a"), make_task("b"), make_task("c")
+    await tasks.create_many([a, b, c, make_task("z", namespace="other")])
+    await tasks.cancel("default", "a", T0)
+    await tasks.mark_dispatched([b.entry()], b.due_ms)
+    await quota_backend.quotas.put_usage("default", NamespaceUsage(tasks_stored=40))  # drifted
+    assert await quota_backend.quotas.recount("default") == NamespaceUsage(tasks_stored=2)
+    assert await stored(quota_backend) == 2
+    assert await stored(quota_backend, "other") == 1
+
+
+async def test_sqlite_counts_tasks_stored_before_usage_was_kept(tmp_path: object) -> None:
+    # A file written by a release without usage counting: its open tasks are counted once,
+    # when a store first opens it.
+    from pathlib import Path
+
+    from tikk.store.sqlite.tasks import SqliteTaskStore
+
+    path = str(Path(str(tmp_path)) / "old.db")
+    old = SqliteTaskStore(path)
+    await old.start()
+    await old.create_many([make_task("a"), make_task("b"), make_task("c", namespace="x")])
+    await old.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP TABLE task_usage")
+        conn.execute("DELETE FROM store_meta WHERE key='task_usage'")
+    quotas = SqliteQuotaStore(path)
+    await quotas.start()
+    try:
+        assert (await quotas.usage("default")).tasks_stored == 2
+        assert (await quotas.usage("x")).tasks_stored == 1
+    finally:
+        await quotas.close()

@@ -1,0 +1,83 @@
+"""Quota store on Cassandra; semantics in ``tikk.store.quotas``.
+
+Tables (``tikk.store.cassandra.schema`` v8): ``namespace_quotas`` by namespace, and the counter
+table ``task_usage`` that the task store moves (``count_usage``) after it wrote the task rows
+a change concerns: one counter update per namespace and write, never one per task of a bulk
+load. Counter updates are not idempotent and not atomic with the task rows, so the count can
+drift by what a crash interrupts (see ``tikk.store.quotas``); ``recount`` corrects it from a
+filtered scan of the task table (rows whose retention ran out are gone from it, too).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from tikk.drivers.cassandra import CassandraSession
+from tikk.model import TaskState
+from tikk.store.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
+
+_COLUMNS = ", ".join(QUOTA_NAMES)
+SELECT_QUOTAS = f"SELECT {_COLUMNS} FROM namespace_quotas WHERE namespace = ?"
+INSERT_QUOTAS = (
+    f"INSERT INTO namespace_quotas (namespace, {_COLUMNS}, updated_ms)"
+    f" VALUES (?, {', '.join('?' * len(QUOTA_NAMES))}, ?)"
+)
+ADD_USAGE = "UPDATE task_usage SET open_tasks = open_tasks + ? WHERE namespace = ?"
+SELECT_USAGE = "SELECT open_tasks FROM task_usage WHERE namespace = ?"
+# The task table is keyed by (namespace, task id): counting one namespace's tasks filters a
+# scan of the whole table, server-side (one row comes back).
+COUNT_IN_STATE = "SELECT COUNT(*) FROM tasks WHERE namespace = ? AND state = ? ALLOW FILTERING"
+
+
+async def count_usage(db: CassandraSession, changes: Iterable[tuple[str, int]]) -> None:
+    """Add each (namespace, delta) to the namespaces' unfinished-task counters, one update
+    per namespace (deltas of one namespace summed first)."""
+    per_namespace: Counter[str] = Counter()
+    for namespace, delta in changes:
+        per_namespace[namespace] += delta
+    updates = [db.bind(ADD_USAGE, [d, ns]) for ns, d in per_namespace.items() if d]
+    await db.execute_many(updates)
+
+
+class CassandraQuotaStore:
+    """``QuotaStore`` on a keyspace; ``session`` may be shared with the other backends of the
+    keyspace (``start``/``close`` count its users)."""
+
+    def __init__(self, session: CassandraSession) -> None:
+        self._db = session
+
+    async def get(self, namespace: str) -> NamespaceQuotas:
+        rows = await self._db.execute(SELECT_QUOTAS, [namespace])
+        return NamespaceQuotas(*rows[0]) if rows else NamespaceQuotas()
+
+    async def put(self, namespace: str, quotas: NamespaceQuotas, now_ms: int) -> None:
+        values = [getattr(quotas, n) for n in QUOTA_NAMES]
+        await self._db.execute(INSERT_QUOTAS, [namespace, *values, now_ms])
+
+    async def usage(self, namespace: str) -> NamespaceUsage:
+        return NamespaceUsage(tasks_stored=max(0, await self._open_tasks(namespace)))
+
+    async def recount(self, namespace: str) -> NamespaceUsage:
+        counts = await self._db.execute_many([
+            self._db.bind(COUNT_IN_STATE, [namespace, int(state)])
+            for state in TaskState if not state.finished
+        ])  # fmt: skip
+        usage = NamespaceUsage(tasks_stored=sum(int(rows[0][0]) for rows in counts))
+        await self.put_usage(namespace, usage)
+        return usage
+
+    async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
+        # A counter cannot be set, only moved: by the difference to what it holds now.
+        delta = usage.tasks_stored - await self._open_tasks(namespace)
+        await count_usage(self._db, [(namespace, delta)])
+
+    async def _open_tasks(self, namespace: str) -> int:
+        rows = await self._db.execute(SELECT_USAGE, [namespace])
+        return int(rows[0].open_tasks or 0) if rows else 0
+
+    async def start(self) -> None:
+        await self._db.start()
+
+    async def close(self) -> None:
+        await self._db.close()

@@ -1,0 +1,93 @@
+"""The quota store interface: each namespace's quotas, and the usage the task store keeps.
+
+A namespace's quotas are set by an admin and read by every server process through a short
+cache (``server.quotas``), so a change applies without a restart. Usage ("tasks stored": tasks
+not finished yet, i.e. scheduled, dispatched or waiting for a retry) is counted by the task
+store of the same database as tasks are created and finish:
+
+- SQLite: exact, by triggers in the same transaction as the task row.
+- Cassandra: a counter per namespace, moved after the task rows are written. A process that
+  dies between a task write and its counter update leaves the counter off by the tasks of
+  that one write (too low after a create, too high after a finish), and a task whose row
+  expires unfinished (its retention ran out) is never subtracted. Both errors are bounded by
+  what the crashed writes held; ``recount`` corrects a drifted counter from the task rows.
+
+Backends: ``tikk.store.sqlite.quotas``, ``tikk.store.cassandra.quotas``. Every method may raise
+``BackendUnavailable``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class NamespaceQuotas:
+    """What one namespace may use; ``None`` means no quota of its own (the server-wide
+    default applies, if the settings have one, else unlimited)."""
+
+    tasks_per_second: int | None = None
+    tasks_stored: int | None = None
+    schedules: int | None = None
+    import_streams: int | None = None
+
+    def over(self, defaults: NamespaceQuotas) -> NamespaceQuotas:
+        """These quotas, with ``defaults`` filling the ones not set."""
+        return NamespaceQuotas(
+            **{
+                f.name: getattr(self, f.name)
+                if getattr(self, f.name) is not None
+                else getattr(defaults, f.name)
+                for f in fields(self)
+            }
+        )
+
+
+QUOTA_NAMES = tuple(f.name for f in fields(NamespaceQuotas))
+
+
+@dataclass(frozen=True)
+class NamespaceUsage:
+    """What a namespace uses now, as the store counts it."""
+
+    tasks_stored: int = 0
+
+
+class QuotaStore(Protocol):
+    """Quotas by namespace, in the task store's database. Safe to share between coroutines
+    of one event loop."""
+
+    async def get(self, namespace: str) -> NamespaceQuotas:
+        """The namespace's stored quotas; all ``None`` if none were ever set."""
+        ...
+
+    async def put(self, namespace: str, quotas: NamespaceQuotas, now_ms: int) -> None:
+        """Replace the namespace's quotas (a ``None`` field clears that quota). Idempotent;
+        the last write wins."""
+        ...
+
+    async def usage(self, namespace: str) -> NamespaceUsage:
+        """The namespace's usage as counted by the task store (see the module docstring for
+        how exact it is on each backend). Never negative."""
+        ...
+
+    async def recount(self, namespace: str) -> NamespaceUsage:
+        """Count the namespace's unfinished tasks from the task rows, set the usage to that
+        and return it: the repair of a drifted count. Reads every task of the namespace (on
+        Cassandra, a filtered scan of the task table): an admin's tool, not for the request
+        path. Tasks created or finished meanwhile may leave it off by their own number."""
+        ...
+
+    async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
+        """Correct the stored usage to ``usage`` (a repair after a counted drift; writes
+        racing it may leave the counter off by their own tasks)."""
+        ...
+
+    async def start(self) -> None:
+        """Open connections and files (nothing is opened by the constructor)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what ``start`` opened; idempotent."""
+        ...
