@@ -134,9 +134,11 @@ POLICY: Mapping[str, Rule] = {
     _WORKERS + "GetWorkerConfig": Rule(Role.WORKER, kind="queue"),
     _WORKERS + "ReportResults": Rule(Role.WORKER, _result_queue, kind="queue"),
     _WORKERS + "ReportResultBatches": Rule(Role.WORKER, _batch_queues, kind="queue"),
-    # Quotas of a namespace (proto/tikk/v1/admin.proto): read and changed by its admins.
-    _ADMIN + "GetNamespaceQuotas": ADMIN,
-    _ADMIN + "SetNamespaceQuotas": ADMIN,
+    # Quotas (proto/tikk/v1/admin.proto): a namespace's readers see its quotas and usage, and
+    # its admins may recount the usage; only an operator (admin on every namespace) changes
+    # them, since quotas exist to bound what a tenant's own admins can do.
+    _ADMIN + "GetNamespaceQuotas": READ,
+    _ADMIN + "SetNamespaceQuotas": Rule(Role.ADMIN, _every_namespace),
     _ADMIN + "RecountNamespaceUsage": ADMIN,
 }
 ANY_CREDENTIAL = Rule(None)

@@ -58,6 +58,7 @@ GRANTS = {
     "admin": [f"admin:{NAMESPACE[OWN]}"],
     "worker": [f"worker:{QUEUE[OWN]}"],
     "read-all": ["read:*"],
+    "admin-all": ["admin:*"],
 }
 _RANK = {"read": 1, "write": 2, "admin": 3}
 Meta = Any
@@ -65,7 +66,7 @@ Meta = Any
 
 @dataclass(frozen=True)
 class Rpc:
-    """One RPC: the role it needs (``read-all``: read on every namespace; ``worker-any``: a
+    """One RPC: the role it needs (``read-all``/``admin-all``: on every namespace; ``worker-any``: a
     worker grant on any queue), the call, and the status it has in the caller's own scope
     when allowed (None: only "not refused" is checked)."""
 
@@ -81,6 +82,8 @@ def allowed(role: str, need: str, where: str) -> bool:
         kind, scope = grant.split(":")
         if need == "read-all":
             ok = kind in _RANK and scope == "*"
+        elif need == "admin-all":
+            ok = kind == "admin" and scope == "*"
         elif need == "worker-any":
             ok = kind == "worker"
         elif need == "worker":
@@ -237,9 +240,9 @@ def _admin_rpcs() -> list[Rpc]:
 
     ns = NAMESPACE
     return [
-        Rpc("GetNamespaceQuotas", "admin", lambda ch, w, md: stub(ch).GetNamespaceQuotas(
+        Rpc("GetNamespaceQuotas", "read", lambda ch, w, md: stub(ch).GetNamespaceQuotas(
             admin_pb2.GetNamespaceQuotasRequest(namespace=ns[w]), timeout=T, metadata=md)),
-        Rpc("SetNamespaceQuotas", "admin", lambda ch, w, md: stub(ch).SetNamespaceQuotas(
+        Rpc("SetNamespaceQuotas", "admin-all", lambda ch, w, md: stub(ch).SetNamespaceQuotas(
             admin_pb2.SetNamespaceQuotasRequest(namespace=ns[w]), timeout=T, metadata=md)),
         Rpc("RecountNamespaceUsage", "admin", lambda ch, w, md: stub(ch).RecountNamespaceUsage(
             admin_pb2.RecountNamespaceUsageRequest(namespace=ns[w]), timeout=T, metadata=md)),
