@@ -100,8 +100,9 @@ def time_zone(name: str) -> ZoneInfo:
     """The IANA zone ``name``; raises ``InvalidArgument`` on ``spec.timezone`` if unknown."""
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise InvalidArgument("spec.timezone", f"unknown time zone {name!r}") from exc
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # OSError: a name the file system refuses as a path (too long, say) is no zone either.
+        raise InvalidArgument("spec.timezone", f"unknown time zone {name[:100]!r}") from exc
 
 
 # --- wall clock to UTC -----------------------------------------------------------------------
