@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.api.history import HistoryService
+from server.api.request_decoding import MalformedRequests
 from server.api.schedules import ScheduleService
 from server.api.tasks import TaskService
 from server.api.worker import WorkerService
@@ -70,7 +71,9 @@ class ApiServer:
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
-        self._server = grpc.aio.server(options=_server_options(settings, reuse_port))
+        self._server = grpc.aio.server(
+            options=_server_options(settings, reuse_port), interceptors=[MalformedRequests()]
+        )
         schedules = Schedules(
             backends.schedules, backends.store, backends.history, clock, settings.limits,
             queue=backends.queue,
