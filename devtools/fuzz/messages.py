@@ -11,7 +11,6 @@ to valid ones, which reach deeper than random text.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -258,6 +257,10 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
-def json_token(parts: list[Any]) -> str:
-    """A page token holding any JSON value list (for tests of the token decoder)."""
-    return _b64(json.dumps(parts))
+def serialized_requests(
+    descriptor: Descriptor, streaming: bool, *, raw: bool = False
+) -> st.SearchStrategy[list[bytes]]:
+    """What one call sends: a few messages (or none) for a request stream, one otherwise;
+    serialized messages of ``descriptor``, or with ``raw`` any bytes."""
+    one = raw_bytes() if raw else message(descriptor).map(lambda m: m.SerializeToString())
+    return st.lists(one, max_size=3) if streaming else st.lists(one, min_size=1, max_size=1)

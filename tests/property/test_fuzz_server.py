@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from devtools.fuzz.messages import message, raw_bytes
+from devtools.fuzz.messages import raw_bytes, serialized_requests
 from devtools.fuzz.target import FORBIDDEN, Connection, Rpc, ServerProcess, all_rpcs, call, serving
 
 RPCS = all_rpcs()
@@ -45,20 +45,13 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         t.channel.close()
 
 
-def _requests(rpc: Rpc, one: st.SearchStrategy[bytes]) -> st.SearchStrategy[list[bytes]]:
-    # Streams get a few messages (or none); unary calls exactly one.
-    return (
-        st.lists(one, max_size=3) if rpc.client_streaming else st.lists(one, min_size=1, max_size=1)
-    )
-
-
 @pytest.mark.parametrize("rpc", RPCS, ids=lambda r: r.path.rsplit(".", 1)[-1])
 @settings(max_examples=_EXAMPLES, suppress_health_check=_FIXTURE_OK)
 @given(data=st.data())
 def test_generated_messages_end_in_a_defined_status(
     target: Target, rpc: Rpc, data: st.DataObject
 ) -> None:
-    requests = data.draw(_requests(rpc, message(rpc.request).map(lambda m: m.SerializeToString())))
+    requests = data.draw(serialized_requests(rpc.request, rpc.client_streaming))
     code = target.status_of(rpc, requests)
     assert code not in FORBIDDEN, f"{rpc.path} answered {code.name}:\n{target.server.output(20)}"
 
