@@ -20,7 +20,16 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 
 from devtools.fuzz.messages import serialized_requests
-from devtools.fuzz.target import FORBIDDEN, Connection, Rpc, ServerProcess, all_rpcs, call, serving
+from devtools.fuzz.target import (
+    FORBIDDEN,
+    Connection,
+    Rpc,
+    ServerProcess,
+    all_rpcs,
+    call,
+    seed,
+    serving,
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -70,6 +79,7 @@ def _run(args: argparse.Namespace, data_dir: Path) -> int:
     with ServerProcess(data_dir, args.server_arg) as server:
         conn = Connection(server.address(), os.environ.get("TIKK_FUZZ_TOKEN", ""), root)
         hunt, rounds = _Hunt(server, conn, args.examples), 0
+        seed(hunt.channel, conn)
         while time.monotonic() < deadline and server.alive():
             for rpc in all_rpcs():
                 for raw in (False, True):

@@ -119,12 +119,27 @@ def _version_text() -> Strategy:
     return st.one_of(st.integers(-(2**70), 2**70).map(str), text())
 
 
+# What ``target.seed`` stores before a run, so that calls naming it reach past "not found":
+# a task and a schedule in the default namespace, on one queue.
+SEEDED_TASK, SEEDED_SCHEDULE, SEEDED_QUEUE, SEEDED_HANDLER = "fz-task", "fz-schedule", "fzq", "h"
+
+
+def _or_seeded(*seeded: str) -> Callable[[], Strategy]:
+    return lambda: st.one_of(st.sampled_from(seeded), text())
+
+
 # Field names whose values deserve a closer-to-valid generator; anything else gets ``text``.
 _NAMED_TEXT: dict[str, Callable[[], Strategy]] = {
     "cron": cron_text,
     "timezone": zone_text,
     "page_token": page_token,
     "expected_version": _version_text,
+    "namespace": _or_seeded("", "default"),
+    "task_id": _or_seeded(SEEDED_TASK, f"{SEEDED_SCHEDULE}@0"),
+    "schedule_id": _or_seeded(SEEDED_SCHEDULE),
+    "id": _or_seeded(SEEDED_SCHEDULE, SEEDED_TASK),
+    "queue": _or_seeded(SEEDED_QUEUE),
+    "handler": _or_seeded(SEEDED_HANDLER),
 }
 
 

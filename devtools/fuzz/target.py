@@ -25,6 +25,8 @@ from google.protobuf.descriptor import Descriptor
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tikk.v1
+from devtools.fuzz.messages import SEEDED_HANDLER, SEEDED_QUEUE, SEEDED_SCHEDULE, SEEDED_TASK
+from tikk.v1 import schedules_pb2, schedules_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 _LISTENING = re.compile(r"listening on [\d.]+:(\d+)")
@@ -118,6 +120,25 @@ def call(
         code: grpc.StatusCode = exc.code()
         return code
     return grpc.StatusCode.OK
+
+
+def seed(channel: grpc.Channel, conn: Connection) -> None:
+    """Store what the generated requests name now and then (see ``messages.SEEDED_TASK``), so
+    that reads, cancels, updates and backfills meet a real task and schedule."""
+    md = conn.metadata()
+    task = tasks_pb2.CreateTaskRequest(
+        task_id=SEEDED_TASK, queue=SEEDED_QUEUE, handler=SEEDED_HANDLER, payload=b"x"
+    )
+    task.delay.FromSeconds(3_600)
+    tasks_pb2_grpc.TaskServiceStub(channel).CreateTask(task, timeout=CALL_TIMEOUT_S, metadata=md)
+    schedule = schedules_pb2.Schedule(
+        id=SEEDED_SCHEDULE, queue=SEEDED_QUEUE, handler=SEEDED_HANDLER,
+        spec=schedules_pb2.ScheduleSpec(cron="* * * * *"),
+    )  # fmt: skip
+    request = schedules_pb2.CreateScheduleRequest(schedule=schedule)
+    schedules_pb2_grpc.ScheduleServiceStub(channel).CreateSchedule(
+        request, timeout=CALL_TIMEOUT_S, metadata=md
+    )
 
 
 def serving(channel: grpc.Channel, conn: Connection) -> bool:

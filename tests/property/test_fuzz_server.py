@@ -17,7 +17,16 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from devtools.fuzz.messages import raw_bytes, serialized_requests
-from devtools.fuzz.target import FORBIDDEN, Connection, Rpc, ServerProcess, all_rpcs, call, serving
+from devtools.fuzz.target import (
+    FORBIDDEN,
+    Connection,
+    Rpc,
+    ServerProcess,
+    all_rpcs,
+    call,
+    seed,
+    serving,
+)
 
 RPCS = all_rpcs()
 # A share of the profile's examples per RPC and kind: 26 RPCs x 2 kinds run in this module.
@@ -40,6 +49,7 @@ class Target:
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     with ServerProcess(Path(tmp_path_factory.mktemp("fuzz"))) as server:
         t = Target(server, Connection(server.address()))
+        seed(t.channel, t.conn)
         yield t
         assert serving(t.channel, t.conn), "the server stopped serving:\n" + server.output()
         t.channel.close()
