@@ -22,7 +22,8 @@ from tikk.schedules.model import (
     SchedulePolicy,
 )
 from tikk.schedules.planner import plan_step
-from tikk.schedules.spec import ScheduleSpec, preview, time_zone, validate
+from tikk.schedules.spec import ScheduleSpec, format_local, preview, time_zone, validate
+from tikk.timestamps import to_timestamp
 
 NOW_MS = 1_790_000_000_000
 _DAY_MS = 86_400_000
@@ -129,7 +130,15 @@ def test_any_zone_name_is_a_zone_or_names_the_timezone_field(name: str) -> None:
         assert exc.field == "spec.timezone"
 
 
+# The last second a Timestamp holds, 9999-12-31 23:59:59 UTC, and the first, 0001-01-01.
+_LAST_S_MS, _FIRST_MS = 253_402_300_799_000, -62_135_596_800_000
+
+
 @given(specs(), _INSTANT)
+# Wall-clock dates past the year 9999 (east of UTC) or before the year 1 (west of it)
+# raised OverflowError from datetime.
+@example(ScheduleSpec(cron="@yearly", timezone="Australia/Lord_Howe"), 253_402_261_200_000)
+@example(ScheduleSpec(cron="* * * * *", timezone="Asia/Tokyo", start_ms=_LAST_S_MS), NOW_MS)
 def test_any_spec_validates_or_names_a_spec_field(spec: ScheduleSpec, now_ms: int) -> None:
     _valid_or_none(spec, now_ms)
 
@@ -196,3 +205,19 @@ def test_validation_is_idempotent(spec: ScheduleSpec) -> None:
     assert valid is not None
     assert validate(valid, now_ms=NOW_MS) == valid
     assert validate(replace(valid), now_ms=NOW_MS) == valid
+
+
+@given(runnable_specs(), _INSTANT)
+@example(ScheduleSpec(cron="* * * * *", timezone="Asia/Tokyo"), _LAST_S_MS)
+@example(ScheduleSpec(cron="* * * * *", timezone="America/New_York"), _FIRST_MS)
+@example(ScheduleSpec(interval_ms=1_000, timezone="Asia/Tokyo"), _LAST_S_MS)
+@example(ScheduleSpec(interval_ms=1_000, timezone="Pacific/Kiritimati"), _FIRST_MS)
+def test_occurrences_from_any_instant_are_ones_a_timestamp_and_a_clock_can_show(
+    spec: ScheduleSpec, after_ms: int
+) -> None:
+    valid = _valid_or_none(spec, NOW_MS)
+    assume(valid is not None)
+    assert valid is not None
+    for o in preview(valid, after_ms=after_ms, schedule_id="s", count=3):
+        to_timestamp(o.fire_ms)  # raises if outside the years 1-9999
+        assert format_local(o.fire_ms, valid.timezone)
