@@ -3,9 +3,10 @@
 Starts ``tikk dev`` on a free loopback port in a temporary directory (``--server-arg`` adds to
 its command line), then goes round every RPC, each time a batch of generated messages and a
 batch of raw bytes, until the time is up. Each failing input is shrunk by hypothesis and
-reported once per RPC; the exit code is 1 if any call ended badly or the server stopped
-serving. A credential for a server run with ``--auth`` comes from ``$TIKK_FUZZ_TOKEN`` (never
-the command line); ``--root-cert`` turns TLS on.
+reported once per RPC, as is every traceback the server printed; the exit code is 1 if any
+call ended badly, the server printed a traceback or stopped serving. A credential for a
+server run with ``--auth`` comes from ``$TIKK_FUZZ_TOKEN`` (never the command line);
+``--root-cert`` turns TLS on.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ def _run(args: argparse.Namespace, data_dir: Path) -> int:
                         hunt.round(rpc, raw)
             rounds += 1
         healthy = server.alive() and serving(hunt.channel, conn)
+        for i, traceback in enumerate(server.tracebacks()):
+            hunt.failures[f"unhandled exception {i + 1} in the server"] = traceback
     return _report(hunt, rounds, healthy)
 
 

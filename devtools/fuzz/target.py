@@ -196,6 +196,15 @@ class ServerProcess:
     def output(self, last: int = 60) -> str:
         return "\n".join(self.lines[-last:])
 
+    def tracebacks(self) -> list[str]:
+        """Each traceback the server printed (with the lines after it): an exception nothing
+        handled, even where the caller got a proper status (a background task, a stream)."""
+        return [
+            "\n".join(self.lines[i : i + 30])
+            for i, line in enumerate(self.lines)
+            if line.startswith("Traceback")
+        ]
+
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:

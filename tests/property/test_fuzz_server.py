@@ -52,6 +52,8 @@ def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
         seed(t.channel, t.conn)
         yield t
         assert serving(t.channel, t.conn), "the server stopped serving:\n" + server.output()
+        found = server.tracebacks()
+        assert not found, f"{len(found)} unhandled exception(s) in the server, first:\n{found[0]}"
         t.channel.close()
 
 
