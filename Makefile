@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PROTOS := $(wildcard proto/tikk/v1/*.proto)
 
-.PHONY: demo test check lint proto proto-check venv stack-up stack-down
+.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,5 +41,11 @@ stack-up: venv
 stack-down: venv
 	$(VENV)/bin/tikk stack down
 
+# Known vulnerabilities in the installed dependencies (pip-audit); fails if it cannot audit.
+audit: venv
+	bash scripts/audit-deps.sh
+
+# The audit runs after the tests, so a run reports both the tests and the dependencies.
 test: check stack-up
 	CI=$${CI:-true} bash scripts/run-tests.sh
+	bash scripts/audit-deps.sh

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 
 from server.api.admin import AdminService
 from server.api.history import HistoryService
+from server.api.request_decoding import MalformedRequests
 from server.api.schedules import ScheduleService
 from server.api.status import ServerDeadlines
 from server.api.tasks import TaskService
@@ -143,8 +144,10 @@ class ApiServer:
 
 def _grpc_server(settings: Settings, backends: Backends, reuse_port: bool) -> grpc.aio.Server:
     return grpc.aio.server(
-        # Callers are checked first; a call let in then runs under the server's bound.
+        # A request that does not parse is refused before anything reads it; callers are
+        # checked next; a call let in then runs under the server's bound.
         interceptors=[
+            MalformedRequests(),
             *auth_interceptors(settings, backends.credentials),
             ServerDeadlines(settings.deadlines),
         ],

@@ -7,9 +7,10 @@ convert here and nowhere else.
 from __future__ import annotations
 
 from tikk.buckets import shard_of
+from tikk.errors import InvalidArgument
 from tikk.model import Delivery, DueEntry
 from tikk.schedules.model import schedule_of
-from tikk.timestamps import from_timestamp, to_timestamp
+from tikk.timestamps import to_timestamp
 from tikk.v1 import worker_pb2
 
 
@@ -52,11 +53,13 @@ def encode_dead_letter(
 
 
 def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
+    """The delivery ``msg`` names; ``InvalidArgument`` if a time in it is out of range (it
+    comes back from workers, so it is input like any other)."""
     # A schedule's occurrences live in the schedule's shard; only schedules name tasks so.
     schedule_id = schedule_of(msg.task_id)
     entry = DueEntry(
         shard=shard_of(msg.namespace, schedule_id or msg.task_id, shard_count),
-        due_ms=from_timestamp(msg.due_time),
+        due_ms=_ms(msg, "due_time"),
         namespace=msg.namespace,
         task_id=msg.task_id,
         attempt=msg.attempt,
@@ -65,8 +68,16 @@ def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
         payload=msg.payload,
         labels=dict(msg.labels),
         max_attempts=msg.max_attempts,
-        scheduled_ms=from_timestamp(msg.scheduled_time),
+        scheduled_ms=_ms(msg, "scheduled_time"),
         schedule_id=schedule_id,
-        start_timeout_ms=msg.start_timeout.ToMilliseconds() if msg.HasField("start_timeout") else 0,
+        start_timeout_ms=_ms(msg, "start_timeout") if msg.HasField("start_timeout") else 0,
     )
-    return Delivery(entry, from_timestamp(msg.fired_time), dict(msg.trace_context), token=msg.token)
+    return Delivery(entry, _ms(msg, "fired_time"), dict(msg.trace_context), token=msg.token)
+
+
+def _ms(msg: worker_pb2.Delivery, name: str) -> int:
+    """The Timestamp or Duration field ``name`` in ms; protobuf refuses out-of-range values."""
+    try:
+        return int(getattr(msg, name).ToMilliseconds())
+    except ValueError:
+        raise InvalidArgument(f"delivery.{name}", "out of range") from None

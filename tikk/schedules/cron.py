@@ -213,7 +213,8 @@ def _expand(expression: str) -> list[tuple[int, ...]]:
 
 
 def _values(values: Sequence[Any], syntax: _FieldSyntax) -> tuple[int, ...]:
-    if list(values) == ["*"]:
+    # croniter keeps "*" for a whole field, also inside a list ("*,*/2", "*,5"): all values.
+    if "*" in values:
         return tuple(range(syntax.low, syntax.high + 1))
     # Day of week 7 is Sunday, 0; croniter folds it already, this keeps it so.
     return tuple(sorted({v if v <= syntax.high else syntax.low for v in map(int, values)}))

@@ -50,7 +50,7 @@ import hashlib
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tikk.errors import InvalidArgument
@@ -67,6 +67,10 @@ _ONE_DAY = timedelta(days=1)
 _ONE_SECOND = timedelta(seconds=1)
 # The search stops short of date.max so stepping a day or a month never overflows.
 _LAST_SEARCH_DAY = date(9999, 11, 30).toordinal()
+# Occurrences lie in [_EARLIEST_MS, _LATEST_MS]: a day inside the years 1-9999 that datetime
+# and google.protobuf.Timestamp hold, so every zone's wall clock can show them.
+_EARLIEST_MS = int(datetime(1, 1, 2, tzinfo=UTC).timestamp()) * _MS
+_LATEST_MS = int(datetime(9999, 12, 30, tzinfo=UTC).timestamp()) * _MS
 
 
 @dataclass(frozen=True)
@@ -100,8 +104,9 @@ def time_zone(name: str) -> ZoneInfo:
     """The IANA zone ``name``; raises ``InvalidArgument`` on ``spec.timezone`` if unknown."""
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise InvalidArgument("spec.timezone", f"unknown time zone {name!r}") from exc
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # OSError: a name the file system refuses as a path (too long, say) is no zone either.
+        raise InvalidArgument("spec.timezone", f"unknown time zone {name[:100]!r}") from exc
 
 
 # --- wall clock to UTC -----------------------------------------------------------------------
@@ -185,12 +190,18 @@ def next_nominal(spec: ScheduleSpec, after_ms: int) -> int | None:
     """The first nominal instant strictly after ``after_ms`` within the bounds, or None.
 
     None also when nothing fires within ``SEARCH_DAYS`` (only for specs ``validate`` refuses).
-    Calling it again with the result walks the chain of occurrences.
+    Calling it again with the result walks the chain of occurrences. Nothing occurs outside
+    the years 1-9999 (see ``_EARLIEST_MS``).
     """
+    after_ms = max(after_ms, _EARLIEST_MS - 1)
     if spec.start_ms is not None:
         after_ms = max(after_ms, spec.start_ms - 1)
+    if after_ms >= _LATEST_MS:
+        return None
     nominal = _next_cron(spec, after_ms) if spec.cron else _next_interval(spec, after_ms)
-    if nominal is None or (spec.end_ms is not None and nominal > spec.end_ms):
+    if nominal is None or nominal > _LATEST_MS:
+        return None
+    if spec.end_ms is not None and nominal > spec.end_ms:
         return None
     return nominal
 
@@ -330,6 +341,7 @@ def _check_bounds(spec: ScheduleSpec) -> None:
 
 def _first_local_day(spec: ScheduleSpec, now_ms: int, tz: ZoneInfo) -> date:
     start_ms = now_ms if spec.start_ms is None else max(now_ms, spec.start_ms)
+    start_ms = min(max(start_ms, _EARLIEST_MS), _LATEST_MS)  # a day any zone can show
     return datetime.fromtimestamp(start_ms // _MS, tz).date()
 
 
