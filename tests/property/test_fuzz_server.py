@@ -8,6 +8,8 @@ minute); ``python -m devtools.fuzz --minutes N`` runs the same checks for longer
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +31,7 @@ from devtools.fuzz.target import (
 )
 
 RPCS = all_rpcs()
-# A share of the profile's examples per RPC and kind: 26 RPCs x 2 kinds run in this module.
+# A share of the profile's examples per RPC and kind: every RPC x 2 kinds run in this module.
 _PROFILE = settings()
 _EXAMPLES = max(5, _PROFILE.max_examples // 4)
 _FIXTURE_OK = [*_PROFILE.suppress_health_check, HealthCheck.function_scoped_fixture]
@@ -45,10 +47,27 @@ class Target:
         return code
 
 
+def _operator_token(data_dir: Path) -> str:
+    """A credential covering every RPC (``tikk auth create`` on the server's store), so that
+    every request passes the authorization interceptor and is fuzzed through it."""
+    token_file = data_dir / "fuzz.token"
+    subprocess.run(
+        [sys.executable, "-m", "server.cli", "auth", "create", "--name", "fuzz",
+         "--role", "admin:*", "--role", "worker:*", "--token-file", str(token_file),
+         "--data-dir", str(data_dir)],
+        check=True, capture_output=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    return token_file.read_text().strip()
+
+
 @pytest.fixture(scope="module")
 def target(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-    with ServerProcess(Path(tmp_path_factory.mktemp("fuzz"))) as server:
-        t = Target(server, Connection(server.address()))
+    """The server runs with ``--auth``: the interceptor reads each request's namespace or
+    queue, so it meets every generated request before the servicer does."""
+    data_dir = Path(tmp_path_factory.mktemp("fuzz"))
+    token = _operator_token(data_dir)
+    with ServerProcess(data_dir, ["--auth"]) as server:
+        t = Target(server, Connection(server.address(), token=token))
         seed(t.channel, t.conn)
         yield t
         assert serving(t.channel, t.conn), "the server stopped serving:\n" + server.output()
@@ -90,5 +109,5 @@ def test_every_service_of_the_contract_is_fuzzed() -> None:
     services = {r.path.split("/")[1] for r in RPCS}
     assert services == {
         "tikk.v1.TaskService", "tikk.v1.HistoryService", "tikk.v1.ScheduleService",
-        "tikk.v1.WorkerService",
+        "tikk.v1.WorkerService", "tikk.v1.AdminService",
     }  # fmt: skip
