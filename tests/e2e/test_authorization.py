@@ -27,7 +27,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from tests.e2e.auth_stack import AuthStack, bearer, code_of, tampered
 from tests.e2e.conftest import eventually
 from tests.unit.test_auth_policy import service_methods
-from tikk.client import Client, ClientError, Transport
+from tikk.client import Client, PermissionDeniedError, Transport, UnauthenticatedError
 from tikk.v1 import (
     history_pb2,
     history_pb2_grpc,
@@ -467,6 +467,8 @@ def test_the_python_client_presents_its_token(matrix: Matrix) -> None:
         assert writer.get_task(task_id).id == task_id
     with client("read") as reader:
         assert reader.get_task(task_id).id == task_id
-        with pytest.raises(ClientError) as refused:
+        with pytest.raises(PermissionDeniedError) as refused:
             reader.create_task(_create("", uuid.uuid4().hex))
     assert refused.value.code == DENIED and NAMESPACE[OWN] in refused.value.details
+    with client("revoked") as revoked, pytest.raises(UnauthenticatedError):
+        revoked.get_task(task_id)

@@ -26,7 +26,9 @@ from tikk.client.errors import (
     ImportInterrupted,
     InvalidArgumentError,
     NotFoundError,
+    PermissionDeniedError,
     ResourceExhaustedError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
@@ -47,6 +49,7 @@ __all__ = [
     "ImportResult",
     "InvalidArgumentError",
     "NotFoundError",
+    "PermissionDeniedError",
     "Recurrence",
     "ResourceExhaustedError",
     "RetryOptions",
@@ -55,5 +58,6 @@ __all__ = [
     "TaskSpec",
     "Transport",
     "TransportError",
+    "UnauthenticatedError",
     "UnavailableError",
 ]

@@ -8,12 +8,14 @@
     ├── AlreadyExistsError         the id is taken by different content
     ├── FailedPreconditionError    the state does not allow it (cancelling a finished task)
     ├── ConflictError              ABORTED: the expected version is stale; read again
-    ├── ResourceExhaustedError     over a limit of the service; the message names it
+    ├── ResourceExhaustedError     over a quota or limit of the service; the message names it
+    ├── UnauthenticatedError       no credential, or one the server does not accept
+    ├── PermissionDeniedError      the credential's roles do not cover the namespace or queue
     ├── UnavailableError           the server or a backend did not answer (retriable)
     ├── DeadlineExceededError      no answer within the call's timeout (retriable)
     └── ImportInterrupted          an import stream broke; .next_index says where to resume
 
-A status without a class of its own (UNAUTHENTICATED, INTERNAL, ...) is a plain
+A status without a class of its own (INTERNAL, ...) is a plain
 ``ClientError``. ``retriable`` says whether repeating the same call may succeed; a create
 with a task id of your own is idempotent, so repeating it is always safe.
 """
@@ -58,6 +60,16 @@ class ResourceExhaustedError(ClientError):
     """The request is over a limit of the service; the message names the limit."""
 
 
+class UnauthenticatedError(ClientError):
+    """The call carried no credential, or one that is unknown, revoked or malformed: check
+    the ``Transport``'s token (or client certificate)."""
+
+
+class PermissionDeniedError(ClientError):
+    """The credential is valid but its roles do not cover the request; the message names
+    the role needed and the namespace or queue."""
+
+
 class UnavailableError(ClientError):
     """The server, or a store or queue behind it, did not answer. The request may still
     have taken effect, so repeat it (creates with an id are idempotent)."""
@@ -100,6 +112,8 @@ _BY_CODE: dict[grpc.StatusCode, type[ClientError]] = {
     grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
     grpc.StatusCode.ABORTED: ConflictError,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
+    grpc.StatusCode.UNAUTHENTICATED: UnauthenticatedError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.UNAVAILABLE: UnavailableError,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceededError,
 }
