@@ -7,14 +7,14 @@ on loopback only. A server reachable from other machines (any ``listen`` host bu
 authentication, unless ``insecure`` says that exposure is meant (a trusted network, a proxy
 terminating TLS). Both refusals happen at start-up, before a port is bound.
 
-With a client CA (mTLS) the caller's certificate identifies it: ``client_certificate_subject``
-reads the verified subject from a call's auth context.
+With a client CA (mTLS) the caller's certificate identifies it: the port admits only
+certificates that chain to that CA, and the authentication interceptor maps the verified
+common name to a credential (``server.auth.authenticator.certificate_subject``).
 """
 
 from __future__ import annotations
 
 import ssl
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import grpc
@@ -98,14 +98,3 @@ def server_credentials(tls: Tls) -> grpc.ServerCredentials:
         root_certificates=ca,
         require_client_auth=ca is not None,
     )
-
-
-def client_certificate_subject(auth_context: Mapping[str, Iterable[bytes]]) -> str | None:
-    """The subject (``CN=...``, RFC 4514) of the caller's client certificate, from a call's
-    ``context.auth_context()``; None without one (plaintext, or TLS without mTLS). Only a
-    port with a client CA asks for certificates, and its handshake admits only those that
-    chain to that CA, so the subject is verified; mapping it to a principal is the
-    authentication interceptor's."""
-    for value in auth_context.get("x509_subject", ()):
-        return value.decode("utf-8", errors="replace")
-    return None
