@@ -65,6 +65,22 @@ async def test_retrying_the_create_makes_it_whole_and_due(cstore: CassandraTaskS
     assert [t.task_id for t in page.items] == ["half"]
 
 
+async def test_a_half_written_create_is_not_fired_until_it_is_whole(
+    cstore: CassandraTaskStore,
+) -> None:
+    # The server wrote the task row and its due row, then died before the completion mark.
+    await first_write_only(cstore, "early")
+    task = make_task("early", shard_count=SHARDS)
+    await cstore.session.execute(INSERT_DUE, due_values(task.entry(), T0))
+    assert (await cstore.mark_dispatched([task.entry()], task.due_ms)).entries == []
+    # The client's retry completes it; only then does its row fire it.
+    stored, _ = await cstore.create(task)
+    assert stored.state is TaskState.SCHEDULED
+    claimed = await cstore.mark_dispatched([task.entry()], task.due_ms)
+    assert claimed.entries == [task.entry()]
+    assert (await cstore.get("default", "early")).state is TaskState.DISPATCHED
+
+
 async def test_other_content_for_a_half_written_id_is_refused(cstore: CassandraTaskStore) -> None:
     await first_write_only(cstore, "half")
     with pytest.raises(AlreadyExists, match="interrupted"):

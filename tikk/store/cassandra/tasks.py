@@ -627,8 +627,11 @@ def _row_bytes(t: Task) -> int:
 def _claimable(e: DueEntry, t: Any) -> TaskState | Literal["moving"] | None:
     """What the task row ``t`` says of firing the due row ``e``: SCHEDULED (claim it),
     DISPATCHED (already claimed: send again), "moving" (a move to this row is half done),
-    or None (the row is stale)."""
-    if t is None or t.attempt != e.attempt:
+    or None (the row is stale, or its task's create is unfinished)."""
+    # A create that died after its due row and before its completion mark is invisible to
+    # every read: firing it would run a task whose worker's report finds nothing. The
+    # client's retry completes it and places its row again (``server.late_writes``).
+    if t is None or _half_written(t) or t.attempt != e.attempt:
         return None
     if t.state == TaskState.DISPATCHED:
         return TaskState.DISPATCHED if t.due_ms == e.due_ms else None
