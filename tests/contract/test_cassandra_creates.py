@@ -3,7 +3,8 @@
 Creates are whole or invisible: a create with a client id takes two writes (the task row under
 a lightweight transaction, then its due row and listing), and a process killed between them
 must not leave a task that lists as SCHEDULED but never runs. Likewise a finished attempt's
-task row and its retry's due row: the repeated report completes what the dead process left."""
+task row and its retry's due row: the repeated report completes what the dead process left,
+whether it reads the task before or after the first report's write."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.contract.conftest import open_backend
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.errors import AlreadyExists, NotFound
-from tikk.model import RetryAt, Succeed, TaskState, apply_transition
+from tikk.model import RetryAt, Succeed, Task, TaskState, apply_transition
 from tikk.store.cassandra.tasks import (
     CREATE_TASK,
     INSERT_DUE,
@@ -105,6 +106,33 @@ async def test_a_retry_whose_due_row_was_never_written_is_healed(
     assert await cstore.finish_attempt("default", "r", 1, again, task.due_ms + 1) is None
     rows = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
     assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, retry.due_ms)]
+
+
+async def test_a_repeat_that_read_before_the_first_reports_write_heals_too(
+    cstore: CassandraTaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first report's write stalled in the store and its server gave up; the worker's
+    repeat read the task while still dispatched, and the first write landed just before the
+    repeat's own. The repeat must still write the retry's due row."""
+    task = make_task("raced", shard_count=SHARDS)
+    await cstore.create(task)
+    await cstore.mark_dispatched([task.entry()], task.due_ms)
+    dispatched = await cstore.get("default", "raced")
+    first = apply_transition(dispatched, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
+    own_write = cstore._update_if
+
+    async def first_lands_before(new: Task, read: Task, now_ms: int) -> bool:
+        assert await own_write(first, dispatched, task.due_ms)
+        return await own_write(new, read, now_ms)
+
+    monkeypatch.setattr(cstore, "_update_if", first_lands_before)
+    again = RetryAt(task.due_ms + 7_000, "E", "m")
+    assert await cstore.finish_attempt("default", "raced", 1, again, task.due_ms + 1) is None
+    stored = await cstore.get("default", "raced")
+    assert (stored.state, stored.attempt, stored.due_ms) == (TaskState.SCHEDULED, 2, first.due_ms)
+    start = (second_of(T0) - 60, "")
+    rows = await cstore.read_due(task.shard, start, second_of(first.due_ms), 10)
+    assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, first.due_ms)]
 
 
 async def test_a_half_done_move_is_finished_by_the_dispatcher(cstore: CassandraTaskStore) -> None:

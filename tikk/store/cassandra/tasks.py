@@ -478,7 +478,11 @@ class CassandraTaskStore:
             return None
         updated = apply_transition(task, transition, now_ms)
         if not await self._update_if(updated, task, now_ms):
-            return None  # another report or a dispatcher moved it first
+            # Moved between the read and the write: perhaps by an earlier report of this
+            # attempt whose outcome its server never learnt (a store that stalled, a process
+            # killed), so its other rows may be missing too.
+            await self._heal_finished(await self.get(namespace, task_id), attempt, now_ms)
+            return None
         if updated.state.finished:
             await count_usage(self._db, [(namespace, -1)])
         await self._write_finished(updated, now_ms)
