@@ -382,6 +382,7 @@ class Dispatcher:
             raise
         ready_keys = {_row_key(e) for e in claimed.entries}
         self._settle([e for e in batch if _row_key(e) not in ready_keys])
+        self._forget(claimed.unfinished)
         self.stats.skipped += len(batch) - len(claimed.entries)
         self.stats.resent += claimed.resent
         self._telemetry.resent(claimed.resent)
@@ -466,6 +467,15 @@ class Dispatcher:
             st = self._shards.get(entry.shard)
             if st is not None:
                 st.unacked.pop(_row_key(entry), None)
+
+    def _forget(self, entries: list[DueEntry]) -> None:
+        """Rows whose task was not ready to fire (its create unfinished): the next read of
+        their second holds them again. They do not hold the cursor: a create finished after
+        the sweep passed its row is re-placed by the server that finished it."""
+        for entry in entries:
+            st = self._shards.get(entry.shard)
+            if st is not None:
+                st.seen.pop(_row_key(entry), None)
 
     async def _step_schedules(self, ticks: list[DueEntry], now_ms: int) -> None:
         written: list[DueEntry] = []

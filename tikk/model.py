@@ -199,10 +199,13 @@ class DueEntry:
 class Claimed:
     """What ``TaskStore.mark_dispatched`` lets through: the rows to publish, and how many of
     them were DISPATCHED already (a delivery of them may exist: publishing is a possible
-    duplicate, counted so failovers show what they cost)."""
+    duplicate, counted so failovers show what they cost). ``unfinished``: rows not fired
+    because their task's create has not finished yet (a store that writes a create in more
+    than one step); the dispatcher reads them again later."""
 
     entries: list[DueEntry]
     resent: int = 0
+    unfinished: list[DueEntry] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -9,23 +9,31 @@ whether it reads the task before or after the first report's write."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dispatcher.ownership import SingleOwner
+from dispatcher.ready_queue.local import LocalReadyQueue
+from dispatcher.scanner import Dispatcher, DispatchSettings
 from server.wiring import TASK_STORES, Drivers
 from tests.contract import cassandra_keyspace
 from tests.contract.conftest import open_backend
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
+from tikk.clock import ManualClock
 from tikk.errors import AlreadyExists, NotFound
-from tikk.model import RetryAt, Succeed, Task, TaskState, apply_transition
+from tikk.model import Cursor, RetryAt, Succeed, Task, TaskState, apply_transition
 from tikk.store.cassandra.tasks import (
     CREATE_TASK,
     INSERT_DUE,
+    SELECT_TASK,
     CassandraTaskStore,
     due_values,
     task_values,
 )
+from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 16
 
@@ -38,9 +46,9 @@ async def cstore(keyspace: cassandra_keyspace.TestKeyspace) -> AsyncIterator[Cas
     await store.close()
 
 
-async def first_write_only(store: CassandraTaskStore, name: str) -> None:
+async def first_write_only(store: CassandraTaskStore, name: str, due_ms: int = T0 + 10_000) -> None:
     """What a server killed right after the first write of a create leaves behind."""
-    task = make_task(name, shard_count=SHARDS)
+    task = make_task(name, due_ms=due_ms, shard_count=SHARDS)
     await store.session.execute(CREATE_TASK, [*task_values(task), 86_400])
 
 
@@ -73,13 +81,45 @@ async def test_a_half_written_create_is_not_fired_until_it_is_whole(
     await first_write_only(cstore, "early")
     task = make_task("early", shard_count=SHARDS)
     await cstore.session.execute(INSERT_DUE, due_values(task.entry(), T0))
-    assert (await cstore.mark_dispatched([task.entry()], task.due_ms)).entries == []
+    early = await cstore.mark_dispatched([task.entry()], task.due_ms)
+    assert (early.entries, early.unfinished) == ([], [task.entry()])
+    assert (await cstore.session.execute(SELECT_TASK, ["default", "early"]))[0].state == int(
+        TaskState.SCHEDULED
+    )
     # The client's retry completes it; only then does its row fire it.
     stored, _ = await cstore.create(task)
     assert stored.state is TaskState.SCHEDULED
     claimed = await cstore.mark_dispatched([task.entry()], task.due_ms)
     assert claimed.entries == [task.entry()]
     assert (await cstore.get("default", "early")).state is TaskState.DISPATCHED
+
+
+async def test_the_dispatcher_fires_a_create_finished_after_its_row_was_read(
+    cstore: CassandraTaskStore, tmp_path: Path
+) -> None:
+    task = make_task("slow", due_ms=T0 + 1_000, shard_count=SHARDS)
+    await first_write_only(cstore, "slow", task.due_ms)
+    await cstore.session.execute(INSERT_DUE, due_values(task.entry(), T0))
+    queue = LocalReadyQueue(str(tmp_path / "queue.db"))
+    consumer = LocalQueueConsumer(str(tmp_path / "queue.db"), ["q"], 60_000)
+    await queue.start()
+    await consumer.start()
+    clock = ManualClock(T0)
+    await cstore.advance_cursors({s: Cursor(second_of(T0) - 60, 1) for s in range(SHARDS)})
+    settings = DispatchSettings(rescan_interval_ms=250, cursor_flush_interval_ms=0)
+    dispatcher = Dispatcher(cstore, queue, SingleOwner(SHARDS, 1), clock, settings=settings)
+    try:
+        await dispatcher.tick(task.due_ms + 10)
+        assert await consumer.fetch(10) == []  # read while its create was unfinished
+        await cstore.create(task)  # the create finishes within the grace period
+        for now in range(task.due_ms + 300, task.due_ms + 8_000, 250):
+            await dispatcher.tick(now)
+        fired = [m.delivery.task_id for m in await consumer.fetch(10)]
+        assert fired == ["slow"]
+        assert (await cstore.get("default", "slow")).state is TaskState.DISPATCHED
+    finally:
+        await consumer.close()
+        await queue.close()
 
 
 async def test_other_content_for_a_half_written_id_is_refused(cstore: CassandraTaskStore) -> None:
@@ -133,6 +173,37 @@ async def test_a_repeat_that_read_before_the_first_reports_write_heals_too(
     start = (second_of(T0) - 60, "")
     rows = await cstore.read_due(task.shard, start, second_of(first.due_ms), 10)
     assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, first.due_ms)]
+
+
+async def test_a_dispatcher_that_stalled_between_read_and_claim_cannot_undo_a_report(
+    cstore: CassandraTaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dispatcher read the task scheduled and stalled (paused) before its claim. Meanwhile
+    its successor claimed the task and the worker's failure moved it to its next attempt.
+    The late claim must not set the task back to dispatched, where nothing would finish it."""
+    task = make_task("stalled", shard_count=SHARDS)
+    await cstore.create(task)
+    session = cstore.session
+    own_many = session.execute_many
+    calls = 0
+
+    async def others_act_before_the_claim(statements: Any, window: int = 256) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the stalled dispatcher's writes, after its reads
+            monkeypatch.setattr(session, "execute_many", own_many)
+            await cstore.mark_dispatched([task.entry()], task.due_ms)
+            retry = RetryAt(task.due_ms + 5_000, "E", "m")
+            assert await cstore.finish_attempt("default", "stalled", 1, retry, task.due_ms + 1)
+        return await own_many(statements, window)
+
+    monkeypatch.setattr(session, "execute_many", others_act_before_the_claim)
+    await cstore.mark_dispatched([task.entry()], task.due_ms)
+    stored = await cstore.get("default", "stalled")
+    assert (stored.state, stored.attempt) == (TaskState.SCHEDULED, 2)
+    # Its retry still fires.
+    claimed = await cstore.mark_dispatched([stored.entry()], stored.due_ms)
+    assert claimed.entries == [stored.entry()]
 
 
 async def test_a_half_done_move_is_finished_by_the_dispatcher(cstore: CassandraTaskStore) -> None:

@@ -113,8 +113,10 @@ class TaskStore(Protocol):
         """Move each entry's task to DISPATCHED and return the entries that may be published:
         those whose task is still at that attempt and due time and is SCHEDULED or already
         DISPATCHED (re-publishing after a crash is allowed: at-least-once; those are counted
-        in ``resent``). Cancelled, finished or rescheduled tasks are left out. For an entry
-        with a start timeout, its ``start_deadline`` row is written before this returns.
+        in ``resent``). Cancelled, finished or rescheduled tasks are left out; so are tasks
+        whose create has not finished (listed in ``unfinished``, to be read again). For an
+        entry with a start timeout, its ``start_deadline`` row is written before this returns.
+        A claim never overwrites a state written after the task was read.
         """
         ...
 

@@ -72,8 +72,8 @@ COMPLETE_CREATE = (
     "UPDATE tasks USING TTL ? SET create_done = true WHERE namespace = ? AND task_id = ?"
 )
 SELECT_TASK = (
-    f"SELECT {_TASK_COLS}, create_pending, create_done FROM tasks"
-    " WHERE namespace = ? AND task_id = ?"
+    f"SELECT {_TASK_COLS}, create_pending, create_done, WRITETIME(state) AS state_written"
+    " FROM tasks WHERE namespace = ? AND task_id = ?"
 )
 # Moving a task on (a finished attempt, a moved due time) is conditional on the state it was
 # read in: two reports of one run, or a report racing a dispatcher, must not overwrite each
@@ -119,6 +119,15 @@ SELECT_BY_QUEUE = (
     " AND task_id > ? LIMIT ?"
 )
 SET_STATE = "UPDATE tasks SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+# A dispatcher's claim (SCHEDULED -> DISPATCHED) takes no transaction: it is written one
+# microsecond after the state it read, so every write made after that read (a report, a
+# move, a cancel, another dispatcher's claim) outranks it. A dispatcher that stalled
+# between its read and its write (paused, or its store slow) cannot set a task that has
+# moved on since back to dispatched, where nothing would ever finish it.
+CLAIM_DISPATCH = (
+    "UPDATE tasks USING TIMESTAMP ? SET state = ?, updated_ms = ?"
+    " WHERE namespace = ? AND task_id = ?"
+)
 # Finishing a half-done move: conditional, like the move itself, so that one of the two wins.
 FINISH_MOVE = (
     "UPDATE tasks SET state = ?, due_ms = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
@@ -391,31 +400,33 @@ class CassandraTaskStore:
         found = await self._db.execute_many(reads)
         states: list[TaskState | None] = []
         writes: list[Any] = []
+        unfinished: list[DueEntry] = []
         for e, rows in zip(entries, found, strict=True):
-            state = _claimable(e, rows[0] if rows else None)
-            if state == "moving":
-                state = await self._claim(e, now_ms)
-            elif state is TaskState.SCHEDULED:
-                params = [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
-                writes.append(self._db.bind(SET_STATE, params))
-            if state is not None and e.start_timeout_ms:
+            claim = _claimable(e, rows[0] if rows else None)
+            if claim == "moving":
+                claim = await self._claim(e, now_ms)
+            elif claim is TaskState.SCHEDULED:
+                writes.append(self._db.bind(CLAIM_DISPATCH, _claim_params(e, rows[0], now_ms)))
+            if claim == "unfinished":
+                unfinished.append(e)
+                claim = None
+            elif claim is not None and e.start_timeout_ms:
                 writes.append(self._db.bind(INSERT_DUE, due_values(e.start_deadline(), now_ms)))
-            states.append(state)
+            states.append(claim)
         await self._db.execute_many(writes)
         ready = [e for e, state in zip(entries, states, strict=True) if state is not None]
-        return Claimed(ready, sum(state is TaskState.DISPATCHED for state in states))
+        resent = sum(state is TaskState.DISPATCHED for state in states)
+        return Claimed(ready, resent, unfinished)
 
-    async def _claim(self, e: DueEntry, now_ms: int) -> TaskState | None:
+    async def _claim(self, e: DueEntry, now_ms: int) -> TaskState | Literal["unfinished"] | None:
         """Claim the task of row ``e`` (SCHEDULED → DISPATCHED) on its own; the state it was
-        in, or None if the row does not fire it."""
+        in, or None if the row does not fire it (see ``_claimable``)."""
         for _ in range(2):
             rows = await self._db.execute(SELECT_TASK, [e.namespace, e.task_id])
             state = _claimable(e, rows[0] if rows else None)
             if state != "moving":
                 if state is TaskState.SCHEDULED:
-                    await self._db.execute(
-                        SET_STATE, [int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
-                    )
+                    await self._db.execute(CLAIM_DISPATCH, _claim_params(e, rows[0], now_ms))
                 return state
             t = rows[0]
             # A move half done (``move_due`` writes the new row before the task row): finish
@@ -628,20 +639,31 @@ def _row_bytes(t: Task) -> int:
     return 160 + len(t.payload) + labels + trace + variable
 
 
-def _claimable(e: DueEntry, t: Any) -> TaskState | Literal["moving"] | None:
+def _claimable(e: DueEntry, t: Any) -> TaskState | Literal["moving", "unfinished"] | None:
     """What the task row ``t`` says of firing the due row ``e``: SCHEDULED (claim it),
     DISPATCHED (already claimed: send again), "moving" (a move to this row is half done),
-    or None (the row is stale, or its task's create is unfinished)."""
-    # A create that died after its due row and before its completion mark is invisible to
-    # every read: firing it would run a task whose worker's report finds nothing. The
-    # client's retry completes it and places its row again (``server.late_writes``).
-    if t is None or _half_written(t) or t.attempt != e.attempt:
+    "unfinished" (its create has not written its completion mark yet: not now), or None
+    (the row is stale)."""
+    if t is None:
+        return None
+    # Until the mark, the task is invisible to every read, so a worker's report of it would
+    # find nothing. The mark usually follows within milliseconds and a rescan finds the row
+    # again; a create that died before it is completed by the client's retry, which places
+    # the row again if it is late by then (``server.late_writes``).
+    if _half_written(t):
+        return "unfinished"
+    if t.attempt != e.attempt:
         return None
     if t.state == TaskState.DISPATCHED:
         return TaskState.DISPATCHED if t.due_ms == e.due_ms else None
     if t.state != TaskState.SCHEDULED or t.due_ms > e.due_ms:
         return None
     return TaskState.SCHEDULED if t.due_ms == e.due_ms else "moving"
+
+
+def _claim_params(e: DueEntry, read: Any, now_ms: int) -> list[Any]:
+    """The parameters of ``CLAIM_DISPATCH`` for the task row ``read`` (scheduled)."""
+    return [read.state_written + 1, int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
 
 
 def _half_written(row: Any) -> bool:
