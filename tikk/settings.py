@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from tikk.buckets import DEFAULT_SHARD_COUNT
 from tikk.model import RetryPolicy
 from tikk.queue_contract import MAX_QUEUE_NAME_LENGTH
 from tikk.store.quotas import NamespaceQuotas
+from tikk.urls import redact
 
 TEN_YEARS_MS = 10 * 366 * 24 * 3600 * 1000
 ONE_YEAR_MS = 366 * 24 * 3600 * 1000
@@ -125,6 +126,17 @@ class Settings:
     deadlines: Deadlines = field(default_factory=Deadlines)
     quotas: QuotaSettings = field(default_factory=QuotaSettings)
     security: Security = field(default_factory=Security)
+
+    def __repr__(self) -> str:
+        # A URL from a config file may carry an inline password; a repr is what ends up in
+        # logs and tracebacks, so it shows the URLs redacted.
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name in _URL_FIELDS:
+            shown[name] = redact(shown[name])
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+
+
+_URL_FIELDS = ("store_url", "history_url", "queue_url", "ownership_url")
 
 
 def embedded_urls(data_dir: str | Path) -> dict[str, str]:

@@ -14,6 +14,7 @@ from server.cli import main as cli_main
 from server.cli.options import EXIT_USAGE, backend_urls
 from tikk.errors import BackendRefused, InvalidArgument
 from tikk.queue_contract import KafkaQueueUrl
+from tikk.settings import Settings
 from tikk.urls import BackendUrl, has_inline_password, redact
 
 SECRET = "s3cr3t-Pa55"
@@ -51,6 +52,19 @@ def test_an_inline_password_is_read_and_never_shown() -> None:
         assert SECRET not in shown
     assert redact(url) == "kafka://tikk@k1:9093?prefix=p.&tls=1"
     assert redact("sqlite:///var/tikk.db") == "sqlite:///var/tikk.db"
+
+
+def test_settings_from_a_config_file_never_show_its_passwords() -> None:
+    settings = Settings(
+        store_url=f"cassandra://tikk:{SECRET}@db1:9042/ks",
+        history_url=f"cassandra://tikk:{SECRET}@db1:9042/ks",
+        queue_url=f"kafka://tikk:{SECRET}@k1:9093?sasl=SCRAM-SHA-256",
+        ownership_url=f"zk://tikk:{SECRET}@zk1:2181/tikk",
+    )
+    shown = repr(settings) + str(settings)
+    assert SECRET not in shown
+    assert "store_url='cassandra://tikk@db1:9042/ks'" in shown
+    assert "ownership_url='zk://tikk@zk1:2181/tikk'" in shown and "shard_count=" in shown
 
 
 def test_a_password_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
