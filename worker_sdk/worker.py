@@ -476,15 +476,25 @@ async def _worker_config(
             return config
         except grpc.aio.AioRpcError as exc:
             delay = backoff.next()
-            log.warning(
-                "server %s did not answer (%s: %s); asking again in %.1f s",
-                server,
-                exc.code().name,
-                exc.details(),
-                delay,
-            )
+            log.warning("server %s %s; asking again in %.1f s", server, _unanswered(exc), delay)
             await _sleep_unless(stop, delay)
     return None
+
+
+def _unanswered(exc: grpc.aio.AioRpcError) -> str:
+    """Why the server gave no configuration, told so that whoever runs the worker can act:
+    a refused handshake or credential is not a server that is down."""
+    code, details = exc.code(), exc.details() or ""
+    if "handshake" in details.lower() or "CERTIFICATE_VERIFY_FAILED" in details:
+        return (
+            "refused the TLS handshake: check that --tls-ca names the CA of the server's "
+            f"certificate and --tls-server-name its name ({code.name}: {details})"
+        )
+    if code is grpc.StatusCode.UNAUTHENTICATED:
+        return f"refused the worker's credential (--token-file or $TIKK_TOKEN): {details}"
+    if code is grpc.StatusCode.PERMISSION_DENIED:
+        return f"refused the worker: {details}"
+    return f"did not answer ({code.name}: {details})"
 
 
 async def _call_when_set(event: asyncio.Event, call: Callable[[], None]) -> None:

@@ -149,6 +149,22 @@ def test_a_worker_process_runs_tasks_over_tls(tls_dev: tuple[str, Path], pki: De
         assert worker.stop() == 0, worker.output()
 
 
+def test_a_worker_trusting_another_ca_says_the_handshake_was_refused(
+    tls_dev: tuple[str, Path], other_pki: DevPki
+) -> None:
+    address, _ = tls_dev
+    worker = Process(
+        ["worker", "tests.e2e.worker_app:worker", "--server", address,
+         "--tls-ca", str(other_pki.ca_cert)],
+        {"PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    try:
+        worker.wait_for(re.compile(r"refused the TLS handshake: check that --tls-ca"), 30)
+    finally:
+        worker.stop()
+    assert "did not answer" not in worker.output()
+
+
 @pytest.mark.parametrize("certificate", ["none", "wrong_ca"])
 def test_mtls_refuses_a_client_without_a_certificate_of_its_ca(
     mtls_server: str, pki: DevPki, other_pki: DevPki, certificate: str
