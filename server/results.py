@@ -260,10 +260,11 @@ def _dispatched_at(task: Task, e: DueEntry) -> bool:
 def _refuse_unless_dispatched(task: Task, e: DueEntry) -> None:
     """Raise ``ResultRefused`` unless ``task`` is running the attempt ``e``."""
     if not _same_attempt(task, e):
+        # The due time tells a moved or re-driven occurrence from the one delivered.
         raise ResultRefused(
             "stale_attempt",
-            f"attempt {e.attempt} of task {e.task_id!r} is not its current attempt "
-            f"({task.attempt}, {task.state.name})",
+            f"attempt {e.attempt} due at {e.due_ms} of task {e.task_id!r} is not its current "
+            f"attempt ({task.attempt} due at {task.due_ms}, {task.state.name})",
         )
     if task.state is not TaskState.DISPATCHED:
         raise ResultRefused(
