@@ -5,7 +5,6 @@ still reports everything it wrote."""
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,12 +12,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from server.app import ApiServer
 from server.batching import answer_in_order
-from server.wiring import Backends, open_backends
-from tikk.clock import SystemClock
-from tikk.delivery_tokens import new_keys
-from tikk.settings import Limits, Settings, embedded_urls
+from server.wiring import Backends
+from tests.embedded_api import embedded_api, embedded_settings
+from tikk.settings import Limits
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 OK = grpc.StatusCode.OK.value[0]
@@ -34,18 +31,8 @@ class Server:
 
 @pytest.fixture
 async def server(tmp_path: Path) -> AsyncIterator[Server]:
-    urls = embedded_urls(tmp_path)
-    settings = Settings(
-        store_url=urls["store_url"], history_url=urls["history_url"], queue_url=urls["queue_url"],
-        listen="127.0.0.1:0", limits=LIMITS,
-    )  # fmt: skip
-    backends = await open_backends(settings)
-    api = ApiServer(settings, backends, SystemClock(), random.Random(1), keys=new_keys())
-    port = await api.start()
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield Server(tasks_pb2_grpc.TaskServiceStub(channel), backends)
-    await api.stop()
-    await backends.close()
+    async with embedded_api(embedded_settings(tmp_path, limits=LIMITS)) as served:
+        yield Server(tasks_pb2_grpc.TaskServiceStub(served.channel), served.backends)
 
 
 def item(task_id: str, **fields: object) -> tasks_pb2.CreateTaskRequest:

@@ -6,10 +6,9 @@ made while servers run."""
 from __future__ import annotations
 
 import asyncio
-import functools
+import contextlib
 import os
-import random
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,13 +16,12 @@ from typing import Any
 import grpc
 import pytest
 
-from server.app import ApiServer
-from server.wiring import Backends, open_backends
+from server.wiring import Backends
 from tests.contract import cassandra_keyspace
+from tests.embedded_api import embedded_api, embedded_settings
 from tikk.client import AsyncClient, ResourceExhaustedError, TaskSpec
 from tikk.clock import ManualClock
-from tikk.delivery_tokens import new_keys
-from tikk.settings import QuotaSettings, Settings, embedded_urls
+from tikk.settings import QuotaSettings
 from tikk.store.quotas import NamespaceQuotas, NamespaceUsage
 from tikk.timestamps import to_duration
 from tikk.v1 import (
@@ -38,16 +36,6 @@ from tikk.v1 import (
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 NS = "tenant"
 NOW_MS = 1_800_000_000_000
-
-
-def settings_in(tmp_path: Path, store_url: str = "", **changes: Any) -> Settings:
-    """Embedded settings on files under ``tmp_path`` (the task store at ``store_url`` if
-    given), on a free port."""
-    urls = embedded_urls(tmp_path)
-    return Settings(
-        store_url=store_url or urls["store_url"], history_url=urls["history_url"],
-        queue_url=urls["queue_url"], listen="127.0.0.1:0", **changes,
-    )  # fmt: skip
 
 
 @dataclass
@@ -69,28 +57,25 @@ class Servers:
     store_url: str = ""
     clock: ManualClock = field(default_factory=lambda: ManualClock(NOW_MS))
     apis: list[Api] = field(default_factory=list)
-    _close: list[Callable[[], Awaitable[Any]]] = field(default_factory=list)
+    _running: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     async def start(self, quotas: QuotaSettings | None = None) -> Api:
-        settings = settings_in(self.tmp_path, self.store_url, quotas=quotas or QuotaSettings())
-        backends = await open_backends(settings)
-        api = ApiServer(settings, backends, self.clock, random.Random(1), keys=new_keys())
-        port = await api.start()
-        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
-        self._close += [backends.close, api.stop, functools.partial(channel.close, None)]
-        served = Api(
+        quotas = quotas or QuotaSettings()
+        settings = embedded_settings(self.tmp_path, self.store_url, quotas=quotas)
+        served = await self._running.enter_async_context(embedded_api(settings, clock=self.clock))
+        channel = served.channel
+        api = Api(
             tasks_pb2_grpc.TaskServiceStub(channel),
             schedules_pb2_grpc.ScheduleServiceStub(channel),
             admin_pb2_grpc.AdminServiceStub(channel),
-            backends,
-            f"127.0.0.1:{port}",
+            served.backends,
+            served.address,
         )
-        self.apis.append(served)
-        return served
+        self.apis.append(api)
+        return api
 
     async def close(self) -> None:
-        for close in reversed(self._close):
-            await close()
+        await self._running.aclose()
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ over one is refused with the limit named, never trimmed."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,11 +12,9 @@ from typing import Any
 import grpc
 import pytest
 
-from server.app import ApiServer
-from server.wiring import open_backends
+from tests.embedded_api import embedded_api, embedded_settings
 from tikk.clock import SystemClock
-from tikk.delivery_tokens import new_keys
-from tikk.settings import Limits, Settings, embedded_urls
+from tikk.settings import Limits
 from tikk.timestamps import to_timestamp
 from tikk.v1 import (
     history_pb2,
@@ -47,23 +44,14 @@ class Api:
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    urls = embedded_urls(tmp_path)
-    settings = Settings(
-        store_url=urls["store_url"], history_url=urls["history_url"], queue_url=urls["queue_url"],
-        listen="127.0.0.1:0", limits=LIMITS,
-    )  # fmt: skip
-    backends = await open_backends(settings)
-    server = ApiServer(settings, backends, SystemClock(), random.Random(1), keys=new_keys())
-    port = await server.start()
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+    async with embedded_api(embedded_settings(tmp_path, limits=LIMITS)) as served:
+        channel = served.channel
         yield Api(
             tasks_pb2_grpc.TaskServiceStub(channel),
             history_pb2_grpc.HistoryServiceStub(channel),
             schedules_pb2_grpc.ScheduleServiceStub(channel),
             worker_pb2_grpc.WorkerServiceStub(channel),
         )
-    await server.stop()
-    await backends.close()
 
 
 async def status_of(call: Any) -> tuple[grpc.StatusCode, str]:

@@ -5,8 +5,6 @@ of a stream is bounded the same way, and a stream that sends nothing is closed."
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import random
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -15,13 +13,10 @@ from typing import Any
 import grpc
 import pytest
 
-from server.app import ApiServer
-from server.wiring import open_backends
-from tikk.clock import SystemClock
-from tikk.delivery_tokens import new_keys
+from tests.embedded_api import embedded_api, embedded_settings
 from tikk.errors import TikkError
 from tikk.model import Task
-from tikk.settings import Deadlines, Settings, embedded_urls
+from tikk.settings import Deadlines
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -55,22 +50,12 @@ class SlowStore(SqliteTaskStore):
 
 @pytest.fixture
 async def slow(tmp_path: Path) -> AsyncIterator[tuple[Any, SlowStore]]:
-    urls = embedded_urls(tmp_path)
-    settings = Settings(
-        store_url=urls["store_url"], history_url=urls["history_url"], queue_url=urls["queue_url"],
-        listen="127.0.0.1:0", deadlines=BOUND,
-    )  # fmt: skip
-    backends = await open_backends(settings)
+    settings = embedded_settings(tmp_path, deadlines=BOUND)
     store = SlowStore(str(tmp_path / "tikk.db"), settings.shard_count)
     await store.start()
-    api = ApiServer(settings, dataclasses.replace(backends, store=store), SystemClock(),
-                    random.Random(1), keys=new_keys())  # fmt: skip
-    port = await api.start()
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-        yield tasks_pb2_grpc.TaskServiceStub(channel), store
-    await api.stop()
+    async with embedded_api(settings, store=store) as served:
+        yield tasks_pb2_grpc.TaskServiceStub(served.channel), store
     await store.close()
-    await backends.close()
 
 
 async def test_a_unary_call_without_a_deadline_ends_at_the_server_bound(
