@@ -147,7 +147,7 @@ class Lifecycle:
         e = report.entry
         task = await self._current(e)
         if not _dispatched_at(task, e) and not await self._recorded(report):
-            _refuse_unless_dispatched(task, e)
+            await self._refuse(task, e, now)
         status, transition = self._decide(report, task, now)
         record = _run_record(report, status)
         await self.history.append(record)
@@ -206,11 +206,32 @@ class Lifecycle:
             task = await self._current(e)
             succeeded = task.state is TaskState.SUCCEEDED and _same_attempt(task, e)
             if not succeeded and not await self._recorded(report):
-                _refuse_unless_dispatched(task, e)
+                await self._refuse(task, e, self.clock.now_ms())
         except ResultRefused as exc:
             return exc
         await self.guard.confirm([task])
         return None
+
+    async def _refuse(self, task: Task, e: DueEntry, now: int) -> None:
+        """Raise ``ResultRefused`` unless ``task`` is running attempt ``e``.
+
+        A refused run of the attempt whose report moved the task on (to its retry, or to the
+        dead letters) is an authentic delivery run again: the worker that ran it first died
+        before its report was acknowledged. The server that recorded that report may have
+        died too, before the retry's due row or the dead-letter listing, and no repeat of it
+        will come. So that move is completed once more (idempotent) before the refusal, or
+        the retry might never fire."""
+        error = (task.last_error_type, task.last_error_message)
+        applied: Transition | None = None
+        if task.state is TaskState.SCHEDULED and task.attempt == e.attempt + 1:
+            applied = RetryAt(task.due_ms, *error)
+        elif task.state is TaskState.DEAD_LETTERED and _same_attempt(task, e):
+            applied = DeadLetter(*error)
+        if applied is not None:
+            # Already applied by that report; only its other rows are written again
+            # (``TaskStore.finish_attempt`` on a task that has moved on).
+            await self._finish(e, applied, now)
+        _refuse_unless_dispatched(task, e)
 
     async def _current(self, e: DueEntry) -> Task:
         """The task a result is for; ``ResultRefused`` if there is none."""

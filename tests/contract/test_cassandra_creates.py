@@ -17,6 +17,8 @@ import pytest
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher, DispatchSettings
+from history.sqlite import SqliteRunHistory
+from server.results import Lifecycle, ResultRefused
 from server.wiring import TASK_STORES, Drivers
 from tests.contract import cassandra_keyspace
 from tests.contract.conftest import open_backend
@@ -24,7 +26,17 @@ from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock
 from tikk.errors import AlreadyExists, NotFound
-from tikk.model import Cursor, RetryAt, Succeed, Task, TaskState, apply_transition
+from tikk.model import (
+    Cursor,
+    ResultKind,
+    RetryAt,
+    RunReport,
+    Succeed,
+    Task,
+    TaskState,
+    apply_transition,
+)
+from tikk.settings import Limits
 from tikk.store.cassandra.tasks import (
     CREATE_TASK,
     INSERT_DUE,
@@ -204,6 +216,42 @@ async def test_a_dispatcher_that_stalled_between_read_and_claim_cannot_undo_a_re
     # Its retry still fires.
     claimed = await cstore.mark_dispatched([stored.entry()], stored.due_ms)
     assert claimed.entries == [stored.entry()]
+
+
+@pytest.mark.parametrize(
+    "kind", [ResultKind.FAILED, ResultKind.SUCCEEDED], ids=["failed", "succeeded"]
+)
+async def test_a_run_delivered_again_completes_a_retry_whose_reporter_died(
+    cstore: CassandraTaskStore, tmp_path: Path, kind: ResultKind
+) -> None:
+    """The server recorded attempt 1's failure and died before the retry's due row; the
+    worker died too before repeating its report, so the attempt was delivered again and
+    another run of it reports. That report is refused (stale), and the retry still fires."""
+    task = make_task("twice", shard_count=SHARDS)
+    await cstore.create(task)
+    await cstore.mark_dispatched([task.entry()], task.due_ms)
+    dispatched = await cstore.get("default", "twice")
+    retry = apply_transition(dispatched, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
+    assert await cstore._update_if(retry, dispatched, task.due_ms)
+    history = SqliteRunHistory(str(tmp_path / "history.db"))
+    queue = LocalReadyQueue(str(tmp_path / "queue.db"))
+    await history.start()
+    await queue.start()
+    clock = ManualClock(task.due_ms + 2_000)
+    lifecycle = Lifecycle(cstore, history, queue, clock, limits=Limits())
+    try:
+        again = RunReport(
+            "run-2", task.entry(), task.due_ms, kind, task.due_ms, clock.now_ms(), "w"
+        )
+        with pytest.raises(ResultRefused, match="not its current attempt"):
+            await lifecycle.record_result(again)
+    finally:
+        await queue.close()
+        await history.close()
+    stored = await cstore.get("default", "twice")
+    assert (stored.state, stored.attempt, stored.due_ms) == (TaskState.SCHEDULED, 2, retry.due_ms)
+    rows = await cstore.read_due(task.shard, (second_of(T0) - 60, ""), second_of(retry.due_ms), 10)
+    assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, retry.due_ms)]
 
 
 async def test_a_half_done_move_is_finished_by_the_dispatcher(cstore: CassandraTaskStore) -> None:

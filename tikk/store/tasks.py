@@ -150,7 +150,10 @@ class TaskStore(Protocol):
         future bucket with the task row, together) or a dead letter.
 
         Returns the updated task, or ``None`` when the report is stale (the task is not
-        DISPATCHED at ``attempt``, e.g. a duplicate delivery). Raises ``NotFound``.
+        DISPATCHED at ``attempt``, e.g. a duplicate delivery). A store that writes a move's
+        other rows (the retry's due row, the dead-letter listing) apart from the task row
+        writes them again when ``attempt`` is the one that moved the task there, so a repeat
+        completes a move its first report left half done. Raises ``NotFound``.
         """
         ...
 
