@@ -64,6 +64,30 @@ async def first_write_only(store: CassandraTaskStore, name: str, due_ms: int = T
     await store.session.execute(CREATE_TASK, [*task_values(task), 86_400])
 
 
+async def dispatched(store: CassandraTaskStore, name: str) -> Task:
+    """A task created and claimed by a dispatcher at its due time."""
+    task = make_task(name, shard_count=SHARDS)
+    await store.create(task)
+    await store.mark_dispatched([task.entry()], task.due_ms)
+    return await store.get("default", name)
+
+
+async def retried_without_its_row(store: CassandraTaskStore, name: str) -> Task:
+    """What a server killed after moving a failed attempt's task row to its retry, and
+    before writing the retry's due row, leaves behind; the retry."""
+    task = await dispatched(store, name)
+    retry = apply_transition(task, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
+    assert await store._update_if(retry, task, task.due_ms)
+    return retry
+
+
+async def retry_rows(store: CassandraTaskStore, retry: Task) -> list[tuple[int, int]]:
+    """(attempt, due) of the due rows of ``retry``'s attempt up to its due second."""
+    start = (second_of(T0) - 60, "")
+    rows = await store.read_due(retry.shard, start, second_of(retry.due_ms), 10)
+    return [(r.attempt, r.due_ms) for r in rows if r.attempt == retry.attempt]
+
+
 async def test_a_half_written_create_is_invisible(cstore: CassandraTaskStore) -> None:
     await first_write_only(cstore, "half")
     with pytest.raises(NotFound):
@@ -143,21 +167,15 @@ async def test_other_content_for_a_half_written_id_is_refused(cstore: CassandraT
 async def test_a_retry_whose_due_row_was_never_written_is_healed(
     cstore: CassandraTaskStore,
 ) -> None:
-    task = make_task("r", shard_count=SHARDS)
-    await cstore.create(task)
-    await cstore.mark_dispatched([task.entry()], task.due_ms)
-    dispatched = await cstore.get("default", "r")
-    retry = apply_transition(dispatched, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
     # The server moved the task row on, then died before writing the retry's due row.
-    assert await cstore._update_if(retry, dispatched, task.due_ms)
+    retry = await retried_without_its_row(cstore, "r")
     start = (second_of(T0) - 60, "")
-    before = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
+    before = await cstore.read_due(retry.shard, start, second_of(retry.due_ms), 10)
     assert [r.attempt for r in before] == [1]
     # The worker never got an acknowledgement, so it reports again: stale, but it heals.
     again = RetryAt(retry.due_ms, "E", "m")
-    assert await cstore.finish_attempt("default", "r", 1, again, task.due_ms + 1) is None
-    rows = await cstore.read_due(task.shard, start, second_of(retry.due_ms), 10)
-    assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, retry.due_ms)]
+    assert await cstore.finish_attempt("default", "r", 1, again, retry.updated_ms + 1) is None
+    assert await retry_rows(cstore, retry) == [(2, retry.due_ms)]
 
 
 async def test_a_repeat_that_read_before_the_first_reports_write_heals_too(
@@ -166,15 +184,12 @@ async def test_a_repeat_that_read_before_the_first_reports_write_heals_too(
     """The first report's write stalled in the store and its server gave up; the worker's
     repeat read the task while still dispatched, and the first write landed just before the
     repeat's own. The repeat must still write the retry's due row."""
-    task = make_task("raced", shard_count=SHARDS)
-    await cstore.create(task)
-    await cstore.mark_dispatched([task.entry()], task.due_ms)
-    dispatched = await cstore.get("default", "raced")
-    first = apply_transition(dispatched, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
+    task = await dispatched(cstore, "raced")
+    first = apply_transition(task, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
     own_write = cstore._update_if
 
     async def first_lands_before(new: Task, read: Task, now_ms: int) -> bool:
-        assert await own_write(first, dispatched, task.due_ms)
+        assert await own_write(first, task, task.due_ms)
         return await own_write(new, read, now_ms)
 
     monkeypatch.setattr(cstore, "_update_if", first_lands_before)
@@ -182,9 +197,7 @@ async def test_a_repeat_that_read_before_the_first_reports_write_heals_too(
     assert await cstore.finish_attempt("default", "raced", 1, again, task.due_ms + 1) is None
     stored = await cstore.get("default", "raced")
     assert (stored.state, stored.attempt, stored.due_ms) == (TaskState.SCHEDULED, 2, first.due_ms)
-    start = (second_of(T0) - 60, "")
-    rows = await cstore.read_due(task.shard, start, second_of(first.due_ms), 10)
-    assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, first.due_ms)]
+    assert await retry_rows(cstore, first) == [(2, first.due_ms)]
 
 
 async def test_a_dispatcher_that_stalled_between_read_and_claim_cannot_undo_a_report(
@@ -228,11 +241,7 @@ async def test_a_run_delivered_again_completes_a_retry_whose_reporter_died(
     worker died too before repeating its report, so the attempt was delivered again and
     another run of it reports. That report is refused (stale), and the retry still fires."""
     task = make_task("twice", shard_count=SHARDS)
-    await cstore.create(task)
-    await cstore.mark_dispatched([task.entry()], task.due_ms)
-    dispatched = await cstore.get("default", "twice")
-    retry = apply_transition(dispatched, RetryAt(task.due_ms + 5_000, "E", "m"), task.due_ms)
-    assert await cstore._update_if(retry, dispatched, task.due_ms)
+    retry = await retried_without_its_row(cstore, "twice")
     history = SqliteRunHistory(str(tmp_path / "history.db"))
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
     await history.start()
@@ -250,8 +259,7 @@ async def test_a_run_delivered_again_completes_a_retry_whose_reporter_died(
         await history.close()
     stored = await cstore.get("default", "twice")
     assert (stored.state, stored.attempt, stored.due_ms) == (TaskState.SCHEDULED, 2, retry.due_ms)
-    rows = await cstore.read_due(task.shard, (second_of(T0) - 60, ""), second_of(retry.due_ms), 10)
-    assert [(r.attempt, r.due_ms) for r in rows if r.attempt == 2] == [(2, retry.due_ms)]
+    assert await retry_rows(cstore, retry) == [(2, retry.due_ms)]
 
 
 async def test_a_half_done_move_is_finished_by_the_dispatcher(cstore: CassandraTaskStore) -> None:
