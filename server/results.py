@@ -188,7 +188,8 @@ class Lifecycle:
         now = self.clock.now_ms()
         moved = await self.store.succeed_many([r.entry for r in reports], now)
         refusals = [
-            None if done else await self._refusal(r) for r, done in zip(reports, moved, strict=True)
+            None if done else await self._refusal(r, now)
+            for r, done in zip(reports, moved, strict=True)
         ]
         kept = [r for r, refused in zip(reports, refusals, strict=True) if refused is None]
         await self.history.append_many([_run_record(r, RunStatus.SUCCEEDED) for r in kept])
@@ -197,7 +198,7 @@ class Lifecycle:
                 await self._occurrence_finished(report.entry, TaskState.SUCCEEDED)
         return refusals
 
-    async def _refusal(self, report: RunReport) -> ResultRefused | None:
+    async def _refusal(self, report: RunReport, now: int) -> ResultRefused | None:
         """Why a success the store did not apply is refused; None for a repeat or another run
         of the attempt that succeeded. A repeat also moves a retry the first report placed
         late (see ``server.late_writes``)."""
@@ -206,7 +207,7 @@ class Lifecycle:
             task = await self._current(e)
             succeeded = task.state is TaskState.SUCCEEDED and _same_attempt(task, e)
             if not succeeded and not await self._recorded(report):
-                await self._refuse(task, e, self.clock.now_ms())
+                await self._refuse(task, e, now)
         except ResultRefused as exc:
             return exc
         await self.guard.confirm([task])
