@@ -38,7 +38,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dispatcher.ownership import Ownership
-from dispatcher.ready_queue import ReadyQueue
 from dispatcher.schedule_steps import ScheduleStepper
 from dispatcher.start_timeouts import StartExpiry
 from tikk.buckets import second_of
@@ -46,6 +45,7 @@ from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys
 from tikk.errors import BackendUnavailable
 from tikk.model import Cursor, DueEntry
+from tikk.ready_queue import ReadyQueue
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import ShardGauge, Telemetry
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from dispatcher.ready_queue import ReadyQueue
 from history.run_history import RunHistory
 from tikk.model import START_TIMEOUT, Delivery, DueEntry, RunRecord, RunStatus, Task
+from tikk.ready_queue import ReadyQueue
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry
 

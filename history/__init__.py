@@ -1,5 +1,2 @@
-"""Run history: append-only records of every run, and the queries over them."""
-
-from history.run_history import RunHistory, RunQuery
-
-__all__ = ["RunHistory", "RunQuery"]
+"""Run history: append-only records of every run, and the queries over them
+(``history.run_history`` is the interface; the queries' types are the domain's)."""

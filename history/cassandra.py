@@ -14,12 +14,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from history.run_history import OccurrenceQuery, RunQuery
 from tikk.drivers.cassandra import CassandraSession, Migration, PartitionRow
 from tikk.errors import NotFound
-from tikk.model import Page, RunRecord, RunStatus
+from tikk.model import Page, RunQuery, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
-from tikk.schedules.model import OccurrenceRecord, Outcome
+from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord, Outcome
 
 HISTORY_RETENTION_S = 30 * 86_400
 _HOUR_MS = 3_600_000

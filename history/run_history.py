@@ -6,34 +6,10 @@ Backends: ``history.sqlite`` (embedded). Every method may raise ``BackendUnavail
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
-from tikk.model import Page, RunRecord, RunStatus
-from tikk.schedules.model import OccurrenceRecord, Outcome
-
-
-@dataclass(frozen=True)
-class RunQuery:
-    """Runs of ``queue`` that finished in [start_ms, end_ms), optionally of one status."""
-
-    namespace: str
-    queue: str
-    start_ms: int
-    end_ms: int
-    status: RunStatus | None = None
-
-
-@dataclass(frozen=True)
-class OccurrenceQuery:
-    """Occurrences of one schedule with nominal instants in [start_ms, end_ms), optionally of
-    one outcome."""
-
-    namespace: str
-    schedule_id: str
-    start_ms: int
-    end_ms: int
-    outcome: Outcome | None = None
+from tikk.model import Page, RunQuery, RunRecord
+from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord
 
 
 class RunHistory(Protocol):

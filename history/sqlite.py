@@ -6,12 +6,11 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from history.run_history import OccurrenceQuery, RunQuery
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.errors import NotFound
-from tikk.model import Page, RunRecord, RunStatus
+from tikk.model import Page, RunQuery, RunRecord, RunStatus
 from tikk.paging import decode_token, encode_token
-from tikk.schedules.model import OccurrenceRecord, Outcome
+from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord, Outcome
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (

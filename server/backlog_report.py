@@ -10,9 +10,9 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from dispatcher.ready_queue import QueueBacklog, ReadyQueue
 from tikk.clock import Clock
 from tikk.errors import BackendUnavailable
+from tikk.ready_queue import QueueBacklog, ReadyQueue
 from tikk.telemetry import QueueGauge, Telemetry
 
 log = logging.getLogger("tikk.server")

@@ -19,7 +19,6 @@ import random
 from collections.abc import Sequence
 from typing import Protocol
 
-from dispatcher.ready_queue import ReadyQueue
 from dispatcher.start_timeouts import StartExpiry
 from history.run_history import RunHistory
 from server.late_writes import LateWriteGuard
@@ -41,6 +40,7 @@ from tikk.model import (
     TaskState,
     Transition,
 )
+from tikk.ready_queue import ReadyQueue
 from tikk.settings import Limits
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry

@@ -14,11 +14,11 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dispatcher.ready_queue import ReadyQueue
 from history.run_history import RunHistory
 from tikk.clock import Clock
 from tikk.errors import Conflict, InvalidArgument, NotFound
 from tikk.model import Task, TaskState, fingerprint
+from tikk.ready_queue import ReadyQueue
 from tikk.schedules.model import (
     OccurrenceRecord,
     Outcome,

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from dispatcher.ownership import Ownership, SingleOwner
-from dispatcher.ready_queue import ReadyQueue
 from history.run_history import RunHistory
 from tikk.errors import InvalidArgument
+from tikk.ready_queue import ReadyQueue
 from tikk.settings import Settings
 from tikk.store.credentials import CredentialStore
 from tikk.store.quotas import QuotaStore

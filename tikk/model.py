@@ -311,6 +311,17 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class RunQuery:
+    """Runs of ``queue`` that finished in [start_ms, end_ms), optionally of one status."""
+
+    namespace: str
+    queue: str
+    start_ms: int
+    end_ms: int
+    status: RunStatus | None = None
+
+
+@dataclass(frozen=True)
 class RunReport:
     """What a worker reported about one run of a delivery."""
 

@@ -41,12 +41,12 @@ from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dispatcher.ready_queue import QueueBacklog, with_idle
 from tikk import delivery_codec
 from tikk.drivers.kafka import check_login
 from tikk.errors import BackendUnavailable, FailedPrecondition, InvalidArgument, TikkError
 from tikk.model import Delivery
 from tikk.queue_contract import KafkaQueueUrl, trace_headers
+from tikk.ready_queue import QueueBacklog, with_idle
 
 try:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition

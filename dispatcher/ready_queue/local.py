@@ -10,7 +10,6 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Collection, Sequence
 
-from dispatcher.ready_queue import QueueBacklog, with_idle
 from tikk import delivery_codec
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.model import Delivery
@@ -20,6 +19,7 @@ from tikk.queue_contract import (
     dead_letter_queue,
     is_dead_letter_queue,
 )
+from tikk.ready_queue import QueueBacklog, with_idle
 
 
 class LocalReadyQueue:

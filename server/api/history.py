@@ -3,14 +3,13 @@ protobuf form."""
 
 from __future__ import annotations
 
-from history.run_history import OccurrenceQuery, RunQuery
 from server.api import validation
 from server.api.messages import task_to_proto
 from server.api.status import Ctx, maps_errors
 from server.results import Lifecycle
 from tikk.errors import InvalidArgument
-from tikk.model import RunRecord, RunStatus
-from tikk.schedules.model import OccurrenceRecord
+from tikk.model import RunQuery, RunRecord, RunStatus
+from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord
 from tikk.settings import Settings
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2

@@ -7,7 +7,6 @@ import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
-from dispatcher.ready_queue import QueueBacklog
 from server.api import validation
 from server.api.imports import import_batch, refuse_batch
 from server.api.messages import task_to_proto
@@ -18,6 +17,7 @@ from server.results import Lifecycle
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import Task
 from tikk.paging import decode_token, encode_token
+from tikk.ready_queue import QueueBacklog
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration

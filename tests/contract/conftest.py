@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 
-from dispatcher.ready_queue import ReadyQueue
 from dispatcher.ready_queue.local import LocalReadyQueue
 from history.run_history import RunHistory
 from server.wiring import (
@@ -27,6 +26,7 @@ from server.wiring import (
 )
 from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, kafka_options, require, with_login
+from tikk.ready_queue import ReadyQueue
 from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from dispatcher.ready_queue import QueueBacklog, ReadyQueue
 from server.wiring import READY_QUEUES, Drivers, build
 from tests.contract.conftest import QueuePair
 from tests.factories import T0, make_task
 from tikk.model import Delivery
+from tikk.ready_queue import QueueBacklog, ReadyQueue
 from tikk.v1 import worker_pb2
 from worker_sdk.queues.consumer import Message, QueueConsumer
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from history.run_history import OccurrenceQuery, RunHistory, RunQuery
+from history.run_history import RunHistory
 from tests.factories import T0, make_run
 from tikk.errors import InvalidArgument, NotFound
-from tikk.model import RunStatus
-from tikk.schedules.model import OccurrenceRecord, Outcome
+from tikk.model import RunQuery, RunStatus
+from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord, Outcome
 
 
 async def test_append_then_get(history: RunHistory) -> None:

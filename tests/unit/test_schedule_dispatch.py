@@ -17,12 +17,18 @@ from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher, DispatchSettings
 from dispatcher.schedule_steps import ScheduleStepper
-from history.run_history import OccurrenceQuery
 from history.sqlite import SqliteRunHistory
 from tests.factories import T0, make_schedule
 from tikk.clock import ManualClock
 from tikk.model import Succeed
-from tikk.schedules.model import CatchUp, Outcome, Overlap, Schedule, SchedulePolicy
+from tikk.schedules.model import (
+    CatchUp,
+    OccurrenceQuery,
+    Outcome,
+    Overlap,
+    Schedule,
+    SchedulePolicy,
+)
 from tikk.schedules.spec import next_occurrence, preview
 from tikk.store.sqlite.schedules import SqliteScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore

@@ -181,6 +181,18 @@ class OccurrenceRecord:
         return max(0, self.decided_ms - self.fire_ms)
 
 
+@dataclass(frozen=True)
+class OccurrenceQuery:
+    """Occurrences of one schedule with nominal instants in [start_ms, end_ms), optionally of
+    one outcome."""
+
+    namespace: str
+    schedule_id: str
+    start_ms: int
+    end_ms: int
+    outcome: Outcome | None = None
+
+
 def occurrence_task_id(schedule_id: str, instant_ms: int) -> str:
     return f"{schedule_id}@{instant_ms}"
 
