@@ -8,7 +8,7 @@ from pathlib import Path
 from tikk.buckets import DEFAULT_SHARD_COUNT
 from tikk.model import RetryPolicy
 from tikk.queue_contract import MAX_QUEUE_NAME_LENGTH
-from tikk.store.quotas import NamespaceQuotas
+from tikk.quotas import NamespaceQuotas
 from tikk.urls import redact
 
 TEN_YEARS_MS = 10 * 366 * 24 * 3600 * 1000
@@ -120,7 +120,7 @@ class Settings:
     # How long a worker holds a message before it is handed to another worker.
     visibility_timeout_ms: int = 60_000
     # A due row written less than this long after its due time is still fired; the server
-    # re-places rows it wrote later than half of it (see ``server.late_writes``).
+    # re-places rows it wrote later than half of it (see ``server.ops.late_writes``).
     late_write_grace_ms: int = 5_000
     limits: Limits = field(default_factory=Limits)
     deadlines: Deadlines = field(default_factory=Deadlines)

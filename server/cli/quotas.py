@@ -9,7 +9,7 @@ import grpc
 
 from server.cli.client import client, show
 from server.cli.options import client_options
-from tikk.store.quotas import QUOTA_NAMES
+from tikk.quotas import QUOTA_NAMES
 from tikk.v1 import admin_pb2, admin_pb2_grpc
 
 

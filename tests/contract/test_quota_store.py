@@ -8,7 +8,7 @@ import sqlite3
 from tests.contract.conftest import QuotaBackend
 from tests.factories import T0, make_task
 from tikk.model import DeadLetter, RetryAt, Succeed
-from tikk.store.quotas import NamespaceQuotas, NamespaceUsage
+from tikk.quotas import NamespaceQuotas, NamespaceUsage
 from tikk.store.sqlite.quotas import SqliteQuotaStore
 
 

@@ -21,8 +21,8 @@ from tests.contract import cassandra_keyspace
 from tests.embedded_api import embedded_api, embedded_settings
 from tikk.client import AsyncClient, ResourceExhaustedError, TaskSpec
 from tikk.clock import ManualClock
+from tikk.quotas import NamespaceQuotas, NamespaceUsage
 from tikk.settings import QuotaSettings
-from tikk.store.quotas import NamespaceQuotas, NamespaceUsage
 from tikk.timestamps import to_duration
 from tikk.v1 import (
     admin_pb2,

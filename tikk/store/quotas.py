@@ -1,7 +1,7 @@
 """The quota store interface: each namespace's quotas, and the usage the task store keeps.
 
 A namespace's quotas are set by an admin and read by every server process through a short
-cache (``server.quotas``), so a change applies without a restart. Usage ("tasks stored": tasks
+cache (``server.ops.quotas``), so a change applies without a restart. Usage ("tasks stored": tasks
 not finished yet, i.e. scheduled, dispatched or waiting for a retry) is counted by the task
 store of the same database as tasks are created and finish:
 
@@ -18,40 +18,9 @@ Backends: ``tikk.store.sqlite.quotas``, ``tikk.store.cassandra.quotas``. Every m
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 from typing import Protocol
 
-
-@dataclass(frozen=True)
-class NamespaceQuotas:
-    """What one namespace may use; ``None`` means no quota of its own (the server-wide
-    default applies, if the settings have one, else unlimited)."""
-
-    tasks_per_second: int | None = None
-    tasks_stored: int | None = None
-    schedules: int | None = None
-    import_streams: int | None = None
-
-    def over(self, defaults: NamespaceQuotas) -> NamespaceQuotas:
-        """These quotas, with ``defaults`` filling the ones not set."""
-        return NamespaceQuotas(
-            **{
-                f.name: getattr(self, f.name)
-                if getattr(self, f.name) is not None
-                else getattr(defaults, f.name)
-                for f in fields(self)
-            }
-        )
-
-
-QUOTA_NAMES = tuple(f.name for f in fields(NamespaceQuotas))
-
-
-@dataclass(frozen=True)
-class NamespaceUsage:
-    """What a namespace uses now, as the store counts it."""
-
-    tasks_stored: int = 0
+from tikk.quotas import NamespaceQuotas, NamespaceUsage
 
 
 class QuotaStore(Protocol):

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from tikk.drivers.cassandra import CassandraSession
 from tikk.model import TaskState
-from tikk.store.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
+from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
 
 _COLUMNS = ", ".join(QUOTA_NAMES)
 SELECT_QUOTAS = f"SELECT {_COLUMNS} FROM namespace_quotas WHERE namespace = ?"

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.model import Task, TaskState
-from tikk.store.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
+from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
 from tikk.store.sqlite.schema import ADDED_COLUMNS, TASKS_SCHEMA
 
 _OPEN = ",".join(str(int(s)) for s in TaskState if not s.finished)
