@@ -1,0 +1,60 @@
+"""What a dispatcher knows of one shard it owns: its cursor, how far the sweep has read, and
+the rows it has seen after the cursor (see ``dispatcher.scanner`` for the rules)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tikk.model import Cursor, DueEntry
+
+# An instant before any other: "never" for the times of the last rescan and sweep.
+NEVER = -(2**62)
+
+RowKey = tuple[str, int, int]
+
+
+def row_key(e: DueEntry) -> RowKey:
+    """A row's identity: a retry (next attempt) or a re-drive (new due time) is a new row."""
+    return (e.key, e.attempt, e.due_ms)
+
+
+@dataclass
+class ShardState:
+    epoch: int
+    cursor: int
+    # Every second <= swept was read by a read that began after the second's grace period.
+    swept: int
+    # Where the sweep continues (a position after which rows are read).
+    sweep_from: tuple[int, str]
+    # Resume position of the forward scan.
+    scan_from: tuple[int, str]
+    # Row identity → second of rows seen after the cursor (held, in flight or sent).
+    seen: dict[RowKey, int] = field(default_factory=dict)
+    # Same keys for rows not yet acknowledged by the queue.
+    unacked: dict[RowKey, int] = field(default_factory=dict)
+    last_rescan_ms: int = NEVER
+    last_sweep_ms: int = NEVER
+    flushed_cursor: int = 0
+
+    @classmethod
+    def at(cls, cursor: Cursor, epoch: int) -> ShardState:
+        """A shard taken over at its stored cursor."""
+        after = (cursor.second + 1, "")
+        return cls(
+            epoch=epoch, cursor=cursor.second, swept=cursor.second, sweep_from=after,
+            scan_from=after, flushed_cursor=cursor.second,
+        )  # fmt: skip
+
+    def advance(self) -> None:
+        """Move the cursor to the last swept second, but never past a row the queue has not
+        acknowledged; forget the rows it passed."""
+        limit = self.swept
+        if self.unacked:
+            limit = min(limit, min(self.unacked.values()) - 1)
+        if limit > self.cursor:
+            self.cursor = limit
+            self.seen = {k: sec for k, sec in self.seen.items() if sec > limit}
+
+    def backlog(self, now_ms: int) -> int:
+        """Rows due by ``now_ms`` that the queue has not acknowledged."""
+        return sum(1 for key in self.unacked if key[2] <= now_ms)
