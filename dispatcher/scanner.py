@@ -38,89 +38,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dispatcher.ownership import Ownership
+from dispatcher.queue_backoff import QueueBackoffs
 from dispatcher.schedule_steps import ScheduleStepper
-from dispatcher.start_timeouts import StartExpiry
+from dispatcher.settings import DispatchSettings
+from dispatcher.shard_state import NEVER, ShardState, row_key
 from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys
 from tikk.errors import BackendUnavailable
-from tikk.model import Cursor, DueEntry
+from tikk.model import Cursor, Delivery, DueEntry
 from tikk.ready_queue import ReadyQueue
+from tikk.start_expiry import StartExpiry
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import ShardGauge, Telemetry
 
 log = logging.getLogger("tikk.dispatcher")
-_NEVER = -(2**62)
-
-
-@dataclass(frozen=True)
-class DispatchSettings:
-    """Timing of the dispatcher. Defaults suit the embedded store and a second-level SLA."""
-
-    # Longest sleep between ticks when nothing is due sooner.
-    poll_interval_ms: int = 100
-    # How far ahead of now rows are read into memory.
-    prefetch_ms: int = 2_000
-    # Re-read the current second and the prefetch window this often, to catch tasks created
-    # already due (their lateness is at most about this).
-    rescan_interval_ms: int = 250
-    # A row written less than this long after its due time is still fired (see the module
-    # docstring); the cursor trails the clock by about this plus two seconds.
-    late_write_grace_s: int = 5
-    # How often the sweep confirms the seconds whose grace period has passed.
-    sweep_interval_ms: int = 1_000
-    # Rows per store read.
-    scan_limit: int = 2_000
-    # Schedules stepped per pass; the occurrences of one pass go out before the next.
-    max_steps: int = 500
-    # Upper bound on rows held in memory (catch-up after downtime proceeds in slices).
-    max_held: int = 200_000
-    # How often moved cursors are written to the store (all shards in one write).
-    cursor_flush_interval_ms: int = 1_000
-    # Wait after a backend failure before the next tick.
-    error_backoff_ms: int = 500
-    # A queue that refuses deliveries is retried after error_backoff_ms, doubling up to this.
-    max_queue_backoff_ms: int = 10_000
-    # A publish not confirmed within this counts as failed (a broker that stopped answering
-    # must not stall every shard's tick); it may still have been stored: at-least-once.
-    publish_timeout_ms: int = 10_000
-    # How often the running totals of due-index reads are logged (INFO, ``tikk.dispatcher``):
-    # the benchmark reads them to show that poll cost follows what is due, not what is stored.
-    reads_log_interval_ms: int = 10_000
-
-
-@dataclass
-class _ShardState:
-    epoch: int
-    cursor: int
-    # Every second <= swept was read by a read that began after the second's grace period.
-    swept: int
-    # Where the sweep continues (a position after which rows are read).
-    sweep_from: tuple[int, str]
-    # Resume position of the forward scan.
-    scan_from: tuple[int, str]
-    # Row identity → second of rows seen after the cursor (held, in flight or sent).
-    seen: dict[tuple[str, int, int], int] = field(default_factory=dict)
-    # Same keys for rows not yet acknowledged by the queue.
-    unacked: dict[tuple[str, int, int], int] = field(default_factory=dict)
-    last_rescan_ms: int = _NEVER
-    last_sweep_ms: int = _NEVER
-    flushed_cursor: int = 0
-
-    @classmethod
-    def at(cls, cursor: Cursor, epoch: int) -> _ShardState:
-        """A shard taken over at its stored cursor."""
-        after = (cursor.second + 1, "")
-        return cls(
-            epoch=epoch, cursor=cursor.second, swept=cursor.second, sweep_from=after,
-            scan_from=after, flushed_cursor=cursor.second,
-        )  # fmt: skip
-
-
-@dataclass
-class _QueueBackoff:
-    failures: int = 0
-    retry_at_ms: int = _NEVER
 
 
 @dataclass
@@ -148,11 +80,6 @@ def _past_start_deadline(e: DueEntry, now_ms: int) -> bool:
     return e.start_timeout_ms > 0 and now_ms >= e.due_ms + e.start_timeout_ms
 
 
-def _row_key(e: DueEntry) -> tuple[str, int, int]:
-    """A row's identity: a retry (next attempt) or a re-drive (new due time) is a new row."""
-    return (e.key, e.attempt, e.due_ms)
-
-
 class Dispatcher:
     """Moves due tasks of the owned shards from the task store into the ready queue."""
 
@@ -177,13 +104,15 @@ class Dispatcher:
         self._ownership = ownership
         self._clock = clock
         self._settings = settings or DispatchSettings()
-        self._shards: dict[int, _ShardState] = {}
+        self._shards: dict[int, ShardState] = {}
         # (fire at, sequence, row): the due instant, or a queue's retry time after a failure.
         self._held: list[tuple[int, int, DueEntry]] = []
         self._seq = itertools.count()
         self._last_flush_ms = 0
-        self._last_reads_log_ms = _NEVER
-        self._backoff: dict[str, _QueueBackoff] = defaultdict(_QueueBackoff)
+        self._last_reads_log_ms = NEVER
+        self._backoff = QueueBackoffs(
+            self._settings.error_backoff_ms, self._settings.max_queue_backoff_ms
+        )
         self._keep_samples = keep_lateness_samples
         self._telemetry = telemetry or Telemetry()
         self._schedules = schedules
@@ -247,9 +176,9 @@ class Dispatcher:
             del self._shards[shard]
         for shard, epoch in owned.items():
             if shard not in self._shards:
-                self._shards[shard] = _ShardState.at(await self._store.get_cursor(shard), epoch)
+                self._shards[shard] = ShardState.at(await self._store.get_cursor(shard), epoch)
 
-    def _scan_due(self, st: _ShardState, now_ms: int) -> bool:
+    def _scan_due(self, st: ShardState, now_ms: int) -> bool:
         """Whether ``_scan`` would read anything: a new second entered the prefetch window (or
         a read stopped part-way), or a rescan or sweep is due."""
         s = self._settings
@@ -275,7 +204,7 @@ class Dispatcher:
         else:
             st.scan_from = max(st.scan_from, end)
 
-    async def _sweep(self, shard: int, st: _ShardState, now_ms: int) -> None:
+    async def _sweep(self, shard: int, st: ShardState, now_ms: int) -> None:
         """Read the seconds whose grace period has passed since the last sweep."""
         s = self._settings
         target = (now_ms - s.late_write_grace_s * 1000) // 1000 - 1
@@ -289,7 +218,7 @@ class Dispatcher:
             st.swept, st.sweep_from = max(st.swept, end[0] - 1), end
 
     async def _read(
-        self, shard: int, st: _ShardState, start: tuple[int, str], until: int
+        self, shard: int, st: ShardState, start: tuple[int, str], until: int
     ) -> tuple[int, str] | None:
         """Hold every row after ``start`` up to second ``until``, page by page. Returns None
         when all were read, or the position reached when the held rows hit their limit."""
@@ -306,8 +235,8 @@ class Dispatcher:
             start = rows[-1].position
         return start
 
-    def _hold(self, st: _ShardState, row: DueEntry) -> None:
-        key = _row_key(row)
+    def _hold(self, st: ShardState, row: DueEntry) -> None:
+        key = row_key(row)
         if key in st.seen or row.second <= st.cursor:
             return
         st.seen[key] = row.second
@@ -322,7 +251,7 @@ class Dispatcher:
         while self._held and self._held[0][0] <= now_ms:
             _, _, entry = heapq.heappop(self._held)
             st = self._shards.get(entry.shard)
-            if st is not None and _row_key(entry) in st.unacked:
+            if st is not None and row_key(entry) in st.unacked:
                 batch.append(entry)
         return batch
 
@@ -353,7 +282,7 @@ class Dispatcher:
 
     async def _expire(self, rows: list[DueEntry], attempts: list[DueEntry], now_ms: int) -> None:
         """Expire the ``attempts`` whose start deadline ``rows`` came due (or that were
-        claimed after their deadline had passed): see ``dispatcher.start_timeouts``."""
+        claimed after their deadline had passed): see ``tikk.start_expiry``."""
         if self._expiry is None:
             log.warning("%d start deadline(s) due but no expiry configured", len(rows))
         else:
@@ -369,10 +298,10 @@ class Dispatcher:
     async def _dispatch(self, batch: list[DueEntry], now_ms: int) -> None:
         """Claim the rows in the store, then publish them queue by queue. Rows of a queue
         that is backing off after a failure wait for its next try, unclaimed."""
-        waiting = [e for e in batch if now_ms < self._backoff_until(e.queue)]
+        waiting = [e for e in batch if now_ms < self._backoff.until(e.queue)]
         for entry in waiting:
-            self._hold_again([entry], self._backoff_until(entry.queue))
-        batch = [e for e in batch if now_ms >= self._backoff_until(e.queue)]
+            self._hold_again([entry], self._backoff.until(entry.queue))
+        batch = [e for e in batch if now_ms >= self._backoff.until(e.queue)]
         if not batch:
             return
         try:
@@ -380,8 +309,8 @@ class Dispatcher:
         except BackendUnavailable:
             self._hold_again(batch, now_ms)
             raise
-        ready_keys = {_row_key(e) for e in claimed.entries}
-        self._settle([e for e in batch if _row_key(e) not in ready_keys])
+        ready_keys = {row_key(e) for e in claimed.entries}
+        self._settle([e for e in batch if row_key(e) not in ready_keys])
         self._forget(claimed.unfinished)
         self.stats.skipped += len(batch) - len(claimed.entries)
         self.stats.resent += claimed.resent
@@ -407,9 +336,9 @@ class Dispatcher:
         """Publish one queue's rows; on failure hold them for that queue's next try."""
         queue = entries[0].queue
         try:
-            with self._telemetry.dispatching(entries, now_ms) as deliveries:
+            with self._telemetry.dispatching([Delivery(e, now_ms) for e in entries]) as traced:
                 keys = self._keys
-                signed = deliveries if keys is None else [keys.signed(d) for d in deliveries]
+                signed = traced if keys is None else [keys.signed(d) for d in traced]
                 async with asyncio.timeout(self._settings.publish_timeout_ms / 1000):
                     await self._queue.publish(signed)
         except TimeoutError:
@@ -421,7 +350,7 @@ class Dispatcher:
         except BackendUnavailable as exc:
             self._queue_failed(queue, entries, now_ms, exc)
             return False
-        self._backoff.pop(queue, None)
+        self._backoff.succeeded(queue)
         self._settle(entries)
         self.stats.published += len(entries)
         if self._keep_samples:
@@ -429,24 +358,16 @@ class Dispatcher:
             del self.stats.lateness_ms[: -self._keep_samples]
         return True
 
-    def _backoff_until(self, queue: str) -> int:
-        backoff = self._backoff.get(queue)
-        return _NEVER if backoff is None else backoff.retry_at_ms
-
     def _queue_failed(
         self, queue: str, entries: list[DueEntry], now_ms: int, exc: BackendUnavailable
     ) -> None:
-        s = self._settings
-        backoff = self._backoff[queue]
-        backoff.failures += 1
-        delay = min(s.max_queue_backoff_ms, s.error_backoff_ms * 2 ** (backoff.failures - 1))
-        backoff.retry_at_ms = now_ms + delay
+        failures, delay = self._backoff.failed(queue, now_ms)
         self.stats.publish_failures += 1
         log.warning(
             "queue %r refused %d deliveries (failure %d, next try in %d ms): %s",
-            queue, len(entries), backoff.failures, delay, exc,
+            queue, len(entries), failures, delay, exc,
         )  # fmt: skip
-        self._hold_again(entries, backoff.retry_at_ms)
+        self._hold_again(entries, now_ms + delay)
 
     async def _record_handed_off(self, entries: list[DueEntry], now_ms: int) -> None:
         """Best effort: a new owner then skips these rows instead of sending them again."""
@@ -466,7 +387,7 @@ class Dispatcher:
         for entry in entries:
             st = self._shards.get(entry.shard)
             if st is not None:
-                st.unacked.pop(_row_key(entry), None)
+                st.unacked.pop(row_key(entry), None)
 
     def _forget(self, entries: list[DueEntry]) -> None:
         """Rows whose task was not ready to fire (its create unfinished): the next read of
@@ -475,7 +396,7 @@ class Dispatcher:
         for entry in entries:
             st = self._shards.get(entry.shard)
             if st is not None:
-                st.seen.pop(_row_key(entry), None)
+                st.seen.pop(row_key(entry), None)
 
     async def _step_schedules(self, ticks: list[DueEntry], now_ms: int) -> None:
         written: list[DueEntry] = []
@@ -495,20 +416,14 @@ class Dispatcher:
     def _gauges(self, now_ms: int) -> dict[int, ShardGauge]:
         return {
             shard: ShardGauge(
-                backlog=sum(1 for key in st.unacked if key[2] <= now_ms),
-                cursor_lag_s=max(0, second_of(now_ms) - st.cursor),
+                backlog=st.backlog(now_ms), cursor_lag_s=max(0, second_of(now_ms) - st.cursor)
             )
             for shard, st in self._shards.items()
         }
 
     async def _flush_cursors(self, now_ms: int, force: bool = False) -> None:
         for st in self._shards.values():
-            limit = st.swept
-            if st.unacked:
-                limit = min(limit, min(st.unacked.values()) - 1)
-            if limit > st.cursor:
-                st.cursor = limit
-                st.seen = {k: sec for k, sec in st.seen.items() if sec > limit}
+            st.advance()
         if not force and now_ms - self._last_flush_ms < self._settings.cursor_flush_interval_ms:
             return
         if self._telemetry.enabled:

@@ -1,4 +1,5 @@
-"""Assembly of the gRPC server: services, health, reflection, graceful stop.
+"""Assembly of the gRPC server: the operations (``server.ops``) over the backends, the services
+(``server.api``) over the operations, the interceptor chain, health, reflection, graceful stop.
 
 The port serves TLS (mTLS with a client CA) when the settings say so, and a non-loopback
 address is refused without TLS and authentication (``server.transport_security``).
@@ -14,6 +15,8 @@ import contextlib
 import functools
 import logging
 import random
+from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -21,21 +24,28 @@ from grpc_reflection.v1alpha import reflection
 
 from server.api.admin import AdminService
 from server.api.history import HistoryService
-from server.api.request_decoding import MalformedRequests
 from server.api.schedules import ScheduleService
-from server.api.status import ServerDeadlines
 from server.api.tasks import TaskService
 from server.api.worker import WorkerService
 from server.auth.interceptor import auth_interceptors
 from server.backlog_report import report_backlog
-from server.quotas import QuotaGate
-from server.results import Lifecycle
-from server.schedule_ops import Schedules
+from server.interceptors.deadlines import CallDeadlines
+from server.interceptors.decoding import MalformedRequests
+from server.interceptors.spans import CallSpans
+from server.interceptors.statuses import ErrorStatuses
+from server.ops.admin import AdminOps
+from server.ops.history import HistoryOps
+from server.ops.late_writes import LateWriteGuard
+from server.ops.quotas import QuotaGate
+from server.ops.results import ResultRecorder
+from server.ops.schedules import ScheduleOps
+from server.ops.tasks import TaskOps
 from server.transport_security import check_transport, server_credentials
 from server.wiring import Backends
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys
 from tikk.settings import Settings
+from tikk.store.credentials import CredentialStore
 from tikk.telemetry import Telemetry
 from tikk.v1 import (
     admin_pb2,
@@ -83,21 +93,15 @@ class ApiServer:
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
-        self._server = _grpc_server(settings, backends, reuse_port)
-        schedules = Schedules(
-            backends.schedules, backends.store, backends.history, clock, settings.limits,
-            queue=backends.queue,
-        )  # fmt: skip
-        lifecycle = Lifecycle(
-            backends.store, backends.history, backends.queue, clock,
-            limits=settings.limits, rng=rng, telemetry=telemetry, schedules=schedules,
-            late_write_grace_ms=settings.late_write_grace_ms,
-        )  # fmt: skip
-        self._lifecycle = lifecycle
-        quotas = QuotaGate(backends.quotas, backends.schedules, clock, settings.quotas)
-        _add_services(
-            self._server, settings, lifecycle, schedules, quotas, telemetry=telemetry, keys=keys
+        telemetry = telemetry or Telemetry()
+        self._server = grpc.aio.server(
+            interceptors=interceptor_chain(settings, backends.credentials, telemetry),
+            options=_server_options(settings, reuse_port),
         )
+        self._ops = Operations.over(
+            backends, settings, clock, rng=rng, telemetry=telemetry, keys=keys
+        )
+        _add_services(self._server, self._ops, settings, clock, telemetry)
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -108,7 +112,7 @@ class ApiServer:
 
     async def start(self) -> int:
         check_transport(self.settings)
-        await self._lifecycle.guard.start()
+        await self._ops.guard.start()
         self.port = self._bind()
         if self.port == 0:
             raise OSError(f"cannot listen on {self.settings.listen}")
@@ -132,7 +136,7 @@ class ApiServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reporting
         await self._server.stop(grace_s)
-        await self._lifecycle.guard.close()
+        await self._ops.guard.close()
 
     async def wait(self) -> None:
         await self._server.wait_for_termination()
@@ -142,17 +146,23 @@ class ApiServer:
             await self._health.set(name, status)
 
 
-def _grpc_server(settings: Settings, backends: Backends, reuse_port: bool) -> grpc.aio.Server:
-    return grpc.aio.server(
-        # A request that does not parse is refused before anything reads it; callers are
-        # checked next; a call let in then runs under the server's bound.
-        interceptors=[
-            MalformedRequests(),
-            *auth_interceptors(settings, backends.credentials),
-            ServerDeadlines(settings.deadlines),
-        ],
-        options=_server_options(settings, reuse_port),
+def interceptor_chain(
+    settings: Settings, credentials: CredentialStore | None, telemetry: Telemetry
+) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
+    """A request that does not parse is refused before anything reads it; callers are
+    checked next (when ``settings`` turn authentication on); a call let in is traced (when
+    telemetry is on), runs within the server's bounds, and what its servicer raises becomes
+    its status."""
+    traced: list[grpc.aio.ServerInterceptor[Any, Any]] = (
+        [CallSpans(telemetry)] if telemetry.enabled else []
     )
+    return [
+        MalformedRequests(),
+        *auth_interceptors(settings, credentials),
+        *traced,
+        CallDeadlines(settings.deadlines),
+        ErrorStatuses(),
+    ]
 
 
 def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int]]:
@@ -170,28 +180,58 @@ def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int
     return options
 
 
+@dataclass(frozen=True)
+class Operations:
+    """The operations of one server process (``server.ops``), over its backends."""
+
+    tasks: TaskOps
+    results: ResultRecorder
+    schedules: ScheduleOps
+    history: HistoryOps
+    admin: AdminOps
+    # Every due row the operations write goes through it; it reads the cursors while serving.
+    guard: LateWriteGuard
+
+    @classmethod
+    def over(
+        cls, backends: Backends, settings: Settings, clock: Clock, *, rng: random.Random,
+        telemetry: Telemetry, keys: DeliveryKeys,
+    ) -> Operations:  # fmt: skip
+        b = backends
+        guard = LateWriteGuard(
+            b.store, clock, grace_ms=settings.late_write_grace_ms, telemetry=telemetry
+        )
+        quotas = QuotaGate(b.quotas, b.schedules, clock, settings.quotas)
+        schedules = ScheduleOps(
+            b.schedules, b.store, b.history, clock, settings.limits, queue=b.queue, quotas=quotas
+        )
+        results = ResultRecorder(
+            b.store, b.history, b.queue, clock, guard=guard, keys=keys, limits=settings.limits,
+            rng=rng, telemetry=telemetry, schedules=schedules,
+        )  # fmt: skip
+        tasks = TaskOps(b.store, b.queue, clock, guard=guard, quotas=quotas)
+        admin = AdminOps(b.quotas, quotas, clock)
+        return cls(tasks, results, schedules, HistoryOps(b.history), admin, guard)
+
+
 def _add_services(
     server: grpc.aio.Server,
+    ops: Operations,
     settings: Settings,
-    lifecycle: Lifecycle,
-    schedules: Schedules,
-    quotas: QuotaGate,
-    *,
-    telemetry: Telemetry | None,
-    keys: DeliveryKeys,
+    clock: Clock,
+    telemetry: Telemetry,
 ) -> None:
-    """The tikk.v1 services (``server.api``) on ``server``; results are checked with
-    ``keys``."""
+    """The tikk.v1 services (``server.api``) on ``server``."""
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(
-        TaskService(lifecycle, settings, quotas, telemetry), server
+        TaskService(ops.tasks, settings, clock, telemetry), server
     )
     history_pb2_grpc.add_HistoryServiceServicer_to_server(
-        HistoryService(lifecycle, settings), server
+        HistoryService(ops.history, ops.tasks, settings, clock), server
     )
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-        WorkerService(lifecycle, settings, keys, telemetry), server
+        WorkerService(ops.results, settings), server
     )
     schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(
-        ScheduleService(schedules, quotas), server
+        ScheduleService(ops.schedules, settings, clock), server
     )
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(quotas, lifecycle.clock), server)
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(ops.admin), server)

@@ -15,10 +15,11 @@ import signal
 from collections.abc import Callable, Sequence
 
 from dispatcher.ownership import Ownership
-from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.scanner import Dispatcher
 from dispatcher.schedule_steps import ScheduleStepper
-from dispatcher.start_timeouts import StartExpiry
+from dispatcher.settings import DispatchSettings
 from server.app import ApiServer
+from server.ops.start_timeouts import StartTimeouts
 from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
 from tikk.delivery_tokens import DeliveryKeys, keys_for
@@ -82,7 +83,7 @@ async def _dispatch(
     stepper = ScheduleStepper(backends.schedules, store, history, telemetry)
     dispatcher = Dispatcher(
         store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
-        schedules=stepper, expiry=StartExpiry(store, history, queue, telemetry), keys=keys,
+        schedules=stepper, expiry=StartTimeouts(store, history, queue, telemetry), keys=keys,
     )  # fmt: skip
     await dispatcher.run(stop)
 

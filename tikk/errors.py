@@ -3,23 +3,32 @@
 ::
 
     TikkError
-    ├── InvalidArgument       bad input; names the field            (INVALID_ARGUMENT)
-    ├── NotFound              no such task / run                    (NOT_FOUND)
-    ├── AlreadyExists         same id, different content            (ALREADY_EXISTS)
-    ├── FailedPrecondition    the operation does not fit the state  (FAILED_PRECONDITION)
-    ├── ResourceExhausted     over a quota or a request limit       (RESOURCE_EXHAUSTED)
-    ├── StreamIdle            a client stream sent nothing too long (DEADLINE_EXCEEDED)
-    ├── StaleOwner            a fencing epoch was refused           (ABORTED)
-    ├── Unauthenticated       no credential, or not a valid one     (UNAUTHENTICATED)
-    ├── PermissionDenied      the credential's roles do not cover   (PERMISSION_DENIED)
-    │                         the namespace or queue; a delivery
-    │                         token that does not match
-    ├── BackendUnavailable    a store or queue did not answer       (UNAVAILABLE, retriable)
-    └── BackendRefused        a backend refused our credentials     (UNAVAILABLE, not retriable)
+    ├── InvalidArgument       bad input; names the field           INVALID_ARGUMENT
+    │   ├── ExposureRefused   a public port without TLS and auth   (server.transport_security)
+    │   └── TlsFilesRefused   certificate or key files that fail   (server.transport_security)
+    ├── NotFound              no such task, run or schedule        NOT_FOUND
+    ├── AlreadyExists         same id, different content           ALREADY_EXISTS
+    ├── FailedPrecondition    the operation does not fit the state FAILED_PRECONDITION
+    │   ├── ResultRefused     a result for an attempt not running  (server.ops.refusals)
+    │   └── StartTooLate      a start after its timeout ran out    (server.ops.refusals)
+    ├── Conflict              the caller's copy is out of date     ABORTED
+    ├── ResourceExhausted     over a quota or a request limit      RESOURCE_EXHAUSTED
+    ├── StreamIdle            a client stream sent nothing too long DEADLINE_EXCEEDED
+    ├── StaleOwner            a fencing epoch was refused          ABORTED
+    ├── Unauthenticated       no credential, or not a valid one    UNAUTHENTICATED
+    ├── PermissionDenied      the credential's roles do not cover  PERMISSION_DENIED
+    │   │                     the namespace or queue
+    │   └── TokenRefused      a delivery token that does not match (tikk.delivery_tokens)
+    │       └── UnknownDeliveryKey  a key this server does not    UNAVAILABLE: the worker
+    │                               hold                           keeps the run
+    ├── BackendUnavailable    a store or queue did not answer      UNAVAILABLE, retriable
+    └── BackendRefused        a backend refused our credentials    UNAVAILABLE, not retriable
 
-Backends translate their driver's exceptions into this tree at their boundary, once; the gRPC
-layer maps the tree to status codes in one place (``server/status.py``). ``retriable`` says
-whether the same call may succeed when simply repeated.
+A subclass defined elsewhere names its module, and answers with its parent's status unless
+it names its own. Backends translate their driver's exceptions into this tree at their
+boundary, once; the gRPC layer maps the tree to status codes in one place
+(``server/api/status.py``, applied to every call by ``server.interceptors.statuses``).
+``retriable`` says whether the same call may succeed when simply repeated.
 """
 
 from __future__ import annotations

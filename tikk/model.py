@@ -82,7 +82,8 @@ class Task:
     created_ms: int
     updated_ms: int
     shard: int
-    # Digest of the request that created the task, for idempotent re-creation.
+    # Digest of the request that created the task, for idempotent re-creation; empty when
+    # the server chose the id (see ``id_assigned``).
     fingerprint: str
     last_error_type: str = ""
     last_error_message: str = ""
@@ -98,6 +99,12 @@ class Task:
     @property
     def idempotency_key(self) -> str:
         return occurrence_key(self.namespace, self.schedule_id or self.task_id, self.scheduled_ms)
+
+    @property
+    def id_assigned(self) -> bool:
+        """Whether the server chose this task's id: fresh, so its create needs no existence
+        check. Only a create under a client's id can come again, so only it is fingerprinted."""
+        return not self.fingerprint
 
     def entry(self) -> DueEntry:
         """The due-index row of the current attempt."""
@@ -309,6 +316,31 @@ class RunRecord:
     output: bytes = b""
     idempotency_key: str = ""
 
+    @classmethod
+    def of(
+        cls,
+        entry: DueEntry,
+        *,
+        run_id: str,
+        status: RunStatus,
+        fired_ms: int,
+        started_ms: int,
+        finished_ms: int,
+        worker_id: str = "",
+        error_type: str = "",
+        error_message: str = "",
+        output: bytes = b"",
+    ) -> RunRecord:
+        """The record of one run of ``entry``'s attempt."""
+        return cls(
+            namespace=entry.namespace, run_id=run_id, task_id=entry.task_id, queue=entry.queue,
+            handler=entry.handler, attempt=entry.attempt, status=status,
+            scheduled_ms=entry.scheduled_ms, due_ms=entry.due_ms, fired_ms=fired_ms,
+            started_ms=started_ms, finished_ms=finished_ms, worker_id=worker_id,
+            error_type=error_type, error_message=error_message, output=output,
+            idempotency_key=entry.idempotency_key,
+        )  # fmt: skip
+
 
 @dataclass(frozen=True)
 class RunQuery:
@@ -323,11 +355,10 @@ class RunQuery:
 
 @dataclass(frozen=True)
 class RunReport:
-    """What a worker reported about one run of a delivery."""
+    """What a worker reported about one run of a delivery (echoed with its token)."""
 
     run_id: str
-    entry: DueEntry
-    fired_ms: int
+    delivery: Delivery
     kind: ResultKind
     started_ms: int
     finished_ms: int
@@ -336,6 +367,23 @@ class RunReport:
     error_message: str = ""
     output: bytes = b""
     retry_after_ms: int | None = None
+
+    @property
+    def entry(self) -> DueEntry:
+        """The attempt the run was of."""
+        return self.delivery.entry
+
+    @property
+    def fired_ms(self) -> int:
+        return self.delivery.fired_ms
+
+    def record(self, status: RunStatus) -> RunRecord:
+        """The history's record of this run, ending in ``status``."""
+        return RunRecord.of(
+            self.entry, run_id=self.run_id, status=status, fired_ms=self.fired_ms,
+            started_ms=self.started_ms, finished_ms=self.finished_ms, worker_id=self.worker_id,
+            error_type=self.error_type, error_message=self.error_message, output=self.output,
+        )  # fmt: skip
 
 
 T = TypeVar("T")

@@ -39,7 +39,7 @@ import contextlib
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 from tikk.errors import InvalidArgument
@@ -76,16 +76,23 @@ class Telemetry:
     providers: Providers | None = None
 
     @contextlib.contextmanager
-    def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[dict[str, str]]:
-        """A server span for an RPC that continues the caller's trace; yields the context
-        to store on the tasks it creates (empty when off)."""
-        yield {}
+    def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[None]:
+        """A server span for an RPC that continues the caller's trace (in ``metadata``),
+        current while the block runs."""
+        yield
+
+    def current_trace(self) -> dict[str, str]:
+        """The trace context of the current span, to store on the tasks a call creates
+        (empty when off)."""
+        return {}
 
     @contextlib.contextmanager
-    def dispatching(self, entries: Sequence[DueEntry], now_ms: int) -> Iterator[list[Delivery]]:
-        """Deliveries for ``entries`` fired at ``now_ms``, each in its own dispatch span that
-        ends when the block does (as an error if it raised); counts them if it did not."""
-        yield [Delivery(e, now_ms) for e in entries]
+    def dispatching(self, deliveries: Sequence[Delivery]) -> Iterator[Sequence[Delivery]]:
+        """Observe ``deliveries`` going to the queue: each in its own dispatch span that ends
+        when the block does (as an error if it raised), counted with its lateness if it did
+        not. Yields what to publish: ``deliveries`` themselves when off, else each carrying
+        its dispatch span's trace context (which the worker's run span continues)."""
+        yield deliveries
 
     def report_shards(self, shards: Mapping[int, ShardGauge]) -> None:
         """The latest per-shard figures; the gauges export the last report."""
@@ -206,6 +213,12 @@ class OtelTelemetry(Telemetry):
         self._propagator = TraceContextTextMapPropagator()
         self._tracer = providers.tracer_provider.get_tracer("tikk")
         meter = providers.meter_provider.get_meter("tikk")
+        self._shards: Mapping[int, ShardGauge] = {}
+        self._queues: Mapping[str, QueueGauge] = {}
+        self._add_counters(meter)
+        self._add_gauges(meter)
+
+    def _add_counters(self, meter: Any) -> None:
         self._lateness = meter.create_histogram(
             "tikk.dispatch.lateness", unit="ms",
             description="Due time to the ready queue's acknowledgement",
@@ -235,7 +248,8 @@ class OtelTelemetry(Telemetry):
             "tikk.schedule.occurrences",
             description="Schedule occurrences decided, by outcome",
         )
-        self._shards: Mapping[int, ShardGauge] = {}
+
+    def _add_gauges(self, meter: Any) -> None:
         meter.create_observable_gauge(
             "tikk.due.backlog", callbacks=[self._observe(lambda g: g.backlog)],
             description="Rows due now that the queue has not yet accepted, per shard",
@@ -245,7 +259,6 @@ class OtelTelemetry(Telemetry):
             callbacks=[self._observe(lambda g: g.cursor_lag_s)],
             description="Seconds between now and the shard's dispatch cursor",
         )  # fmt: skip
-        self._queues: Mapping[str, QueueGauge] = {}
         meter.create_observable_gauge(
             "tikk.queue.waiting", callbacks=[self._observe_queues(lambda g: g.waiting)],
             description="Tasks in the ready queue not yet consumed for good, per queue",
@@ -284,23 +297,26 @@ class OtelTelemetry(Telemetry):
         return carrier
 
     @contextlib.contextmanager
-    def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[dict[str, str]]:
+    def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[None]:
         incoming = {k: str(v) for k, v in metadata if k in TRACE_KEYS}
         kind = self._trace.SpanKind.SERVER
         with self._tracer.start_as_current_span(
             name, context=self._context_of(incoming), kind=kind
-        ) as span:
-            yield self._carrier_of(span)
+        ):
+            yield
+
+    def current_trace(self) -> dict[str, str]:
+        return self._carrier_of(self._trace.get_current_span())
 
     @contextlib.contextmanager
-    def dispatching(self, entries: Sequence[DueEntry], now_ms: int) -> Iterator[list[Delivery]]:
-        spans = [self._dispatch_span(e, now_ms) for e in entries]
-        deliveries = [
-            Delivery(e, now_ms, self._carrier_of(span))
-            for e, span in zip(entries, spans, strict=True)
+    def dispatching(self, deliveries: Sequence[Delivery]) -> Iterator[Sequence[Delivery]]:
+        spans = [self._dispatch_span(d.entry, d.fired_ms) for d in deliveries]
+        traced = [
+            replace(d, trace_context=self._carrier_of(span))
+            for d, span in zip(deliveries, spans, strict=True)
         ]
         try:
-            yield deliveries
+            yield traced
         except BaseException as exc:
             for span in spans:
                 span.record_exception(exc)
@@ -309,9 +325,9 @@ class OtelTelemetry(Telemetry):
             raise
         for span in spans:
             span.end()
-        for e in entries:
-            attributes = {"queue": e.queue}
-            self._lateness.record(max(0, now_ms - e.due_ms), attributes)
+        for d in deliveries:
+            attributes = {"queue": d.entry.queue}
+            self._lateness.record(max(0, d.fired_ms - d.entry.due_ms), attributes)
             self._dispatched.add(1, attributes)
 
     def _dispatch_span(self, e: DueEntry, now_ms: int) -> Any:

@@ -1,12 +1,14 @@
 """``tikk.v1.HistoryService``: runs, dead letters and schedule occurrences, and their
-protobuf form."""
+protobuf form, over ``server.ops.history`` (and ``server.ops.tasks`` for dead letters)."""
 
 from __future__ import annotations
 
 from server.api import validation
 from server.api.messages import task_to_proto
-from server.api.status import Ctx, maps_errors
-from server.results import Lifecycle
+from server.api.status import Ctx
+from server.ops.history import HistoryOps
+from server.ops.tasks import TaskOps
+from tikk.clock import Clock
 from tikk.errors import InvalidArgument
 from tikk.model import RunQuery, RunRecord, RunStatus
 from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord
@@ -19,75 +21,72 @@ _OCCURRENCE_RANGE_MS = 30 * 86_400_000
 
 
 class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[misc]
-    def __init__(self, lifecycle: Lifecycle, settings: Settings) -> None:
-        self._lc = lifecycle
+    def __init__(
+        self, history: HistoryOps, tasks: TaskOps, settings: Settings, clock: Clock
+    ) -> None:
+        self._history = history
+        self._tasks = tasks
         self._limits = settings.limits
+        self._clock = clock
 
-    @maps_errors
     async def ListTaskRuns(
         self, request: history_pb2.ListTaskRunsRequest, context: Ctx
     ) -> history_pb2.ListRunsResponse:
         ns = validation.namespace(request.namespace)
         tid = validation.task_id(request.task_id, self._limits)
         size = validation.listing_page_size(request.page_size, self._limits)
-        page = await self._lc.history.list_for_task(ns, tid, size, request.page_token)
+        page = await self._history.runs_of_task(ns, tid, size, request.page_token)
         return _runs(page.items, page.next_token)
 
-    @maps_errors
     async def ListRuns(
         self, request: history_pb2.ListRunsRequest, context: Ctx
     ) -> history_pb2.ListRunsResponse:
         ns = validation.namespace(request.namespace)
         queue = validation.queue(request.queue, self._limits)
         status = validation.run_status(request.status)
-        now = self._lc.clock.now_ms()
+        now = self._clock.now_ms()
         start, end = validation.time_span(request, now, _HOUR_MS, self._limits)
         query = RunQuery(ns, queue, start, end, RunStatus(status) if status else None)
         size = validation.listing_page_size(request.page_size, self._limits)
-        page = await self._lc.history.list_by_queue(query, size, request.page_token)
+        page = await self._history.runs(query, size, request.page_token)
         return _runs(page.items, page.next_token)
 
-    @maps_errors
     async def GetRun(self, request: history_pb2.GetRunRequest, context: Ctx) -> history_pb2.Run:
         ns = validation.namespace(request.namespace)
         if not request.run_id:
             raise InvalidArgument("run_id", "must not be empty")
-        return run_to_proto(await self._lc.history.get(ns, request.run_id))
+        return run_to_proto(await self._history.run(ns, request.run_id))
 
-    @maps_errors
     async def ListDeadLetters(
         self, request: history_pb2.ListDeadLettersRequest, context: Ctx
     ) -> history_pb2.ListDeadLettersResponse:
         ns = validation.namespace(request.namespace)
         queue = validation.queue(request.queue, self._limits) if request.queue else ""
         size = validation.listing_page_size(request.page_size, self._limits)
-        now = self._lc.clock.now_ms()
-        page = await self._lc.store.list_dead_letters(ns, queue, size, request.page_token, now)
+        page = await self._tasks.dead_letters(ns, queue, size, request.page_token)
         return history_pb2.ListDeadLettersResponse(
             tasks=[task_to_proto(t) for t in page.items], next_page_token=page.next_token
         )
 
-    @maps_errors
     async def RedriveTask(
         self, request: history_pb2.RedriveTaskRequest, context: Ctx
     ) -> tasks_pb2.Task:
         ns = validation.namespace(request.namespace)
         tid = validation.task_id(request.task_id, self._limits)
-        return task_to_proto(await self._lc.redrive(ns, tid))
+        return task_to_proto(await self._tasks.redrive(ns, tid))
 
-    @maps_errors
     async def ListScheduleOccurrences(
         self, request: history_pb2.ListScheduleOccurrencesRequest, context: Ctx
     ) -> history_pb2.ListScheduleOccurrencesResponse:
         ns = validation.namespace(request.namespace)
         if not request.schedule_id:
             raise InvalidArgument("schedule_id", "must not be empty")
-        now = self._lc.clock.now_ms()
+        now = self._clock.now_ms()
         start, end = validation.time_span(request, now, _OCCURRENCE_RANGE_MS, self._limits)
         outcome = validation.occurrence_outcome(request.outcome)
         query = OccurrenceQuery(ns, request.schedule_id, start, end, outcome)
         size = validation.listing_page_size(request.page_size, self._limits)
-        page = await self._lc.history.list_occurrences(query, size, request.page_token)
+        page = await self._history.occurrences(query, size, request.page_token)
         return history_pb2.ListScheduleOccurrencesResponse(
             occurrences=[occurrence_to_proto(r) for r in page.items],
             next_page_token=page.next_token,

@@ -11,27 +11,19 @@ be sent again, and with client task ids that creates nothing twice.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
 
 from server.api.status import code_of, numeric
 from tikk.errors import ResourceExhausted, TikkError
 from tikk.v1 import tasks_pb2
 
-In = TypeVar("In")
-Out = TypeVar("Out")
-
-# Creates the tasks of a batch (indexes from ``first``) and writes their results into ``out``.
+# Creates the tasks of a batch and writes their results (indexes from 0) into the answer.
 CreateChunk = Callable[
-    [Sequence[tasks_pb2.CreateTaskRequest], int, tasks_pb2.CreateTasksResponse, dict[str, str]],
-    Awaitable[None],
+    [Sequence[tasks_pb2.CreateTaskRequest], tasks_pb2.CreateTasksResponse], Awaitable[None]
 ]
 
 
 async def import_batch(
-    batch: tasks_pb2.ImportTasksRequest,
-    max_items: int,
-    create: CreateChunk,
-    trace: dict[str, str],
+    batch: tasks_pb2.ImportTasksRequest, max_items: int, create: CreateChunk
 ) -> tasks_pb2.ImportTasksResponse:
     """The answer to one batch: a result per task, or the reason the batch was refused."""
     answer = tasks_pb2.ImportTasksResponse(batch_id=batch.batch_id)
@@ -42,7 +34,7 @@ async def import_batch(
         ))  # fmt: skip
     results = tasks_pb2.CreateTasksResponse()
     try:
-        await create(batch.tasks, 0, results, trace)
+        await create(batch.tasks, results)
     except ResourceExhausted as exc:  # over a quota: refused before anything was written
         return _refused(answer, exc)
     except TikkError as exc:
@@ -50,13 +42,6 @@ async def import_batch(
     answer.results.extend(results.results)
     answer.accepted, answer.rejected = results.accepted, results.rejected
     return answer
-
-
-def refuse_batch(
-    batch: tasks_pb2.ImportTasksRequest, exc: TikkError
-) -> tasks_pb2.ImportTasksResponse:
-    """The answer to a batch refused whole, before any of it was written."""
-    return _refused(tasks_pb2.ImportTasksResponse(batch_id=batch.batch_id), exc)
 
 
 def _refused(

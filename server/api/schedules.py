@@ -1,4 +1,4 @@
-"""``tikk.v1.ScheduleService``: schedules from and to protobuf, over ``server.schedule_ops``.
+"""``tikk.v1.ScheduleService``: schedules from and to protobuf, over ``server.ops.schedules``.
 
 ``UpdateSchedule`` and ``DeleteSchedule`` may take the version the client read (the schedule's
 ``version``); a stale one is ABORTED and nothing changes.
@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from server.api import validation
 from server.api.messages import retry_to_proto, task_to_proto
-from server.api.status import Ctx, maps_errors
-from server.quotas import QuotaGate
-from server.schedule_ops import Schedules, first_occurrence
+from server.api.status import Ctx
+from server.ops.schedules import ScheduleOps, first_occurrence
 from tikk.buckets import shard_of
+from tikk.clock import Clock
 from tikk.errors import InvalidArgument
 from tikk.model import fingerprint
 from tikk.schedules.model import Schedule, SchedulePolicy
 from tikk.schedules.spec import Occurrence, ScheduleSpec, format_local, preview, validate
-from tikk.settings import TEN_YEARS_MS, Limits
+from tikk.settings import TEN_YEARS_MS, Limits, Settings
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import schedules_pb2, schedules_pb2_grpc
 
@@ -148,43 +148,36 @@ def _preview_to_proto(
 
 
 class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: ignore[misc]
-    def __init__(self, ops: Schedules, quotas: QuotaGate) -> None:
+    def __init__(self, ops: ScheduleOps, settings: Settings, clock: Clock) -> None:
         self._ops = ops
-        self._quotas = quotas
-        self._clock = ops.clock
-        self._limits = ops.limits
+        self._clock = clock
+        self._limits = settings.limits
+        self._shards = settings.shard_count
 
     def _new_schedule(self, msg: schedules_pb2.Schedule) -> Schedule:
-        now = self._clock.now_ms()
-        return new_schedule(msg, self._limits, self._ops.store.shard_count, now)
+        return new_schedule(msg, self._limits, self._shards, self._clock.now_ms())
 
-    @maps_errors
     async def CreateSchedule(
         self, request: schedules_pb2.CreateScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
-        schedule = self._new_schedule(request.schedule)
-        await self._quotas.admit_schedule(schedule.namespace)
-        return schedule_to_proto(await self._ops.create(schedule))
+        return schedule_to_proto(await self._ops.create(self._new_schedule(request.schedule)))
 
-    @maps_errors
     async def GetSchedule(
         self, request: schedules_pb2.GetScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
         ns, sid = self._key(request.namespace, request.schedule_id)
-        return schedule_to_proto(await self._ops.schedules.get(ns, sid))
+        return schedule_to_proto(await self._ops.get(ns, sid))
 
-    @maps_errors
     async def ListSchedules(
         self, request: schedules_pb2.ListSchedulesRequest, context: Ctx
     ) -> schedules_pb2.ListSchedulesResponse:
         ns = validation.namespace(request.namespace)
         size = validation.listing_page_size(request.page_size, self._limits)
-        page = await self._ops.schedules.list(ns, size, request.page_token)
+        page = await self._ops.list_schedules(ns, size, request.page_token)
         return schedules_pb2.ListSchedulesResponse(
             schedules=[schedule_to_proto(s) for s in page.items], next_page_token=page.next_token
         )
 
-    @maps_errors
     async def UpdateSchedule(
         self, request: schedules_pb2.UpdateScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
@@ -196,7 +189,6 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         )  # fmt: skip
         return schedule_to_proto(updated)
 
-    @maps_errors
     async def DeleteSchedule(
         self, request: schedules_pb2.DeleteScheduleRequest, context: Ctx
     ) -> schedules_pb2.DeleteScheduleResponse:
@@ -204,7 +196,6 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         await self._ops.delete(ns, sid, validation.expected_version(request.expected_version))
         return schedules_pb2.DeleteScheduleResponse()
 
-    @maps_errors
     async def PauseSchedule(
         self, request: schedules_pb2.PauseScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
@@ -213,23 +204,19 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
             raise InvalidArgument("note", f"longer than {_MAX_NOTE} characters")
         return schedule_to_proto(await self._ops.pause(ns, sid, request.note))
 
-    @maps_errors
     async def ResumeSchedule(
         self, request: schedules_pb2.ResumeScheduleRequest, context: Ctx
     ) -> schedules_pb2.Schedule:
         ns, sid = self._key(request.namespace, request.schedule_id)
         return schedule_to_proto(await self._ops.resume(ns, sid))
 
-    @maps_errors
     async def TriggerSchedule(
         self, request: schedules_pb2.TriggerScheduleRequest, context: Ctx
     ) -> schedules_pb2.TriggerScheduleResponse:
         ns, sid = self._key(request.namespace, request.schedule_id)
-        async with self._quotas.creating({ns: 1}):
-            task = await self._ops.trigger(ns, sid)
+        task = await self._ops.trigger(ns, sid)
         return schedules_pb2.TriggerScheduleResponse(task=task_to_proto(task))
 
-    @maps_errors
     async def BackfillSchedule(
         self, request: schedules_pb2.BackfillScheduleRequest, context: Ctx
     ) -> schedules_pb2.BackfillScheduleResponse:
@@ -242,7 +229,6 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         created, existing = await self._ops.backfill(ns, sid, start, end)
         return schedules_pb2.BackfillScheduleResponse(created=created, existing=existing)
 
-    @maps_errors
     async def PreviewSchedule(
         self, request: schedules_pb2.PreviewScheduleRequest, context: Ctx
     ) -> schedules_pb2.PreviewScheduleResponse:

@@ -1,31 +1,23 @@
-"""``tikk.v1.WorkerService``: a worker's configuration, and the stream of its run results
-(protobuf results become ``RunReport`` for the lifecycle).
-
-Every result's delivery token is checked before anything is read or written for it
-(``tikk.delivery_tokens``): a worker can report only deliveries a dispatcher published, for
-the task, attempt and queue they name. A refusal (bad token, or an attempt that is not the
-current one, see ``server.results``) is logged without token or payload and counted
-(``tikk.results.refused`` by reason)."""
+"""``tikk.v1.WorkerService``: a worker's configuration, and the streams of its run results:
+each protobuf result becomes a ``RunReport`` for ``ResultRecorder.record`` (which checks its
+delivery token first), and what that raises becomes the result's acknowledgement code."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
-
-import grpc
+from collections.abc import AsyncIterator
 
 from server.api import validation
-from server.api.status import Ctx, bounded, code_of, maps_errors, numeric
-from server.batching import Coalescer, answer_in_order
-from server.results import Lifecycle, ResultRefused
+from server.api.status import Ctx, bounded, code_of, numeric
+from server.api.streams import answer_in_order
+from server.ops.refusals import ResultRefused, StartTooLate
+from server.ops.results import ResultRecorder
 from tikk import delivery_codec
-from tikk.delivery_tokens import DeliveryKeys, TokenRefused
+from tikk.delivery_tokens import TokenRefused
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import ResultKind, RunReport
 from tikk.settings import Settings
-from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration
 from tikk.urls import redact
 from tikk.v1 import worker_pb2, worker_pb2_grpc
@@ -35,32 +27,15 @@ log = logging.getLogger("tikk.server")
 _RESULTS_IN_FLIGHT = 256
 # Batches of one ReportResultBatches stream being recorded at once.
 _BATCHES_IN_FLIGHT = 8
-
-
-@dataclass
-class _PendingSuccess:
-    """A success waiting in the coalescer, and its refusal once its batch was written."""
-
-    report: RunReport
-    refused: ResultRefused | None = None
+# What the recorder refuses on purpose (it logged and counted the token and attempt refusals).
+_REFUSALS = (TokenRefused, ResultRefused, StartTooLate)
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
-    def __init__(
-        self,
-        lifecycle: Lifecycle,
-        settings: Settings,
-        keys: DeliveryKeys,
-        telemetry: Telemetry | None = None,
-    ) -> None:
-        self._lc = lifecycle
+    def __init__(self, results: ResultRecorder, settings: Settings) -> None:
+        self._results = results
         self._settings = settings
-        self._keys = keys
-        self._telemetry = telemetry or Telemetry()
-        # Successes of every stream are written together (see server.batching).
-        self._successes = Coalescer(self._write_successes)
 
-    @maps_errors
     async def GetWorkerConfig(
         self, request: worker_pb2.GetWorkerConfigRequest, context: Ctx
     ) -> worker_pb2.GetWorkerConfigResponse:
@@ -130,11 +105,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             work = asyncio.gather(*(self._settle(r) for r in batch.results))
             acks = await bounded(work, limit_ms, "recording a result batch")
         except TikkError as exc:
-            code = numeric(code_of(exc))
-            acks = [
-                worker_pb2.ResultAck(run_id=r.run_id, code=code, message=str(exc))
-                for r in batch.results
-            ]
+            acks = [_ack(r.run_id, exc) for r in batch.results]
         return worker_pb2.ResultAckBatch(acks=acks)
 
     async def _record_one(
@@ -144,64 +115,19 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             limit_ms = self._settings.deadlines.call_ms
             ack = await bounded(self._settle(result), limit_ms, "recording a result")
         except TikkError as exc:
-            ack = worker_pb2.ResultAck(
-                run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
-            )
+            ack = _ack(result.run_id, exc)
         acks.put_nowait(ack)
 
     async def _settle(self, result: worker_pb2.RunResult) -> worker_pb2.ResultAck:
         """Record one result; its acknowledgement, with the reason if it was refused."""
         try:
-            report = self._report(result)
-            if report.kind is ResultKind.STARTED:
-                return await self._start(report)
-            if report.kind is ResultKind.SUCCEEDED:
-                await self._record_success(report)
-            else:
-                await self._lc.record_result(report)
-            return worker_pb2.ResultAck(run_id=result.run_id)
-        except (TokenRefused, ResultRefused) as exc:
-            return self._refused(result, exc)
+            await self._results.record(self._report(result))
+        except _REFUSALS as exc:  # logged and counted where it was refused
+            return _ack(result.run_id, exc)
         except TikkError as exc:
             log.warning("result %s not recorded: %s", result.run_id, exc)
-            return worker_pb2.ResultAck(
-                run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
-            )
-
-    def _refused(
-        self, result: worker_pb2.RunResult, exc: TokenRefused | ResultRefused
-    ) -> worker_pb2.ResultAck:
-        """Record a refusal: a log line (its message names no token or payload) and a count."""
-        d = result.delivery
-        log.warning(
-            "result %s refused (%s): namespace %r task %r queue %r attempt %d: %s",
-            result.run_id, exc.reason, d.namespace, d.task_id, d.queue, d.attempt, exc,
-        )  # fmt: skip
-        self._telemetry.result_refused(exc.reason)
-        return worker_pb2.ResultAck(
-            run_id=result.run_id, code=numeric(code_of(exc)), message=str(exc)
-        )
-
-    async def _record_success(self, report: RunReport) -> None:
-        pending = _PendingSuccess(report)
-        await self._successes.submit(pending)
-        if pending.refused is not None:
-            raise pending.refused
-
-    async def _write_successes(self, batch: Sequence[_PendingSuccess]) -> None:
-        refusals = await self._lc.record_successes([p.report for p in batch])
-        for pending, refused in zip(batch, refusals, strict=True):
-            pending.refused = refused
-
-    async def _start(self, report: RunReport) -> worker_pb2.ResultAck:
-        """A worker's request to start an attempt that has a start timeout."""
-        if await self._lc.claim_start(report):
-            return worker_pb2.ResultAck(run_id=report.run_id)
-        return worker_pb2.ResultAck(
-            run_id=report.run_id,
-            code=numeric(grpc.StatusCode.FAILED_PRECONDITION),
-            message="the attempt's start timeout ran out: it was dead-lettered; do not run it",
-        )
+            return _ack(result.run_id, exc)
+        return worker_pb2.ResultAck(run_id=result.run_id)
 
     def _report(self, r: worker_pb2.RunResult) -> RunReport:
         if not r.run_id:
@@ -210,12 +136,9 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             kind = ResultKind(r.kind)
         except ValueError:
             raise InvalidArgument("kind", f"unknown result kind {r.kind}") from None
-        delivery = delivery_codec.from_proto(r.delivery, self._settings.shard_count)
-        self._keys.verify(delivery)
         return RunReport(
             run_id=r.run_id,
-            entry=delivery.entry,
-            fired_ms=delivery.fired_ms,
+            delivery=delivery_codec.from_proto(r.delivery, self._settings.shard_count),
             kind=kind,
             started_ms=validation.timestamp_ms(r.start_time, "start_time"),
             finished_ms=validation.timestamp_ms(r.finish_time, "finish_time"),
@@ -225,3 +148,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             output=r.output,
             retry_after_ms=r.retry_after.ToMilliseconds() if r.HasField("retry_after") else None,
         )
+
+
+def _ack(run_id: str, exc: TikkError) -> worker_pb2.ResultAck:
+    return worker_pb2.ResultAck(run_id=run_id, code=numeric(code_of(exc)), message=str(exc))

@@ -12,7 +12,6 @@ reason; the caller gets UNAUTHENTICATED or PERMISSION_DENIED with the same reaso
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ import grpc
 from server.api.status import Ctx, code_of
 from server.auth.authenticator import CredentialView, bearer_token, certificate_subject
 from server.auth.policy import Rule, is_open, rule_of
+from server.interceptors.handlers import CallKind, Handler, answers, rewrapped
 from tikk.credentials import Credential
 from tikk.errors import PermissionDenied, TikkError
 from tikk.settings import Settings
@@ -30,8 +30,7 @@ from tikk.store.credentials import CredentialStore
 log = logging.getLogger("tikk.server.auth")
 
 if TYPE_CHECKING:
-    # Generic only in the type stubs; the classes themselves take no parameters.
-    Handler = grpc.RpcMethodHandler[Any, Any]
+    # Generic only in the type stubs; the class itself takes no parameters.
     _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
     _Interceptor = grpc.aio.ServerInterceptor
@@ -119,23 +118,12 @@ class _Guard:
 
     def wrap(self, handler: Handler) -> Handler:
         """``handler`` with the checks in front of its behaviour."""
-        if handler.request_streaming and handler.response_streaming:
-            make, inner = grpc.stream_stream_rpc_method_handler, handler.stream_stream
-            behavior: Any = self._stream_in_stream_out(inner)
-        elif handler.request_streaming:
-            make, inner = grpc.stream_unary_rpc_method_handler, handler.stream_unary
-            behavior = self._stream_in(inner)
-        elif handler.response_streaming:
-            make, inner = grpc.unary_stream_rpc_method_handler, handler.unary_stream
-            behavior = self._unary_in_stream_out(inner)
-        else:
-            make, inner = grpc.unary_unary_rpc_method_handler, handler.unary_unary
-            behavior = self._unary(inner)
-        return make(
-            behavior,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+        wrappers = {
+            CallKind.UNARY_UNARY: self._unary, CallKind.UNARY_STREAM: self._unary_in_stream_out,
+            CallKind.STREAM_UNARY: self._stream_in,
+            CallKind.STREAM_STREAM: self._stream_in_stream_out,
+        }  # fmt: skip
+        return rewrapped(handler, lambda inner, kind: wrappers[kind](inner))
 
     def _unary(self, inner: Any) -> Any:
         async def behavior(request: Any, context: Ctx) -> Any:
@@ -160,7 +148,7 @@ class _Guard:
     def _unary_in_stream_out(self, inner: Any) -> Any:
         async def behavior(request: Any, context: Ctx) -> AsyncIterator[Any]:
             await self.admit(context, request)
-            async for answer in _answers(inner(request, context)):
+            async for answer in answers(inner(request, context)):
                 yield answer
 
         return behavior
@@ -170,23 +158,13 @@ class _Guard:
             credential = await self.admit(context)
             checked = self.messages(requests, credential)
             try:
-                async for answer in _answers(inner(checked, context)):
+                async for answer in answers(inner(checked, context)):
                     yield answer
             except PermissionDenied as exc:
                 self.ours(exc)
             await self.abort_if_refused(context)
 
         return behavior
-
-
-async def _answers(result: Any) -> AsyncIterator[Any]:
-    """The answers of a streaming behaviour: an async generator's items, or none from one
-    that writes through its context and returns."""
-    if inspect.isasyncgen(result):
-        async for answer in result:
-            yield answer
-    else:
-        await result
 
 
 def auth_interceptors(

@@ -11,19 +11,14 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from server.api.status import Ctx
+from server.interceptors.handlers import Behaviour, CallKind, Handler, rewrapped
 
-if TYPE_CHECKING:  # generic in the type stubs only
-    Handler = grpc.RpcMethodHandler[Any, Any]
-else:
-    Handler = grpc.RpcMethodHandler
-# The aio server runs async behaviours, which grpc's (synchronous) type stubs do not describe.
-Behaviour = Any
 _Parse = Callable[[bytes], Any]
 
 
@@ -85,14 +80,15 @@ async def _until_malformed(
 
 def _guarded(h: Handler) -> Handler:
     assert h.request_deserializer is not None  # the caller passes on handlers without one
-    parse, serialize = _lenient(h.request_deserializer), h.response_serializer
-    if h.unary_unary is not None:
-        return grpc.unary_unary_rpc_method_handler(_unary_unary(h.unary_unary), parse, serialize)
-    if h.unary_stream is not None:
-        return grpc.unary_stream_rpc_method_handler(_unary_stream(h.unary_stream), parse, serialize)
-    if h.stream_unary is not None:
-        return grpc.stream_unary_rpc_method_handler(_stream_unary(h.stream_unary), parse, serialize)
-    return grpc.stream_stream_rpc_method_handler(_stream_stream(h.stream_stream), parse, serialize)
+    return rewrapped(h, _guard, _lenient(h.request_deserializer))
+
+
+def _guard(inner: Behaviour, kind: CallKind) -> Behaviour:
+    wrappers = {
+        CallKind.UNARY_UNARY: _unary_unary, CallKind.UNARY_STREAM: _unary_stream,
+        CallKind.STREAM_UNARY: _stream_unary, CallKind.STREAM_STREAM: _stream_stream,
+    }  # fmt: skip
+    return wrappers[kind](inner)
 
 
 def _unary_unary(inner: Behaviour) -> Behaviour:

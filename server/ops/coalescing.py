@@ -9,12 +9,10 @@ written at once (no timer, no added latency), and under load batches grow by the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
-In = TypeVar("In")
-Out = TypeVar("Out")
 
 
 class Coalescer(Generic[Item]):
@@ -68,43 +66,3 @@ class Coalescer(Generic[Item]):
         for _, done in batch:
             if not done.done():
                 done.set_result(None)
-
-
-async def answer_in_order(
-    requests: AsyncIterator[In], handle: Callable[[In], Coroutine[Any, Any, Out]], window: int
-) -> AsyncIterator[Out]:
-    """``handle`` each request, up to ``window`` at once, yielding each answer as soon as it
-    and those before it are done, in request order; no request is read while ``window`` are
-    unanswered. Reading goes on while answers wait to be taken, so a long-lived stream
-    (worker results) gets each answer without waiting for more requests."""
-    slots = asyncio.Semaphore(window)
-    started: asyncio.Queue[asyncio.Task[Out] | None] = asyncio.Queue()
-    handling: list[asyncio.Task[Out]] = []
-
-    async def read() -> None:
-        try:
-            stream = aiter(requests)
-            while True:
-                await slots.acquire()
-                try:
-                    request = await anext(stream)
-                except StopAsyncIteration:
-                    return
-                task = asyncio.create_task(handle(request))
-                handling.append(task)
-                started.put_nowait(task)
-        finally:
-            started.put_nowait(None)
-
-    reader = asyncio.create_task(read())
-    try:
-        while (task := await started.get()) is not None:
-            answer = await task
-            handling.remove(task)
-            slots.release()
-            yield answer
-        await reader  # a broken request stream raises here
-    finally:
-        reader.cancel()
-        for task in handling:
-            task.cancel()

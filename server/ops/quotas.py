@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 from tikk.clock import Clock
 from tikk.errors import ResourceExhausted
+from tikk.quotas import NamespaceQuotas
 from tikk.settings import QuotaSettings
-from tikk.store.quotas import NamespaceQuotas, QuotaStore
+from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 
 
@@ -55,7 +56,7 @@ class QuotaGate:
         clock: Clock,
         settings: QuotaSettings,
     ) -> None:
-        self.store = store
+        self._store = store
         self._schedules = schedules
         self._clock = clock
         self._settings = settings
@@ -70,7 +71,7 @@ class QuotaGate:
         now = self._clock.now_ms()
         hit = self._cache.get(namespace)
         if hit is None or now - hit.read_ms >= self._settings.cache_ms:
-            own = await self.store.get(namespace)
+            own = await self._store.get(namespace)
             hit = _Cached(own.over(self._settings.defaults), now)
             self._cache[namespace] = hit
         return hit.quotas
@@ -100,7 +101,7 @@ class QuotaGate:
     async def _check_stored(self, namespace: str, adding: int, quota: int | None) -> None:
         if quota is None:
             return
-        usage = await self.store.usage(namespace)
+        usage = await self._store.usage(namespace)
         if usage.tasks_stored + self._writing[namespace] + adding > quota:
             raise _over(
                 "tasks_stored", quota, namespace,

@@ -1,5 +1,7 @@
 """The schedule operations a client starts (create, update, delete, pause, resume, trigger,
-backfill, preview), on domain objects; ``server.api.schedules`` is their gRPC face.
+backfill, preview, reads), on domain objects: ``ScheduleOps``; ``server.api.schedules`` is
+their gRPC face. Creates count against the namespace's ``schedules`` quota, and a trigger
+against its task quotas (``server.ops.quotas``), as any create does.
 
 ``update`` and ``delete`` may take the version the client read (the schedule's ``revision``,
 which only client changes move), and a stale one is a ``Conflict``. Every write is conditional
@@ -15,9 +17,10 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from history.run_history import RunHistory
+from server.ops.quotas import QuotaGate
 from tikk.clock import Clock
 from tikk.errors import Conflict, InvalidArgument, NotFound
-from tikk.model import Task, TaskState, fingerprint
+from tikk.model import Page, Task, TaskState, fingerprint
 from tikk.ready_queue import ReadyQueue
 from tikk.schedules.model import (
     OccurrenceRecord,
@@ -41,7 +44,7 @@ def first_occurrence(spec: ScheduleSpec, schedule_id: str, now_ms: int) -> Occur
     return next_occurrence(spec, now_ms - 1, schedule_id=schedule_id)
 
 
-class Schedules:
+class ScheduleOps:
     """The schedule operations, independent of gRPC.
 
     ``queue`` is the server's ready queue: a schedule's queue is prepared there before the
@@ -57,19 +60,29 @@ class Schedules:
         limits: Limits,
         *,
         queue: ReadyQueue,
+        quotas: QuotaGate,
     ) -> None:
-        self.schedules = schedules
-        self.store = store
-        self.history = history
-        self.clock = clock
-        self.limits = limits
-        self.queue = queue
+        self._schedules = schedules
+        self._store = store
+        self._history = history
+        self._clock = clock
+        self._limits = limits
+        self._queue = queue
+        self._quotas = quotas
 
     async def create(self, schedule: Schedule) -> Schedule:
-        """Store a new schedule (or find the identical one stored before)."""
-        await self.queue.prepare([schedule.action.queue])
-        stored, _ = await self.schedules.create(schedule)
+        """Store a new schedule (or find the identical one stored before);
+        ``ResourceExhausted`` if the namespace holds its quota of schedules."""
+        await self._quotas.admit_schedule(schedule.namespace)
+        await self._queue.prepare([schedule.action.queue])
+        stored, _ = await self._schedules.create(schedule)
         return stored
+
+    async def get(self, namespace: str, schedule_id: str) -> Schedule:
+        return await self._schedules.get(namespace, schedule_id)
+
+    async def list_schedules(self, namespace: str, size: int, token: str) -> Page[Schedule]:
+        return await self._schedules.list(namespace, size, token)
 
     async def update(
         self,
@@ -83,8 +96,8 @@ class Schedules:
     ) -> Schedule:
         """Replace spec, action and policy; keep the run count, pause state and, when the spec
         is unchanged, the pending occurrence (so an update never skips or repeats one)."""
-        now = self.clock.now_ms()
-        await self.queue.prepare([action.queue])
+        now = self._clock.now_ms()
+        await self._queue.prepare([action.queue])
         digest = fingerprint(namespace, schedule_id, spec, action, policy)
 
         def edit(current: Schedule) -> Schedule:
@@ -110,21 +123,21 @@ class Schedules:
         ``expected_revision``: refuse (``Conflict``) if a client changed it since."""
 
         async def write(current: Schedule) -> Schedule:
-            return await self.schedules.replace(edit(current), current.version)
+            return await self._schedules.replace(edit(current), current.version)
 
         return await self._retrying(namespace, schedule_id, expected_revision, write)
 
     async def pause(self, namespace: str, schedule_id: str, note: str) -> Schedule:
         """Pause the schedule: its occurrences are skipped until it is resumed."""
-        return await self.change(namespace, schedule_id, _pause(note, self.clock.now_ms()))
+        return await self.change(namespace, schedule_id, _pause(note, self._clock.now_ms()))
 
     async def resume(self, namespace: str, schedule_id: str) -> Schedule:
         """Resume a paused schedule, its count of consecutive failures reset."""
-        return await self.change(namespace, schedule_id, _resume(self.clock.now_ms()))
+        return await self.change(namespace, schedule_id, _resume(self._clock.now_ms()))
 
     async def delete(self, namespace: str, schedule_id: str, expected: int | None) -> None:
         async def write(current: Schedule) -> None:
-            await self.schedules.delete(namespace, schedule_id, current.version)
+            await self._schedules.delete(namespace, schedule_id, current.version)
 
         await self._retrying(namespace, schedule_id, expected, write)
 
@@ -138,7 +151,7 @@ class Schedules:
         """``write`` the freshly read schedule, conditional on its row version; read again
         when a dispatcher step came in between."""
         for _ in range(_ATTEMPTS):
-            current = await self.schedules.get(namespace, schedule_id)
+            current = await self._schedules.get(namespace, schedule_id)
             _check_revision(current, expected_revision)
             try:
                 return await write(current)
@@ -147,11 +160,13 @@ class Schedules:
         raise Conflict(f"schedule {schedule_id!r} keeps changing; try again")
 
     async def trigger(self, namespace: str, schedule_id: str) -> Task:
-        now = self.clock.now_ms()
-        s = await self.schedules.get(namespace, schedule_id)
-        await self.queue.prepare([s.action.queue])  # an older version stored it unprepared
-        task, _ = await self.store.create(s.occurrence_task(now, now, now))
-        await self.history.record_occurrences(
+        """Run one occurrence now, counted against the namespace's task quotas."""
+        now = self._clock.now_ms()
+        s = await self._schedules.get(namespace, schedule_id)
+        await self._queue.prepare([s.action.queue])  # an older version stored it unprepared
+        async with self._quotas.creating({namespace: 1}):
+            task, _ = await self._store.create(s.occurrence_task(now, now, now))
+        await self._history.record_occurrences(
             [self._record(s, task.task_id, now, Outcome.TRIGGERED)]
         )
         return task
@@ -161,13 +176,13 @@ class Schedules:
     ) -> tuple[int, int]:
         """Run the occurrences with nominal instants in [start_ms, end_ms) now; those that
         already have a task (fired or backfilled before) are counted, not run again."""
-        now = self.clock.now_ms()
+        now = self._clock.now_ms()
         if end_ms > now:
             raise InvalidArgument("end_time", "backfill covers the past: must not be after now")
         if start_ms >= end_ms:
             raise InvalidArgument("start_time", "must be before end_time")
-        s = await self.schedules.get(namespace, schedule_id)
-        most = self.limits.max_backfill_occurrences
+        s = await self._schedules.get(namespace, schedule_id)
+        most = self._limits.max_backfill_occurrences
         found = preview(s.spec, after_ms=start_ms - 1, schedule_id=s.schedule_id,
                         count=most + 1, until_ms=end_ms - 1)  # fmt: skip
         if len(found) > most:
@@ -175,11 +190,11 @@ class Schedules:
                                               "(max_backfill_occurrences); backfill it in "
                                               "parts")  # fmt: skip
         tasks = [s.occurrence_task(o.nominal_ms, now, now) for o in found]
-        await self.queue.prepare([s.action.queue])
-        outcomes = await self.store.create_many(tasks)
+        await self._queue.prepare([s.action.queue])
+        outcomes = await self._store.create_many(tasks)
         created = [t for t, r in zip(tasks, outcomes, strict=True) if isinstance(r, tuple) and r[1]]
         records = [self._record(s, t.task_id, t.scheduled_ms, Outcome.BACKFILLED) for t in created]
-        await self.history.record_occurrences(records)
+        await self._history.record_occurrences(records)
         return len(created), len(tasks) - len(created)
 
     async def upcoming(
@@ -194,8 +209,8 @@ class Schedules:
         """The stored schedule's spec and its next ``count`` occurrences (and/or those up to
         ``until_ms``): by default from the pending one on, even if it is overdue right now;
         no more than its runs left, and none once it is finished."""
-        now = self.clock.now_ms()
-        s = await self.schedules.get(namespace, schedule_id)
+        now = self._clock.now_ms()
+        s = await self._schedules.get(namespace, schedule_id)
         if after_ms is None:
             after_ms = now if s.next_nominal_ms is None else min(now, s.next_nominal_ms - 1)
         if s.spec.max_runs is not None:
@@ -211,7 +226,7 @@ class Schedules:
         self, namespace: str, schedule_id: str, task_id: str, state: TaskState
     ) -> None:
         """Count consecutive dead-lettered occurrences; pause at the policy's threshold."""
-        now = self.clock.now_ms()
+        now = self._clock.now_ms()
         if state is TaskState.SUCCEEDED:
             edit = _succeeded(now)
         elif state is TaskState.DEAD_LETTERED:
@@ -224,7 +239,7 @@ class Schedules:
     def _record(
         self, s: Schedule, task_id: str, nominal_ms: int, outcome: Outcome
     ) -> OccurrenceRecord:
-        now = self.clock.now_ms()
+        now = self._clock.now_ms()
         return OccurrenceRecord(
             namespace=s.namespace, schedule_id=s.schedule_id, nominal_ms=nominal_ms,
             fire_ms=nominal_ms, outcome=outcome, decided_ms=now, task_id=task_id,

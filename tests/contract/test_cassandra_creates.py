@@ -16,18 +16,23 @@ import pytest
 
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
-from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.scanner import Dispatcher
+from dispatcher.settings import DispatchSettings
 from history.sqlite import SqliteRunHistory
-from server.results import Lifecycle, ResultRefused
+from server.ops.late_writes import LateWriteGuard
+from server.ops.refusals import ResultRefused
+from server.ops.results import ResultRecorder
 from server.wiring import TASK_STORES, Drivers
 from tests.contract import cassandra_keyspace
 from tests.contract.conftest import open_backend
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock
+from tikk.delivery_tokens import new_keys
 from tikk.errors import AlreadyExists, NotFound
 from tikk.model import (
     Cursor,
+    Delivery,
     ResultKind,
     RetryAt,
     RunReport,
@@ -246,14 +251,14 @@ async def test_a_run_delivered_again_completes_a_retry_whose_reporter_died(
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
     await history.start()
     await queue.start()
-    clock = ManualClock(task.due_ms + 2_000)
-    lifecycle = Lifecycle(cstore, history, queue, clock, limits=Limits())
+    clock, keys = ManualClock(task.due_ms + 2_000), new_keys()
+    guard = LateWriteGuard(cstore, clock, grace_ms=5_000)
+    results = ResultRecorder(cstore, history, queue, clock, guard=guard, keys=keys, limits=Limits())
     try:
-        again = RunReport(
-            "run-2", task.entry(), task.due_ms, kind, task.due_ms, clock.now_ms(), "w"
-        )
+        delivered = keys.signed(Delivery(task.entry(), task.due_ms))
+        again = RunReport("run-2", delivered, kind, task.due_ms, clock.now_ms(), "w")
         with pytest.raises(ResultRefused, match="not its current attempt"):
-            await lifecycle.record_result(again)
+            await results.record(again)
     finally:
         await queue.close()
         await history.close()

@@ -11,7 +11,7 @@ from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from devtools.fuzz.messages import cron_text, zone_text
-from server.schedule_ops import first_occurrence
+from server.ops.schedules import first_occurrence
 from tikk.errors import InvalidArgument
 from tikk.schedules.cron import parse_cron
 from tikk.schedules.model import (

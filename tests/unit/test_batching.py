@@ -1,4 +1,4 @@
-"""Coalescing of concurrent submits into batch writes (server.batching)."""
+"""Coalescing of concurrent submits into batch writes (server.ops.coalescing)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from server.batching import Coalescer
+from server.ops.coalescing import Coalescer
 from tikk.errors import BackendUnavailable
 
 

@@ -1,5 +1,6 @@
 """A call whose backend does not answer before the caller's deadline hears UNAVAILABLE with
-the reason (retriable), not a bare DEADLINE_EXCEEDED: a real gRPC server on a loopback port."""
+the reason (retriable), not a bare DEADLINE_EXCEEDED: a real gRPC server on a loopback port
+with the server's deadline interceptor, whose own bound is far off here."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from server.api.status import maps_errors
+from server.interceptors.deadlines import CallDeadlines
+from tikk.settings import Deadlines
 
 
 class StalledBackend(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
@@ -21,7 +23,6 @@ class StalledBackend(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
         self.delay_s = delay_s
         self.cancelled = asyncio.Event()
 
-    @maps_errors
     async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
         try:
             await asyncio.sleep(self.delay_s)
@@ -34,7 +35,7 @@ class StalledBackend(health_pb2_grpc.HealthServicer):  # type: ignore[misc]
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[StalledBackend, Any]]:
     backend = StalledBackend(delay_s=5.0)
-    server = grpc.aio.server()
+    server = grpc.aio.server(interceptors=[CallDeadlines(Deadlines(call_ms=60_000))])
     health_pb2_grpc.add_HealthServicer_to_server(backend, server)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

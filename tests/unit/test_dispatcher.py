@@ -10,7 +10,8 @@ import pytest
 
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
-from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.scanner import Dispatcher
+from dispatcher.settings import DispatchSettings
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock

@@ -12,7 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from server.batching import answer_in_order
+from server.api.streams import answer_in_order
 from server.wiring import Backends
 from tests.embedded_api import embedded_api, embedded_settings
 from tikk.settings import Limits

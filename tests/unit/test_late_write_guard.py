@@ -6,8 +6,7 @@ manual clock, so clock skew and a write that stalls are played out exactly.
 
 from __future__ import annotations
 
-import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,14 +14,15 @@ import pytest
 
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
-from dispatcher.scanner import Dispatcher, DispatchSettings
-from history.sqlite import SqliteRunHistory
-from server.results import Lifecycle
+from dispatcher.scanner import Dispatcher
+from dispatcher.settings import DispatchSettings
+from server.ops.late_writes import LateWriteGuard
+from server.ops.tasks import TaskOps
 from tests.factories import T0, make_task
+from tests.ops_parts import quota_gate
 from tikk.clock import ManualClock
-from tikk.errors import BackendUnavailable
+from tikk.errors import BackendUnavailable, TikkError
 from tikk.model import Task
-from tikk.settings import Limits
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 
@@ -37,21 +37,24 @@ class StallingStore(SqliteTaskStore):
     # The answer to the stalled create is lost (the write itself lands).
     lose_answer = False
 
-    async def create(self, task: Task) -> tuple[Task, bool]:
+    async def create_many(
+        self, tasks: Sequence[Task], *, new_ids: bool = False
+    ) -> list[tuple[Task, bool] | TikkError]:
         stalled = callable(self.stall)
         if callable(self.stall):
             stall, self.stall = self.stall, None
             await stall()
-        outcome = await super().create(task)
+        outcomes = await super().create_many(tasks, new_ids=new_ids)
         if stalled and self.lose_answer:
             raise BackendUnavailable("cassandra: request timed out")
-        return outcome
+        return outcomes
 
 
 @dataclass
 class Rig:
     store: StallingStore
-    lifecycle: Lifecycle
+    tasks: TaskOps
+    guard: LateWriteGuard
     dispatcher: Dispatcher
     consumer: LocalQueueConsumer
     server_clock: ManualClock
@@ -73,23 +76,20 @@ class Rig:
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     store = StallingStore(str(tmp_path / "tikk.db"), SHARDS)
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
-    history = SqliteRunHistory(str(tmp_path / "history.db"))
     await store.start()
-    await history.start()
     server_clock, dispatcher_clock = ManualClock(T0), ManualClock(T0)
-    lifecycle = Lifecycle(
-        store, history, queue, server_clock, limits=Limits(), rng=random.Random(1)
-    )
+    guard = LateWriteGuard(store, server_clock, grace_ms=5_000)
     settings = DispatchSettings(late_write_grace_s=5, cursor_flush_interval_ms=0)
     owner = SingleOwner(SHARDS, 1)
     dispatcher = Dispatcher(store, queue, owner, dispatcher_clock, settings=settings)
     consumer = LocalQueueConsumer(str(tmp_path / "queue.db"), ["q"], 60_000)
     await queue.start()
     await consumer.start()
-    yield Rig(store, lifecycle, dispatcher, consumer, server_clock, dispatcher_clock)
+    async with quota_gate(str(tmp_path / "tikk.db"), server_clock) as quotas:
+        tasks = TaskOps(store, queue, server_clock, guard=guard, quotas=quotas)
+        yield Rig(store, tasks, guard, dispatcher, consumer, server_clock, dispatcher_clock)
     await consumer.close()
     await queue.close()
-    await history.close()
     await store.close()
 
 
@@ -104,7 +104,7 @@ async def test_a_create_that_became_durable_too_late_is_moved_and_fires(rig: Rig
         rig.server_clock.set(T0 + 29_000)
 
     rig.store.stall = stall
-    stored, created = await rig.lifecycle.create(due_now)
+    stored, created = await rig.tasks.create(due_now)
     assert created
     assert stored.due_ms >= T0 + 29_000  # moved to when it became durable
     assert stored.scheduled_ms == due_now.scheduled_ms  # same occurrence, same key
@@ -116,10 +116,8 @@ async def test_a_server_clock_behind_the_dispatchers_cannot_write_behind_a_curso
 ) -> None:
     await rig.run_dispatcher(T0 + 30_000)
     rig.server_clock.set(T0 + 20_000)  # ten seconds behind the dispatcher
-    await rig.lifecycle.guard.refresh()
-    stored, _ = await rig.lifecycle.create(
-        make_task("skewed", due_ms=T0 + 20_000, shard_count=SHARDS)
-    )
+    await rig.guard.refresh()
+    stored, _ = await rig.tasks.create(make_task("skewed", due_ms=T0 + 20_000, shard_count=SHARDS))
     cursor = await rig.store.get_cursor(stored.shard)
     assert stored.due_ms // 1000 > cursor.second
     assert "clock skew" in caplog.text
@@ -129,9 +127,9 @@ async def test_a_server_clock_behind_the_dispatchers_cannot_write_behind_a_curso
 async def test_rows_well_ahead_of_the_cursors_are_left_alone(rig: Rig) -> None:
     await rig.run_dispatcher(T0 + 30_000)
     rig.server_clock.set(T0 + 30_000)
-    await rig.lifecycle.guard.refresh()
+    await rig.guard.refresh()
     task = make_task("on-time", due_ms=T0 + 30_000, shard_count=SHARDS)
-    stored, _ = await rig.lifecycle.create(task)
+    stored, _ = await rig.tasks.create(task)
     assert stored.due_ms == task.due_ms
     assert await rig.run_dispatcher(T0 + 31_000) == ["on-time"]
 
@@ -147,10 +145,10 @@ async def test_a_write_whose_answer_was_lost_is_found_and_moved(rig: Rig) -> Non
 
     rig.store.stall, rig.store.lose_answer = stall, True
     with pytest.raises(BackendUnavailable):
-        await rig.lifecycle.create(make_task("orphan", due_ms=T0 + 20_000, shard_count=SHARDS))
-    assert rig.lifecycle.guard.in_doubt == 1
-    await rig.lifecycle.guard.settle_doubts()
-    assert rig.lifecycle.guard.in_doubt == 0
+        await rig.tasks.create(make_task("orphan", due_ms=T0 + 20_000, shard_count=SHARDS))
+    assert rig.guard.in_doubt == 1
+    await rig.guard.settle_doubts()
+    assert rig.guard.in_doubt == 0
     assert await rig.run_dispatcher(T0 + 35_000) == ["orphan"]
 
 
@@ -160,9 +158,9 @@ async def test_a_write_that_never_landed_is_given_up_after_settling(rig: Rig) ->
 
     rig.store.stall = down
     with pytest.raises(BackendUnavailable):
-        await rig.lifecycle.create(make_task("never", shard_count=SHARDS))
-    await rig.lifecycle.guard.settle_doubts()
-    assert rig.lifecycle.guard.in_doubt == 1  # absent so far; a late write could still land
+        await rig.tasks.create(make_task("never", shard_count=SHARDS))
+    await rig.guard.settle_doubts()
+    assert rig.guard.in_doubt == 1  # absent so far; a late write could still land
     rig.server_clock.advance(30_000)
-    await rig.lifecycle.guard.settle_doubts()
-    assert rig.lifecycle.guard.in_doubt == 0
+    await rig.guard.settle_doubts()
+    assert rig.guard.in_doubt == 0

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
-from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.scanner import Dispatcher
 from dispatcher.schedule_steps import ScheduleStepper
+from dispatcher.settings import DispatchSettings
 from history.sqlite import SqliteRunHistory
 from tests.factories import T0, make_schedule
 from tikk.clock import ManualClock

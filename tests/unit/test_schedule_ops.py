@@ -11,12 +11,14 @@ import pytest
 
 from dispatcher.ready_queue.local import LocalReadyQueue
 from history.sqlite import SqliteRunHistory
-from server.schedule_ops import Schedules
+from server.ops.quotas import QuotaGate
+from server.ops.schedules import ScheduleOps
 from tests.factories import T0, make_schedule
 from tikk.clock import ManualClock
 from tikk.errors import Conflict
 from tikk.schedules.spec import ScheduleSpec
-from tikk.settings import Limits
+from tikk.settings import Limits, QuotaSettings
+from tikk.store.sqlite.quotas import SqliteQuotaStore
 from tikk.store.sqlite.schedules import SqliteScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
 
@@ -24,23 +26,26 @@ SHARDS = 4
 
 
 @pytest.fixture
-async def ops(tmp_path: Path) -> AsyncIterator[Schedules]:
+async def ops(tmp_path: Path) -> AsyncIterator[ScheduleOps]:
     db = str(tmp_path / "tikk.db")
     parts = (
         SqliteScheduleStore(db),
         SqliteTaskStore(db, SHARDS),
         SqliteRunHistory(str(tmp_path / "history.db")),
         LocalReadyQueue(str(tmp_path / "queue.db")),
+        SqliteQuotaStore(db),
     )
-    schedules, store, history, queue = parts
+    schedules, store, history, queue, quota_store = parts
     for part in parts:
         await part.start()
-    yield Schedules(schedules, store, history, ManualClock(T0), Limits(), queue=queue)
+    clock = ManualClock(T0)
+    quotas = QuotaGate(quota_store, schedules, clock, QuotaSettings())
+    yield ScheduleOps(schedules, store, history, clock, Limits(), queue=queue, quotas=quotas)
     for part in parts:
         await part.close()
 
 
-async def test_update_keeps_the_pending_occurrence_while_the_spec_stays(ops: Schedules) -> None:
+async def test_update_keeps_the_pending_occurrence_while_the_spec_stays(ops: ScheduleOps) -> None:
     s = await ops.create(make_schedule("s", shard_count=SHARDS))
     action = replace(s.action, handler="h2")
     updated = await ops.update(
@@ -51,7 +56,7 @@ async def test_update_keeps_the_pending_occurrence_while_the_spec_stays(ops: Sch
     assert updated.fingerprint != s.fingerprint
 
 
-async def test_update_with_a_new_spec_starts_its_chain_from_now(ops: Schedules) -> None:
+async def test_update_with_a_new_spec_starts_its_chain_from_now(ops: ScheduleOps) -> None:
     s = await ops.create(make_schedule("s", shard_count=SHARDS, next_nominal_ms=T0 + 40_000))
     every_hour = ScheduleSpec(interval_ms=3_600_000)
     updated = await ops.update("default", "s", spec=every_hour, action=s.action, policy=s.policy)
@@ -60,7 +65,7 @@ async def test_update_with_a_new_spec_starts_its_chain_from_now(ops: Schedules) 
 
 
 async def test_update_from_a_stale_revision_is_a_conflict_and_changes_nothing(
-    ops: Schedules,
+    ops: ScheduleOps,
 ) -> None:
     s = await ops.create(make_schedule("s", shard_count=SHARDS))
     await ops.pause("default", "s", "deploy")
@@ -69,10 +74,10 @@ async def test_update_from_a_stale_revision_is_a_conflict_and_changes_nothing(
             "default", "s", spec=s.spec, action=replace(s.action, handler="h2"),
             policy=s.policy, expected_revision=1,
         )  # fmt: skip
-    assert (await ops.schedules.get("default", "s")).action.handler == "h"
+    assert (await ops.get("default", "s")).action.handler == "h"
 
 
-async def test_pause_and_resume(ops: Schedules) -> None:
+async def test_pause_and_resume(ops: ScheduleOps) -> None:
     await ops.create(make_schedule("s", shard_count=SHARDS))
     paused = await ops.pause("default", "s", "deploy")
     assert (paused.paused, paused.pause_note, paused.revision) == (True, "deploy", 2)
@@ -81,7 +86,7 @@ async def test_pause_and_resume(ops: Schedules) -> None:
 
 
 async def test_upcoming_starts_at_the_pending_occurrence_and_stops_at_max_runs(
-    ops: Schedules,
+    ops: ScheduleOps,
 ) -> None:
     s = make_schedule("s", shard_count=SHARDS, interval_ms=60_000, next_nominal_ms=T0 - 20_000)
     await ops.create(s.evolve(spec=replace(s.spec, max_runs=3), runs=1))
@@ -94,7 +99,7 @@ async def test_upcoming_starts_at_the_pending_occurrence_and_stops_at_max_runs(
     assert none == []
 
 
-async def test_trigger_creates_a_task_of_the_schedule_now(ops: Schedules) -> None:
+async def test_trigger_creates_a_task_of_the_schedule_now(ops: ScheduleOps) -> None:
     await ops.create(make_schedule("s", shard_count=SHARDS))
     task = await ops.trigger("default", "s")
     assert (task.schedule_id, task.task_id, task.due_ms) == ("s", f"s@{T0}", T0)

@@ -1,6 +1,6 @@
-"""Schedule-to-start timeouts, end to end through the dispatcher and the server's lifecycle on
-the real embedded store, queue and run history with a manual clock: an attempt nobody starts
-in time is dead-lettered with the reason; one a worker started is left alone."""
+"""Schedule-to-start timeouts, end to end through the dispatcher and the server's result
+recorder on the real embedded store, queue and run history with a manual clock: an attempt
+nobody starts in time is dead-lettered with the reason; one a worker started is left alone."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ import pytest
 
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
-from dispatcher.scanner import Dispatcher, DispatchSettings
-from dispatcher.start_timeouts import StartExpiry
+from dispatcher.scanner import Dispatcher
+from dispatcher.settings import DispatchSettings
 from history.sqlite import SqliteRunHistory
-from server.results import Lifecycle
+from server.ops.late_writes import LateWriteGuard
+from server.ops.refusals import StartTooLate
+from server.ops.results import ResultRecorder
+from server.ops.start_timeouts import StartTimeouts
 from tests.factories import T0, make_task
 from tikk import delivery_codec
 from tikk.clock import ManualClock
+from tikk.delivery_tokens import DeliveryKeys, new_keys
 from tikk.model import START_TIMEOUT, ResultKind, RunReport, RunStatus, Task, TaskState
 from tikk.settings import Limits
 from tikk.store.sqlite.tasks import SqliteTaskStore
@@ -32,16 +36,20 @@ SHARDS = 2
 class Rig:
     store: SqliteTaskStore
     history: SqliteRunHistory
-    lifecycle: Lifecycle
+    queue: LocalReadyQueue
+    results: ResultRecorder
+    keys: DeliveryKeys
     clock: ManualClock
     tmp: Path
 
     def dispatcher(self, epoch: int = 1) -> Dispatcher:
-        queue = self.lifecycle.queue
-        expiry = StartExpiry(self.store, self.history, queue)
+        expiry = StartTimeouts(self.store, self.history, self.queue)
         settings = DispatchSettings(cursor_flush_interval_ms=0)
         owner = SingleOwner(SHARDS, epoch)
-        return Dispatcher(self.store, queue, owner, self.clock, settings=settings, expiry=expiry)
+        return Dispatcher(
+            self.store, self.queue, owner, self.clock, settings=settings, expiry=expiry,
+            keys=self.keys,
+        )  # fmt: skip
 
     async def run(self, d: Dispatcher, until_ms: int) -> None:
         while self.clock.now_ms() < until_ms:
@@ -61,10 +69,13 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     await store.start()
     await history.start()
     queue = LocalReadyQueue(str(tmp_path / "queue.db"))
-    clock = ManualClock(T0)
-    lifecycle = Lifecycle(store, history, queue, clock, limits=Limits(), rng=random.Random(1))
+    clock, keys = ManualClock(T0), new_keys()
+    results = ResultRecorder(
+        store, history, queue, clock, guard=LateWriteGuard(store, clock, grace_ms=5_000),
+        keys=keys, limits=Limits(), rng=random.Random(1),
+    )  # fmt: skip
     await queue.start()
-    yield Rig(store, history, lifecycle, clock, tmp_path)
+    yield Rig(store, history, queue, results, keys, clock, tmp_path)
     await queue.close()
     await history.close()
     await store.close()
@@ -101,8 +112,8 @@ async def test_an_attempt_a_worker_started_in_time_is_left_to_run(rig: Rig) -> N
         [message] = await consumer.fetch(10)
         delivery = delivery_codec.from_proto(message.delivery, SHARDS)
         assert delivery.entry.start_timeout_ms == 5_000
-        report = RunReport("r1", delivery.entry, delivery.fired_ms, ResultKind.STARTED, 0, 0, "w")
-        assert await rig.lifecycle.claim_start(report)
+        report = RunReport("r1", delivery, ResultKind.STARTED, 0, 0, "w")
+        await rig.results.record(report)  # the claim is won: no refusal
         await rig.run(d, T0 + 10_000)
         assert (await rig.store.get("default", "busy")).state is TaskState.DISPATCHED
         assert d.stats.expired == 0
@@ -118,8 +129,9 @@ async def test_a_worker_that_asks_too_late_runs_nothing(rig: Rig) -> None:
         [message] = await consumer.fetch(10)
         delivery = delivery_codec.from_proto(message.delivery, SHARDS)
         rig.clock.set(T0 + 7_500)  # the worker took 5.5 s to get to it; nothing ticked
-        report = RunReport("r1", delivery.entry, delivery.fired_ms, ResultKind.STARTED, 0, 0, "w")
-        assert not await rig.lifecycle.claim_start(report)
+        report = RunReport("r1", delivery, ResultKind.STARTED, 0, 0, "w")
+        with pytest.raises(StartTooLate):
+            await rig.results.record(report)
         task = await rig.store.get("default", "late")
         assert (task.state, task.last_error_type) == (TaskState.DEAD_LETTERED, START_TIMEOUT)
     finally:

@@ -25,10 +25,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
-from dispatcher.scanner import Dispatcher, DispatchSettings
+from dispatcher.scanner import Dispatcher
+from dispatcher.settings import DispatchSettings
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
 from tikk.errors import InvalidArgument
+from tikk.model import Delivery
 from tikk.schedules.model import OccurrenceRecord, Outcome
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import advance_cursor
@@ -91,13 +93,11 @@ def trace_hex(span: ReadableSpan) -> tuple[str, str, str]:
 def test_off_is_the_no_op_and_builds_nothing() -> None:
     assert type(open_telemetry("off", "x")) is Telemetry
     assert build_providers("", "x") is None
-    entry = make_task("a").entry()
-    with Telemetry().dispatching([entry], T0 + 5) as deliveries:
-        assert [(d.entry, d.fired_ms, dict(d.trace_context)) for d in deliveries] == [
-            (entry, T0 + 5, {})
-        ]
-    with Telemetry().call_span("x", [("traceparent", TRACEPARENT)]) as trace:
-        assert trace == {}
+    built = [Delivery(make_task("a").entry(), T0 + 5)]
+    with Telemetry().dispatching(built) as deliveries:
+        assert deliveries is built  # what the dispatcher built goes out untouched
+    with Telemetry().call_span("x", [("traceparent", TRACEPARENT)]):
+        assert Telemetry().current_trace() == {}
 
 
 def test_an_unknown_exporter_is_refused_by_name() -> None:
@@ -112,7 +112,7 @@ def test_a_process_without_telemetry_never_imports_opentelemetry() -> None:
         "import server.runtime, server.api.tasks, dispatcher.scanner, worker_sdk\n"
         "from tikk.telemetry import open_telemetry\n"
         "t = open_telemetry('off', 'x')\n"
-        "with t.dispatching([], 0): pass\n"
+        "with t.dispatching([]): pass\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -122,8 +122,9 @@ def test_a_process_without_telemetry_never_imports_opentelemetry() -> None:
 def test_the_call_span_continues_the_callers_trace(recorded: Recorded) -> None:
     telemetry = OtelTelemetry(recorded.providers, owns_providers=False)
     metadata = [("traceparent", TRACEPARENT), ("user-agent", "grpc")]
-    with telemetry.call_span("tikk.v1.TaskService/CreateTask", metadata) as trace:
-        pass
+    with telemetry.call_span("tikk.v1.TaskService/CreateTask", metadata):
+        trace = telemetry.current_trace()
+    assert telemetry.current_trace() == {}  # outside the span, nothing to carry
     (span,) = recorded.finished()
     trace_id, span_id, parent = trace_hex(span)
     assert (trace_id, parent, span.kind) == (TRACE_ID, CALLER_SPAN, SpanKind.SERVER)
@@ -135,7 +136,8 @@ def test_dispatch_spans_are_children_of_the_task_and_counted(recorded: Recorded)
     telemetry = OtelTelemetry(recorded.providers, owns_providers=False)
     entry = make_task("a", due_ms=T0).evolve(trace_context={"traceparent": TRACEPARENT}).entry()
     untraced = make_task("b", due_ms=T0 + 100).entry()
-    with telemetry.dispatching([entry, untraced], T0 + 140) as deliveries:
+    built = [Delivery(entry, T0 + 140), Delivery(untraced, T0 + 140)]
+    with telemetry.dispatching(built) as deliveries:
         pass
     spans = sorted(recorded.finished(), key=lambda s: str(attrs(s)["tikk.task_id"]))
     assert [s.name for s in spans] == ["dispatch q", "dispatch q"]
@@ -154,7 +156,8 @@ def test_dispatch_spans_are_children_of_the_task_and_counted(recorded: Recorded)
 
 def test_a_failed_publish_marks_its_spans_and_counts_nothing(recorded: Recorded) -> None:
     telemetry = OtelTelemetry(recorded.providers, owns_providers=False)
-    with pytest.raises(ConnectionError), telemetry.dispatching([make_task().entry()], T0):
+    built = [Delivery(make_task().entry(), T0)]
+    with pytest.raises(ConnectionError), telemetry.dispatching(built):
         raise ConnectionError("queue down")
     (span,) = recorded.finished()
     assert span.status.status_code is StatusCode.ERROR
@@ -288,7 +291,7 @@ def test_otlp_export_reaches_a_grpc_collector() -> None:
     try:
         telemetry = open_telemetry(f"otlp:http://127.0.0.1:{port}", "tikk-test")
         entry = make_task("a").evolve(trace_context={"traceparent": TRACEPARENT}).entry()
-        with telemetry.dispatching([entry], T0):
+        with telemetry.dispatching([Delivery(entry, T0)]):
             pass
         started = time.monotonic()
         telemetry.shutdown()  # flushes the batch

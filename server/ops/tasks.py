@@ -1,0 +1,164 @@
+"""The task operations a client starts, independent of gRPC: ``TaskOps``.
+
+Every create, single or imported, takes one path (``create_many``):
+
+1. each queue is prepared first, on its own, so that one that fails holds up no other and a
+   task accepted for a queue that cannot take it is never stored (its items get the
+   queue's error);
+2. the whole lot is admitted against the namespaces' quotas before anything of it is written
+   (``server.ops.quotas``), or refused whole;
+3. every due row is placed where a dispatcher will still read it, and one written too late is
+   moved (``server.ops.late_writes``);
+4. the store writes them: tasks under a client's id with the existence check that makes a
+   repeated create idempotent, tasks under ids the server chose without it.
+
+Cancels and re-drives go through the same guard; reads go to the store as they are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from collections.abc import AsyncIterator, Collection, Sequence
+
+from server.ops.late_writes import LateWriteGuard
+from server.ops.quotas import QuotaGate
+from tikk.buckets import shard_of
+from tikk.clock import Clock
+from tikk.errors import TikkError
+from tikk.model import Page, Task, TaskState
+from tikk.paging import decode_token, encode_token
+from tikk.ready_queue import QueueBacklog, ReadyQueue
+from tikk.store.tasks import TaskStore
+
+# What creating one task came to: the task as stored and whether this call created it, or
+# why it was refused.
+Created = tuple[Task, bool] | TikkError
+
+
+class ImportStream:
+    """The creates of one ImportTasks stream: it counts against the ``import_streams`` quota
+    of each namespace it carries tasks of, from its first batch of that namespace on."""
+
+    def __init__(self, tasks: TaskOps, quotas: QuotaGate) -> None:
+        self._tasks = tasks
+        self._quotas = quotas
+        self.claimed: set[str] = set()
+
+    async def create_many(self, tasks: Sequence[Task]) -> list[Created]:
+        """``TaskOps.create_many``, once the stream holds a slot of each namespace of
+        ``tasks``; raises ``ResourceExhausted`` (nothing written) if one has no slot left."""
+        for namespace in sorted({t.namespace for t in tasks}):
+            await self._quotas.claim_import_stream(namespace, self.claimed)
+        return await self._tasks.create_many(tasks)
+
+
+class TaskOps:
+    """Creates, cancels, re-drives and reads tasks (see the module)."""
+
+    def __init__(
+        self,
+        store: TaskStore,
+        queue: ReadyQueue,
+        clock: Clock,
+        *,
+        guard: LateWriteGuard,
+        quotas: QuotaGate,
+    ) -> None:
+        self._store = store
+        self._queue = queue
+        self._clock = clock
+        self._guard = guard
+        self._quotas = quotas
+
+    async def create(self, task: Task) -> tuple[Task, bool]:
+        """``create_many`` of one task, raising its refusal."""
+        [outcome] = await self.create_many([task])
+        if isinstance(outcome, TikkError):
+            raise outcome
+        return outcome
+
+    async def create_many(self, tasks: Sequence[Task]) -> list[Created]:
+        """Create ``tasks`` (see the module): one outcome per task, in order. Raises
+        ``ResourceExhausted`` (nothing written) over a quota, ``BackendUnavailable`` when the
+        store fails part-way (what was written stays, and a repeat creates nothing twice
+        under client ids)."""
+        refused = await self._prepare_each({t.queue for t in tasks})
+        outcomes: list[Created | None] = [refused.get(t.queue) for t in tasks]
+        kept = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        async with self._quotas.creating(Counter(tasks[i].namespace for i in kept)):
+            for assigned in (False, True):
+                chosen = [i for i in kept if tasks[i].id_assigned is assigned]
+                written = await self._write([tasks[i] for i in chosen], new_ids=assigned)
+                for i, outcome in zip(chosen, written, strict=True):
+                    outcomes[i] = outcome
+        return [o for o in outcomes if o is not None]
+
+    async def _write(self, tasks: Sequence[Task], *, new_ids: bool) -> list[Created]:
+        if not tasks:
+            return []
+        placed = [self._guard.place(t) for t in tasks]
+        async with self._guard.watching((t.namespace, t.task_id) for t in placed):
+            outcomes = await self._store.create_many(placed, new_ids=new_ids)
+        written = [o[0] for o in outcomes if not isinstance(o, TikkError)]
+        confirmed = iter(await self._guard.confirm(written))
+        return [o if isinstance(o, TikkError) else (next(confirmed), o[1]) for o in outcomes]
+
+    async def _prepare_each(self, queues: Collection[str]) -> dict[str, TikkError]:
+        """Prepare each of ``queues`` on its own; returns the error of each that failed."""
+        ordered = sorted(queues)
+        outcomes = await asyncio.gather(
+            *(self._queue.prepare([q]) for q in ordered), return_exceptions=True
+        )
+        refused: dict[str, TikkError] = {}
+        for queue, outcome in zip(ordered, outcomes, strict=True):
+            if isinstance(outcome, TikkError):
+                refused[queue] = outcome
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return refused
+
+    @contextlib.asynccontextmanager
+    async def importing(self) -> AsyncIterator[ImportStream]:
+        """An import stream's creates, its quota slots released when the block ends."""
+        stream = ImportStream(self, self._quotas)
+        try:
+            yield stream
+        finally:
+            self._quotas.release_import_streams(stream.claimed)
+
+    async def cancel(self, namespace: str, task_id: str) -> Task:
+        """Cancel a task not dispatched yet (see ``TaskStore.cancel``)."""
+        return await self._store.cancel(namespace, task_id, self._clock.now_ms())
+
+    async def redrive(self, namespace: str, task_id: str) -> Task:
+        """Schedule a dead-lettered task again, now, with a fresh attempt count."""
+        shard = shard_of(namespace, task_id, self._store.shard_count)
+        due = self._guard.place_due(shard, self._clock.now_ms())
+        async with self._guard.watching([(namespace, task_id)]):
+            redriven = await self._store.redrive(namespace, task_id, due)
+        [task] = await self._guard.confirm([redriven])
+        return task
+
+    async def get(self, namespace: str, task_id: str) -> Task:
+        return await self._store.get(namespace, task_id)
+
+    async def list_tasks(
+        self, namespace: str, queue: str, state: TaskState | None, size: int, token: str
+    ) -> Page[Task]:
+        return await self._store.list_tasks(namespace, queue, state, size, token)
+
+    async def dead_letters(self, namespace: str, queue: str, size: int, token: str) -> Page[Task]:
+        """Dead-lettered tasks of the namespace, of one queue or ("") of all."""
+        now = self._clock.now_ms()
+        return await self._store.list_dead_letters(namespace, queue, size, token, now)
+
+    async def queues(self, size: int, token: str) -> Page[QueueBacklog]:
+        """What waits in each ready queue, by name, a page at a time."""
+        parts = decode_token(token, (str,))
+        after = str(parts[0]) if parts else ""
+        backlog = [b for b in await self._queue.backlog() if b.queue > after]
+        page = backlog[:size]
+        more = len(backlog) > size
+        return Page(page, encode_token(page[-1].queue) if more else "")
