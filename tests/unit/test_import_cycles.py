@@ -4,46 +4,17 @@ others): each package's layering stays visible in its imports. Imports under
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("tikk", "server", "dispatcher", "worker_sdk", "history", "devtools")
+from tests.source_tree import PACKAGED, imported, module_name, sources
+
+# The packages whose modules must not import each other in a circle (tests and examples
+# import freely, and nothing imports them).
+PACKAGES = (*PACKAGED, "devtools")
 
 
 def modules() -> dict[str, Path]:
-    found = {}
-    for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            if parts[:2] == ("tikk", "v1"):
-                continue  # generated
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            found[name] = path
-    return found
-
-
-def _type_checking_only(tree: ast.Module) -> set[int]:
-    skipped = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped |= {id(inner) for inner in ast.walk(node)}
-    return skipped
-
-
-def imported(path: Path) -> Iterator[str]:
-    """Every module name an import statement of ``path`` names (at any depth)."""
-    tree = ast.parse(path.read_text())
-    skipped = _type_checking_only(tree)
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
-        if isinstance(node, ast.Import):
-            yield from (alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            yield node.module
-            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+    return {module_name(path): path for path in sources(PACKAGES)}
 
 
 def import_graph() -> dict[str, set[str]]:
