@@ -95,7 +95,7 @@ def cassandra_ceiling(
 ) -> CeilingResult:
     """Write ``n`` tasks into a scratch keyspace (dropped afterwards) with the bare driver."""
     from devtools.stack import login
-    from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
+    from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
     from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
     keyspace = f"tikk_ceiling_{uuid.uuid4().hex[:8]}"
@@ -103,7 +103,7 @@ def cassandra_ceiling(
     db = CassandraSession(CassandraConfig.from_url(login(f"cassandra://{host}:{port}/{keyspace}")))
     db.connect()
     try:
-        migrate(db, STORE_MIGRATIONS, REPLICATION)
+        run_migrations(db, STORE_MIGRATIONS, REPLICATION)
         spent = sum(_write_chunk(db, chunk) for chunk in task_chunks(n, spread, queue, shards))
     finally:
         try:
