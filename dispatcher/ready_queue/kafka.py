@@ -170,7 +170,7 @@ class KafkaReadyQueue:
         self._queues.update(d.entry.queue for d in deliveries)
         records = [
             _Record(
-                self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode(d),
+                self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode_delivery(d),
                 trace_headers(d.trace_context),
             )
             for d in deliveries
