@@ -46,7 +46,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tikk.drivers.kafka import check_login
+from tikk.drivers.kafka import REQUEST_TIMEOUT_S, check_login, create_topics
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import KafkaQueueUrl
 from worker_sdk.queues.consumer import GroupTiming, Message, decode_delivery
@@ -54,15 +54,12 @@ from worker_sdk.queues.kafka_ledger import PartitionLedger
 
 try:
     from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.admin import AIOKafkaAdminClient
     from aiokafka.errors import (
         CommitFailedError,
         ConsumerStoppedError,
         IllegalStateError,
         KafkaError,
-        NoError,
-        TopicAlreadyExistsError,
-        for_code,
     )
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
@@ -72,7 +69,6 @@ log = logging.getLogger("tikk.worker.kafka")
 Partition = tuple[str, int]  # (topic, partition), equal to aiokafka's TopicPartition
 _WAIT_MS = 20  # how long an idle fetch waits for a message
 _POLL_GRACE_MS = 20  # getmany waits out a rebalance; fetch gives it this much longer, no more
-_REQUEST_TIMEOUT_S = 10.0  # a commit or offset read that takes longer fails
 
 
 @contextlib.contextmanager
@@ -200,7 +196,7 @@ class _QueueLane:
             offsets = {TopicPartition(*tp): target for tp, _, target in targets}
             with _consumer_unavailable("commit"):
                 try:
-                    async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                    async with asyncio.timeout(REQUEST_TIMEOUT_S):
                         await self._consumer.commit(offsets)
                 except (CommitFailedError, IllegalStateError):
                     return  # the group moved on: the partitions' next owners re-read them
@@ -268,7 +264,7 @@ class _QueueLane:
         if not tps:
             return {}  # an empty list would ask for every partition of the group
         try:
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 found = await self._admin.list_consumer_group_offsets(self._group, partitions=tps)
         except Exception as exc:  # a failure keeps the partitions paused and is retried
             log.warning("queue %s: reading commits failed (%r); retrying", self.queue, exc)
@@ -397,8 +393,7 @@ class KafkaQueueConsumer:
         self._admin = AIOKafkaAdminClient(**self._config.client_options())
         try:
             await self._admin.start()
-            await _create_topics(self._admin, self._config, self._queues)
-            await _until_visible(self._admin, [self._config.topic(q) for q in self._queues])
+            await _ensure_topics(self._admin, self._config, self._queues)
             for queue in self._queues:
                 self._lanes.append(await self._join(queue))
         except BaseException:
@@ -434,20 +429,21 @@ class KafkaQueueConsumer:
         return lane
 
 
-async def _create_topics(admin: Any, config: KafkaQueueUrl, queues: list[str]) -> None:
-    new = [NewTopic(config.topic(q), config.partitions, config.replication) for q in queues]
-    response = await admin.create_topics(new)
-    for topic, code, *_ in response.topic_errors:
-        error = for_code(code)
-        # The dispatcher or another worker may have created it first: that is success.
-        if error not in (NoError, TopicAlreadyExistsError):
-            raise BackendUnavailable(f"kafka: creating topic {topic!r} failed: {error}")
+async def _ensure_topics(admin: Any, config: KafkaQueueUrl, queues: list[str]) -> None:
+    """Create the topics of ``queues`` that are missing (as the producer does, so either may
+    start first) and wait until they are visible."""
+    topics = [config.topic(q) for q in queues]
+    refused = await create_topics(admin, config, topics)
+    if refused:
+        first = refused[0]
+        raise BackendUnavailable(f"kafka: creating topic {first.topic!r} failed: {first.error}")
+    await _until_visible(admin, topics)
 
 
 async def _until_visible(admin: Any, topics: list[str]) -> None:
     """Wait until the brokers list every partition of ``topics`` with a leader. A new topic
     takes a moment to appear, and a group leader assigning before then assigns nothing."""
-    deadline = asyncio.get_running_loop().time() + _REQUEST_TIMEOUT_S
+    deadline = asyncio.get_running_loop().time() + REQUEST_TIMEOUT_S
     while not all(map(_has_leaders, await admin.describe_topics(topics))):
         if asyncio.get_running_loop().time() > deadline:
             raise BackendUnavailable(f"kafka: topics {topics} have no leaders yet")
