@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 import grpc
 
 from tikk.client.transport import Transport
+from tikk.clock import Clock, SystemClock
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
@@ -87,10 +88,6 @@ def _check_queue_name(queue: str) -> None:
         )
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 def _dt(ts: Any) -> datetime:
     return datetime.fromtimestamp(ts.ToMilliseconds() / 1000, tz=UTC)
 
@@ -106,8 +103,10 @@ class Worker:
     are the consumer-group timing on Kafka (a killed worker's partitions move after about the
     session; the heartbeat must be under a third of it); ``report_timeout_s`` is how long
     results may go unacknowledged before the worker steps aside. ``clock`` (monotonic
-    seconds) times that. ``transport`` (``tikk.client.Transport``) says how to reach the
-    server: TLS, a client certificate, a bearer token; ``run`` may override it.
+    seconds) times that. ``wall_clock`` (``tikk.clock.Clock``, the system clock by default)
+    stamps when runs start and finish, and times the local queue's leases. ``transport``
+    (``tikk.client.Transport``) says how to reach the server: TLS, a client certificate, a
+    bearer token; ``run`` may override it.
     """
 
     def __init__(
@@ -125,6 +124,7 @@ class Worker:
         report_timeout_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
         transport: Transport | None = None,
+        wall_clock: Clock | None = None,
     ) -> None:
         if not queues:
             raise ValueError("a Worker needs at least one queue")
@@ -146,6 +146,7 @@ class Worker:
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
         self._clock = clock
+        self._wall_clock = wall_clock or SystemClock()
         # How ``run`` reaches the server (TLS, client certificate, token); plaintext if None.
         self.transport = transport or Transport()
         self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s)
@@ -220,7 +221,7 @@ class Worker:
                 return self.completed
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
             url = queue_url or config.queue_url
-            intake = _Intake(url, self.queues, visibility_ms, self.group_timing)
+            intake = _Intake(url, self.queues, visibility_ms, self.group_timing, self._wall_clock)
             out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
             out.results.start()
             out.commits.start()
@@ -342,7 +343,7 @@ class Worker:
             run_id=uuid.uuid4().hex, delivery=d, kind=worker_pb2.RESULT_KIND_STARTED,
             worker_id=self.worker_id,
         )  # fmt: skip
-        claim.start_time.FromMilliseconds(_now_ms())
+        claim.start_time.FromMilliseconds(self._wall_clock.now_ms())
         while True:
             ack = await results.report(claim)
             if ack.code == grpc.StatusCode.OK.value[0]:
@@ -358,7 +359,7 @@ class Worker:
     async def _execute(self, message: Message) -> worker_pb2.RunResult:
         d = message.delivery
         run_id = os.urandom(16).hex()  # as random as uuid4().hex, without a UUID object per run
-        started = _now_ms()
+        started = self._wall_clock.now_ms()
         result = worker_pb2.RunResult(run_id=run_id, delivery=d, worker_id=self.worker_id)
         result.start_time.FromMilliseconds(started)
         fn = self._handlers.get(d.handler)
@@ -374,7 +375,7 @@ class Worker:
                 _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason)
             else:
                 await self._invoke(fn, self._context(message, run_id), result)
-            result.finish_time.FromMilliseconds(_now_ms())
+            result.finish_time.FromMilliseconds(self._wall_clock.now_ms())
             finish(result)
         return result
 
@@ -434,9 +435,16 @@ class _Intake:
     down (the worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
 
     def __init__(
-        self, url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming
+        self,
+        url: str,
+        queues: Sequence[str],
+        visibility_ms: int,
+        timing: GroupTiming,
+        clock: Clock,
     ) -> None:
-        self._open = functools.partial(open_consumer, url, queues, visibility_ms, timing)
+        self._open = functools.partial(
+            open_consumer, url, queues, visibility_ms, timing, clock=clock
+        )
         self._current: QueueConsumer | None = None
         self._started = False
 

@@ -13,7 +13,7 @@ side may have created one first, and that counts as created; a topic the broker 
 back as a ``TopicRefusal``, which each side turns into its own error.
 
 Needs the ``kafka`` extra (aiokafka); the worker SDK may import this module (its only import
-of ``tikk`` beyond the stubs, the errors and the queue contract).
+of ``tikk`` beyond the stubs, the errors, the clock and the queue contract).
 """
 
 from __future__ import annotations
