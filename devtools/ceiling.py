@@ -127,17 +127,17 @@ def _cql_batches(db: Any, chunk: list[Task]) -> list[Any]:
     """Unlogged batches of the chunk's rows, each on one partition."""
     from cassandra.query import BatchStatement, BatchType
 
-    from tikk.store.cassandra.tasks import (
-        CREATE_NEW_TASK,
-        INSERT_BY_QUEUE,
+    from tikk.store.cassandra.task_creates import CREATE_NEW_TASK
+    from tikk.store.cassandra.task_rows import (
         INSERT_DUE,
+        INSERT_TASK_BY_QUEUE,
         due_values,
         task_values,
     )
 
     partitions: dict[tuple[Any, ...], list[tuple[Any, list[Any]]]] = defaultdict(list)
     create = db.prepare(CREATE_NEW_TASK)
-    due, listing = db.prepare(INSERT_DUE), db.prepare(INSERT_BY_QUEUE)
+    due, listing = db.prepare(INSERT_DUE), db.prepare(INSERT_TASK_BY_QUEUE)
     for t in chunk:
         ttl = _task_ttl(t)
         partitions[("task", t.namespace, t.task_id)].append((create, [*task_values(t), ttl]))

@@ -33,7 +33,8 @@ from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
 from tikk.schedules.codec import decode_schedule, encode_schedule
 from tikk.schedules.model import Schedule
-from tikk.store.cassandra.tasks import INSERT_DUE, CassandraTaskStore, due_values
+from tikk.store.cassandra.task_rows import INSERT_DUE, due_values
+from tikk.store.cassandra.tasks import CassandraTaskStore
 from tikk.store.schedules import StepWrite
 
 # Partitions of a namespace's listing. Part of the stored layout: changing it strands
