@@ -66,7 +66,8 @@ def sqlite_ceiling(path: Path, n: int, spread: Spread, queue: str, shards: int) 
     """Write ``n`` tasks into a fresh SQLite file at ``path``, the way the store does."""
     from tikk.drivers.sqlite import PRAGMAS
     from tikk.store.sqlite.schema import TASKS_SCHEMA
-    from tikk.store.sqlite.tasks import CACHE_MIB, INSERT_DUE, INSERT_TASK, due_row, task_row
+    from tikk.store.sqlite.task_rows import INSERT_TASK, REPLACE_DUE, due_row, task_row
+    from tikk.store.sqlite.tasks import CACHE_MIB
 
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -82,7 +83,7 @@ def sqlite_ceiling(path: Path, n: int, spread: Spread, queue: str, shards: int) 
                 tasks = chunk[first : first + _SQLITE_TX]
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(INSERT_TASK, [task_row(t) for t in tasks])
-                conn.executemany(INSERT_DUE, [due_row(t.entry()) for t in tasks])
+                conn.executemany(REPLACE_DUE, [due_row(t.entry()) for t in tasks])
                 conn.execute("COMMIT")
             spent += time.perf_counter() - began
     finally:

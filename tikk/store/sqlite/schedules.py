@@ -18,7 +18,8 @@ from tikk.schedules.model import Schedule
 from tikk.store.schedules import StepWrite
 from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA
 from tikk.store.sqlite.schema import ADDED_COLUMNS, SCHEDULES_SCHEMA, TASKS_SCHEMA
-from tikk.store.sqlite.tasks import create_one, insert_due
+from tikk.store.sqlite.task_creates import create_one
+from tikk.store.sqlite.task_rows import insert_due
 
 
 def _fetch(conn: sqlite3.Connection, namespace: str, schedule_id: str) -> Schedule | None:
