@@ -20,6 +20,7 @@ from tikk.errors import NotFound
 from tikk.model import Page, RunQuery, RunRecord
 from tikk.paging import decode_token, encode_token
 from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord, Outcome
+from tikk.settings import DAY_MS
 
 HISTORY_RETENTION_S = 30 * 86_400
 _HOUR_MS = 3_600_000
@@ -65,7 +66,6 @@ SELECT_OCCURRENCES = (
     f"SELECT {_OCC_COLS} FROM schedule_occurrences WHERE namespace = ? AND schedule_id = ?"
     " AND day = ? AND (nominal_ms, outcome) < (?, ?) AND nominal_ms >= ? LIMIT ?"
 )
-_DAY_MS = 86_400_000
 _MARKS = ", ".join("?" * len(RUN_COLUMNS))
 INSERT_RUN = f"INSERT INTO runs ({_COLS}) VALUES ({_MARKS})"
 INSERT_RUN_BY_TASK = f"INSERT INTO runs_by_task ({_COLS}) VALUES ({_MARKS})"
@@ -177,7 +177,7 @@ class CassandraRunHistory:
             *(
                 self._db.execute(INSERT_OCCURRENCE, [
                     r.namespace, r.schedule_id, r.nominal_ms, int(r.outcome), r.fire_ms,
-                    r.decided_ms, r.task_id, r.reason, r.nominal_ms // _DAY_MS,
+                    r.decided_ms, r.task_id, r.reason, r.nominal_ms // DAY_MS,
                 ])
                 for r in records
             )
@@ -191,10 +191,10 @@ class CassandraRunHistory:
         if after:
             day, before = int(after[0]), (int(after[1]), int(after[2]))
         else:
-            day, before = (query.end_ms - 1) // _DAY_MS, (query.end_ms, 0)
+            day, before = (query.end_ms - 1) // DAY_MS, (query.end_ms, 0)
         found: list[OccurrenceRecord] = []
         for _ in range(READS_PER_CALL):
-            if day < query.start_ms // _DAY_MS:
+            if day < query.start_ms // DAY_MS:
                 break
             params = [query.namespace, query.schedule_id, day, *before, query.start_ms, page_size]
             rows = await self._db.execute(SELECT_OCCURRENCES, params)
@@ -207,7 +207,7 @@ class CassandraRunHistory:
                     return Page(found, encode_token(day, *before))
             if len(rows) < page_size:
                 day, before = day - 1, (2**62, 0)
-        more = day >= query.start_ms // _DAY_MS
+        more = day >= query.start_ms // DAY_MS
         return Page(found, encode_token(day, *before) if more else "")
 
     async def close(self) -> None:

@@ -10,8 +10,9 @@ from typing import Any
 from tikk.drivers.cassandra import CassandraSession
 from tikk.model import Page, Task, TaskState
 from tikk.paging import decode_token, encode_token
+from tikk.settings import DAY_MS
 from tikk.store.cassandra.schema import TASK_RETENTION_S
-from tikk.store.cassandra.task_rows import DAY_MS, read_tasks
+from tikk.store.cassandra.task_rows import read_tasks
 
 SELECT_TASKS_BY_QUEUE = (
     "SELECT task_id FROM tasks_by_queue WHERE namespace = ? AND queue = ? AND shard = ?"

@@ -27,8 +27,6 @@ INSERT_DUE = (
 INSERT_TASK_BY_QUEUE = (
     "INSERT INTO tasks_by_queue (namespace, queue, shard, task_id) VALUES (?, ?, ?, ?) USING TTL ?"
 )
-# Dead letters are listed by day of the transition that dead-lettered them.
-DAY_MS = 86_400_000
 _MAX_TTL_S = 630_720_000  # Cassandra's ceiling (20 years)
 
 
