@@ -66,7 +66,8 @@ def sqlite_ceiling(path: Path, n: int, spread: Spread, queue: str, shards: int) 
     """Write ``n`` tasks into a fresh SQLite file at ``path``, the way the store does."""
     from tikk.drivers.sqlite import PRAGMAS
     from tikk.store.sqlite.schema import TASKS_SCHEMA
-    from tikk.store.sqlite.tasks import CACHE_MIB, INSERT_DUE, INSERT_TASK, due_row, task_row
+    from tikk.store.sqlite.task_rows import INSERT_TASK, REPLACE_DUE, due_row, task_row
+    from tikk.store.sqlite.tasks import CACHE_MIB
 
     conn = sqlite3.connect(path, isolation_level=None)
     try:
@@ -82,7 +83,7 @@ def sqlite_ceiling(path: Path, n: int, spread: Spread, queue: str, shards: int) 
                 tasks = chunk[first : first + _SQLITE_TX]
                 conn.execute("BEGIN IMMEDIATE")
                 conn.executemany(INSERT_TASK, [task_row(t) for t in tasks])
-                conn.executemany(INSERT_DUE, [due_row(t.entry()) for t in tasks])
+                conn.executemany(REPLACE_DUE, [due_row(t.entry()) for t in tasks])
                 conn.execute("COMMIT")
             spent += time.perf_counter() - began
     finally:
@@ -95,7 +96,7 @@ def cassandra_ceiling(
 ) -> CeilingResult:
     """Write ``n`` tasks into a scratch keyspace (dropped afterwards) with the bare driver."""
     from devtools.stack import login
-    from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
+    from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
     from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
     keyspace = f"tikk_ceiling_{uuid.uuid4().hex[:8]}"
@@ -103,7 +104,7 @@ def cassandra_ceiling(
     db = CassandraSession(CassandraConfig.from_url(login(f"cassandra://{host}:{port}/{keyspace}")))
     db.connect()
     try:
-        migrate(db, STORE_MIGRATIONS, REPLICATION)
+        run_migrations(db, STORE_MIGRATIONS, REPLICATION)
         spent = sum(_write_chunk(db, chunk) for chunk in task_chunks(n, spread, queue, shards))
     finally:
         try:
@@ -127,17 +128,17 @@ def _cql_batches(db: Any, chunk: list[Task]) -> list[Any]:
     """Unlogged batches of the chunk's rows, each on one partition."""
     from cassandra.query import BatchStatement, BatchType
 
-    from tikk.store.cassandra.tasks import (
-        CREATE_NEW_TASK,
-        INSERT_BY_QUEUE,
+    from tikk.store.cassandra.task_creates import CREATE_NEW_TASK
+    from tikk.store.cassandra.task_rows import (
         INSERT_DUE,
+        INSERT_TASK_BY_QUEUE,
         due_values,
         task_values,
     )
 
     partitions: dict[tuple[Any, ...], list[tuple[Any, list[Any]]]] = defaultdict(list)
     create = db.prepare(CREATE_NEW_TASK)
-    due, listing = db.prepare(INSERT_DUE), db.prepare(INSERT_BY_QUEUE)
+    due, listing = db.prepare(INSERT_DUE), db.prepare(INSERT_TASK_BY_QUEUE)
     for t in chunk:
         ttl = _task_ttl(t)
         partitions[("task", t.namespace, t.task_id)].append((create, [*task_values(t), ttl]))

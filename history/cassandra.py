@@ -14,19 +14,17 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from history.run_history import OCCURRENCE_COLUMNS, RUN_COLUMNS, run_from_row, run_values
 from tikk.drivers.cassandra import CassandraSession, Migration, PartitionRow
 from tikk.errors import NotFound
-from tikk.model import Page, RunQuery, RunRecord, RunStatus
+from tikk.model import Page, RunQuery, RunRecord
 from tikk.paging import decode_token, encode_token
 from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord, Outcome
+from tikk.settings import DAY_MS
 
 HISTORY_RETENTION_S = 30 * 86_400
 _HOUR_MS = 3_600_000
-_COLS = (
-    "namespace, run_id, task_id, queue, handler, attempt, status, scheduled_ms, due_ms, "
-    "fired_ms, started_ms, finished_ms, worker_id, error_type, error_message, output, "
-    "idempotency_key"
-)
+_COLS = ", ".join(RUN_COLUMNS)
 _RUN_COLUMNS_CQL = (
     "namespace text, run_id text, task_id text, queue text, handler text, attempt int, "
     "status int, scheduled_ms bigint, due_ms bigint, fired_ms bigint, started_ms bigint, "
@@ -59,25 +57,25 @@ HISTORY_MIGRATIONS = [
         f" AND default_time_to_live = {HISTORY_RETENTION_S}",
     ]),
 ]  # fmt: skip
-_OCC_COLS = "namespace, schedule_id, nominal_ms, outcome, fire_ms, decided_ms, task_id, reason"
+_OCC_COLS = ", ".join(OCCURRENCE_COLUMNS)
 INSERT_OCCURRENCE = (
-    f"INSERT INTO schedule_occurrences ({_OCC_COLS}, day) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"INSERT INTO schedule_occurrences ({_OCC_COLS}, day)"
+    f" VALUES ({', '.join('?' * (len(OCCURRENCE_COLUMNS) + 1))})"
 )
 SELECT_OCCURRENCES = (
     f"SELECT {_OCC_COLS} FROM schedule_occurrences WHERE namespace = ? AND schedule_id = ?"
     " AND day = ? AND (nominal_ms, outcome) < (?, ?) AND nominal_ms >= ? LIMIT ?"
 )
-_DAY_MS = 86_400_000
-_MARKS = ", ".join("?" * 17)
+_MARKS = ", ".join("?" * len(RUN_COLUMNS))
 INSERT_RUN = f"INSERT INTO runs ({_COLS}) VALUES ({_MARKS})"
-INSERT_BY_TASK = f"INSERT INTO runs_by_task ({_COLS}) VALUES ({_MARKS})"
-INSERT_BY_QUEUE = f"INSERT INTO runs_by_queue ({_COLS}, hour) VALUES ({_MARKS}, ?)"
+INSERT_RUN_BY_TASK = f"INSERT INTO runs_by_task ({_COLS}) VALUES ({_MARKS})"
+INSERT_RUN_BY_QUEUE = f"INSERT INTO runs_by_queue ({_COLS}, hour) VALUES ({_MARKS}, ?)"
 SELECT_RUN = f"SELECT {_COLS} FROM runs WHERE namespace = ? AND run_id = ?"
-SELECT_BY_TASK = (
+SELECT_RUNS_BY_TASK = (
     f"SELECT {_COLS} FROM runs_by_task WHERE namespace = ? AND task_id = ?"
     " AND (finished_ms, run_id) < (?, ?) LIMIT ?"
 )
-SELECT_BY_QUEUE = (
+SELECT_RUNS_BY_QUEUE = (
     f"SELECT {_COLS} FROM runs_by_queue WHERE namespace = ? AND queue = ? AND hour = ?"
     " AND (finished_ms, run_id) < (?, ?) AND finished_ms >= ? LIMIT ?"
 )
@@ -86,21 +84,6 @@ _TOP = (2**62, "")
 # per page_size rows a status filter passed over): a sparse range ends the call with a
 # shorter page and a token to go on from, so no call's cost grows with the span asked for.
 READS_PER_CALL = 48
-
-
-def _values(r: RunRecord) -> list[Any]:
-    return [
-        r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
-        r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id,
-        r.error_type, r.error_message, r.output, r.idempotency_key,
-    ]  # fmt: skip
-
-
-def _record(row: Any) -> RunRecord:
-    values = list(row)
-    values[6] = RunStatus(values[6])
-    values[15] = bytes(values[15] or b"")
-    return RunRecord(*values)
 
 
 def _occurrence(row: Any) -> OccurrenceRecord:
@@ -129,13 +112,16 @@ class CassandraRunHistory:
         # The rows of one queue and hour share a partition and go in one batch.
         rows: list[PartitionRow] = []
         for r in records:
-            values, size = _values(r), 200 + len(r.output) + len(r.error_message)
+            values, size = run_values(r), 200 + len(r.output) + len(r.error_message)
             hour = r.finished_ms // _HOUR_MS
             rows += [
                 PartitionRow(("run", r.namespace, r.run_id), INSERT_RUN, values, size),
-                PartitionRow(("task", r.namespace, r.task_id), INSERT_BY_TASK, values, size),
+                PartitionRow(("task", r.namespace, r.task_id), INSERT_RUN_BY_TASK, values, size),
                 PartitionRow(
-                    ("queue", r.namespace, r.queue, hour), INSERT_BY_QUEUE, [*values, hour], size
+                    ("queue", r.namespace, r.queue, hour),
+                    INSERT_RUN_BY_QUEUE,
+                    [*values, hour],
+                    size,
                 ),
             ]
         await self._db.execute_many(self._db.partition_batches(rows))
@@ -144,15 +130,17 @@ class CassandraRunHistory:
         rows = await self._db.execute(SELECT_RUN, [namespace, run_id])
         if not rows:
             raise NotFound(f"run {run_id!r} not found in namespace {namespace!r}")
-        return _record(rows[0])
+        return run_from_row(rows[0])
 
     async def list_for_task(
         self, namespace: str, task_id: str, page_size: int, page_token: str
     ) -> Page[RunRecord]:
         after = decode_token(page_token, (int, str))
         start = (int(after[0]), str(after[1])) if after else _TOP
-        rows = await self._db.execute(SELECT_BY_TASK, [namespace, task_id, *start, page_size + 1])
-        records = [_record(r) for r in rows[:page_size]]
+        rows = await self._db.execute(
+            SELECT_RUNS_BY_TASK, [namespace, task_id, *start, page_size + 1]
+        )
+        records = [run_from_row(r) for r in rows[:page_size]]
         if len(rows) <= page_size:
             return Page(records)
         return Page(records, encode_token(records[-1].finished_ms, records[-1].run_id))
@@ -170,9 +158,9 @@ class CassandraRunHistory:
             if hour < query.start_ms // _HOUR_MS:
                 break
             params = [query.namespace, query.queue, hour, *before, query.start_ms, page_size]
-            rows = await self._db.execute(SELECT_BY_QUEUE, params)
+            rows = await self._db.execute(SELECT_RUNS_BY_QUEUE, params)
             for row in rows:
-                record = _record(row)
+                record = run_from_row(row)
                 before = (record.finished_ms, record.run_id)
                 if query.status is None or record.status is query.status:
                     found.append(record)
@@ -189,7 +177,7 @@ class CassandraRunHistory:
             *(
                 self._db.execute(INSERT_OCCURRENCE, [
                     r.namespace, r.schedule_id, r.nominal_ms, int(r.outcome), r.fire_ms,
-                    r.decided_ms, r.task_id, r.reason, r.nominal_ms // _DAY_MS,
+                    r.decided_ms, r.task_id, r.reason, r.nominal_ms // DAY_MS,
                 ])
                 for r in records
             )
@@ -203,10 +191,10 @@ class CassandraRunHistory:
         if after:
             day, before = int(after[0]), (int(after[1]), int(after[2]))
         else:
-            day, before = (query.end_ms - 1) // _DAY_MS, (query.end_ms, 0)
+            day, before = (query.end_ms - 1) // DAY_MS, (query.end_ms, 0)
         found: list[OccurrenceRecord] = []
         for _ in range(READS_PER_CALL):
-            if day < query.start_ms // _DAY_MS:
+            if day < query.start_ms // DAY_MS:
                 break
             params = [query.namespace, query.schedule_id, day, *before, query.start_ms, page_size]
             rows = await self._db.execute(SELECT_OCCURRENCES, params)
@@ -219,7 +207,7 @@ class CassandraRunHistory:
                     return Page(found, encode_token(day, *before))
             if len(rows) < page_size:
                 day, before = day - 1, (2**62, 0)
-        more = day >= query.start_ms // _DAY_MS
+        more = day >= query.start_ms // DAY_MS
         return Page(found, encode_token(day, *before) if more else "")
 
     async def close(self) -> None:

@@ -1,15 +1,46 @@
 """The run-history interface. Records are appended, never updated in place.
 
-Backends: ``history.sqlite`` (embedded). Every method may raise ``BackendUnavailable``.
+Backends: ``history.sqlite`` (embedded) and ``history.cassandra``. Every method may raise
+``BackendUnavailable``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
-from tikk.model import Page, RunQuery, RunRecord
+from tikk.model import Page, RunQuery, RunRecord, RunStatus
 from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord
+
+# Column order of a stored run (``RunRecord``'s fields, in order) and of a stored occurrence,
+# shared by the SQLite and Cassandra backends so that a field added to a record is added to
+# both in one place.
+RUN_COLUMNS = (
+    "namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_ms",
+    "due_ms", "fired_ms", "started_ms", "finished_ms", "worker_id", "error_type",
+    "error_message", "output", "idempotency_key",
+)  # fmt: skip
+OCCURRENCE_COLUMNS = (
+    "namespace", "schedule_id", "nominal_ms", "outcome", "fire_ms", "decided_ms", "task_id",
+    "reason",
+)  # fmt: skip
+
+
+def run_values(r: RunRecord) -> list[Any]:
+    """The values of ``r`` in ``RUN_COLUMNS`` order, as both backends store them."""
+    return [
+        r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
+        r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id,
+        r.error_type, r.error_message, r.output, r.idempotency_key,
+    ]  # fmt: skip
+
+
+def run_from_row(row: Sequence[Any]) -> RunRecord:
+    """The record of a row read in ``RUN_COLUMNS`` order (an empty blob may read as None)."""
+    values = list(row)
+    values[6] = RunStatus(values[6])
+    values[15] = bytes(values[15] or b"")
+    return RunRecord(*values)
 
 
 class RunHistory(Protocol):

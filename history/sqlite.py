@@ -6,9 +6,10 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
+from history.run_history import OCCURRENCE_COLUMNS, RUN_COLUMNS, run_from_row, run_values
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.errors import NotFound
-from tikk.model import Page, RunQuery, RunRecord, RunStatus
+from tikk.model import Page, RunQuery, RunRecord
 from tikk.paging import decode_token, encode_token
 from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord, Outcome
 
@@ -47,30 +48,8 @@ CREATE TABLE IF NOT EXISTS occurrences (
     PRIMARY KEY (namespace, schedule_id, nominal_ms, outcome)
 ) WITHOUT ROWID;
 """
-_OCCURRENCE_COLUMNS = (
-    "namespace, schedule_id, nominal_ms, outcome, fire_ms, decided_ms, task_id, reason"
-)
-
-_COLUMNS = (
-    "namespace, run_id, task_id, queue, handler, attempt, status, scheduled_ms, due_ms, "
-    "fired_ms, started_ms, finished_ms, worker_id, error_type, error_message, output, "
-    "idempotency_key"
-)
-
-
-def _record_from_row(row: Any) -> RunRecord:
-    values = list(row)
-    values[6] = RunStatus(values[6])
-    values[15] = bytes(values[15])
-    return RunRecord(*values)
-
-
-def _row(r: RunRecord) -> tuple[object, ...]:
-    return (
-        r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
-        r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id,
-        r.error_type, r.error_message, r.output, r.idempotency_key,
-    )  # fmt: skip
+_OCCURRENCE_COLUMNS = ", ".join(OCCURRENCE_COLUMNS)
+_COLUMNS = ", ".join(RUN_COLUMNS)
 
 
 def _occurrence_from_row(row: Any) -> OccurrenceRecord:
@@ -92,8 +71,9 @@ class SqliteRunHistory:
         await self.append_many([record])
 
     async def append_many(self, records: Sequence[RunRecord]) -> None:
-        sql = f"INSERT OR IGNORE INTO runs ({_COLUMNS}) VALUES ({','.join('?' * 17)})"
-        rows = [_row(r) for r in records]
+        marks = ",".join("?" * len(RUN_COLUMNS))
+        sql = f"INSERT OR IGNORE INTO runs ({_COLUMNS}) VALUES ({marks})"
+        rows = [run_values(r) for r in records]
 
         def work(conn: sqlite3.Connection) -> None:
             with Transaction(conn):
@@ -106,7 +86,7 @@ class SqliteRunHistory:
         row = await self._db.run(lambda conn: conn.execute(sql, (namespace, run_id)).fetchone())
         if row is None:
             raise NotFound(f"run {run_id!r} not found in namespace {namespace!r}")
-        return _record_from_row(row)
+        return run_from_row(row)
 
     async def list_for_task(
         self, namespace: str, task_id: str, page_size: int, page_token: str
@@ -141,7 +121,7 @@ class SqliteRunHistory:
             return conn.execute(sql, [*args, page_size + 1]).fetchall()
 
         rows = await self._db.run(work)
-        records = [_record_from_row(r) for r in rows[:page_size]]
+        records = [run_from_row(r) for r in rows[:page_size]]
         if len(rows) <= page_size:
             return Page(records)
         return Page(records, encode_token(records[-1].finished_ms, records[-1].run_id))
@@ -152,7 +132,10 @@ class SqliteRunHistory:
              r.task_id, r.reason)
             for r in records
         ]  # fmt: skip
-        sql = f"INSERT OR IGNORE INTO occurrences ({_OCCURRENCE_COLUMNS}) VALUES (?,?,?,?,?,?,?,?)"
+        sql = (
+            f"INSERT OR IGNORE INTO occurrences ({_OCCURRENCE_COLUMNS})"
+            f" VALUES ({','.join('?' * len(OCCURRENCE_COLUMNS))})"
+        )
 
         def work(conn: sqlite3.Connection) -> None:
             with Transaction(conn):

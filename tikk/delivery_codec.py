@@ -37,7 +37,7 @@ def to_proto(delivery: Delivery) -> worker_pb2.Delivery:
     return msg
 
 
-def encode(delivery: Delivery) -> bytes:
+def encode_delivery(delivery: Delivery) -> bytes:
     return to_proto(delivery).SerializeToString()
 
 

@@ -9,8 +9,10 @@
     @worker.handler("send_welcome")
     async def send_welcome(ctx: TaskContext, payload: bytes) -> bytes | None: ...
 
-Depends only on the generated ``tikk.v1`` stubs, ``tikk.errors`` and ``tikk.queue_contract``
-(what the worker and the dispatcher must agree on about the ready queue).
+Depends on no server module: of ``tikk`` only the generated ``tikk.v1`` stubs, the errors,
+the clock, the client transport, the URL parser, ``tikk.queue_contract`` (what the worker and
+the dispatcher must agree on about the ready queue) and ``tikk.drivers.kafka`` (the Kafka
+login and topic creation both sides share); ``tests/unit/test_queue_contract.py`` checks it.
 """
 
 from worker_sdk.context import NonRetryableError, Retry, TaskContext

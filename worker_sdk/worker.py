@@ -15,49 +15,44 @@ healthy workers, and what it had not committed is delivered to them (at-least-on
 flight keep reporting; their commits go to the closed consumer and do nothing. Once results
 are acknowledged again it opens a fresh consumer and carries on. The default tolerates a
 server restart of a few seconds without moving anything.
+
+The Worker's parts: ``worker_sdk.intake`` (the current consumer), ``worker_sdk.inflight``
+(runs in flight and their leases), ``worker_sdk.execution`` (one call of a handler),
+``worker_sdk.results`` (the result stream) and ``worker_sdk.commits`` (batched commits).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import functools
-import inspect
 import logging
 import os
 import socket
 import time
-import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import grpc
 
 from tikk.client.transport import Transport
+from tikk.clock import Clock, SystemClock
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.commits import CommitBatcher
-from worker_sdk.context import NonRetryableError, Retry, TaskContext
+from worker_sdk.execution import Handler, call_handler, set_failure, task_context
 from worker_sdk.inflight import Held, InFlight
-from worker_sdk.queues import open_consumer
+from worker_sdk.intake import Intake
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
 from worker_sdk.results import Backoff, ResultStream
 from worker_sdk.telemetry import NoTelemetry
 
 log = logging.getLogger("tikk.worker")
 
-Handler = (
-    Callable[[TaskContext, bytes], Awaitable[bytes | None]]
-    | Callable[[TaskContext, bytes], bytes | None]
-)
 H = TypeVar("H", bound=Callable[..., Any])
-_ERROR_MESSAGE_LIMIT = 4096
 # Answers that reporting again cannot change (google.rpc.Code numbers): the task is not
 # running that attempt any more (also a start whose timeout ran out), or the delivery's token
 # does not match it. The message is dropped, not reported forever.
@@ -76,23 +71,18 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-def _check_queue_name(queue: str) -> None:
-    """The server's rule for the queue of a new task: a queue named otherwise can never
-    receive one."""
-    if not is_new_queue_name(queue):
-        raise ValueError(
-            f"queue {queue!r}: may contain only A-Z a-z 0-9 _ - (1-128, starting with a letter "
-            "or digit, not ending in _dlq); a '.' would collide with '_' in Kafka topic names "
-            "and with dead-letter topics"
-        )
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def _dt(ts: Any) -> datetime:
-    return datetime.fromtimestamp(ts.ToMilliseconds() / 1000, tz=UTC)
+def _check_queues(queues: Sequence[str]) -> None:
+    """At least one queue, each named by the server's rule for the queue of a new task: a
+    queue named otherwise can never receive one."""
+    if not queues:
+        raise ValueError("a Worker needs at least one queue")
+    for queue in queues:
+        if not is_new_queue_name(queue):
+            raise ValueError(
+                f"queue {queue!r}: may contain only A-Z a-z 0-9 _ - (1-128, starting with a "
+                "letter or digit, not ending in _dlq); a '.' would collide with '_' in Kafka "
+                "topic names and with dead-letter topics"
+            )
 
 
 class Worker:
@@ -106,8 +96,10 @@ class Worker:
     are the consumer-group timing on Kafka (a killed worker's partitions move after about the
     session; the heartbeat must be under a third of it); ``report_timeout_s`` is how long
     results may go unacknowledged before the worker steps aside. ``clock`` (monotonic
-    seconds) times that. ``transport`` (``tikk.client.Transport``) says how to reach the
-    server: TLS, a client certificate, a bearer token; ``run`` may override it.
+    seconds) times that. ``wall_clock`` (``tikk.clock.Clock``, the system clock by default)
+    stamps when runs start and finish, and times the local queue's leases. ``transport``
+    (``tikk.client.Transport``) says how to reach the server: TLS, a client certificate, a
+    bearer token; ``run`` may override it.
     """
 
     def __init__(
@@ -125,11 +117,9 @@ class Worker:
         report_timeout_s: float = 15.0,
         clock: Callable[[], float] = time.monotonic,
         transport: Transport | None = None,
+        wall_clock: Clock | None = None,
     ) -> None:
-        if not queues:
-            raise ValueError("a Worker needs at least one queue")
-        for queue in queues:
-            _check_queue_name(queue)
+        _check_queues(queues)
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.queues = list(queues)
@@ -146,6 +136,7 @@ class Worker:
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
         self._clock = clock
+        self._wall_clock = wall_clock or SystemClock()
         # How ``run`` reaches the server (TLS, client certificate, token); plaintext if None.
         self.transport = transport or Transport()
         self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s)
@@ -220,7 +211,7 @@ class Worker:
                 return self.completed
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
             url = queue_url or config.queue_url
-            intake = _Intake(url, self.queues, visibility_ms, self.group_timing)
+            intake = Intake(url, self.queues, visibility_ms, self.group_timing, self._wall_clock)
             out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
             out.results.start()
             out.commits.start()
@@ -234,7 +225,7 @@ class Worker:
 
     async def _loop(
         self,
-        intake: _Intake,
+        intake: Intake,
         out: _Outbound,
         stop: asyncio.Event,
         burst: bool,
@@ -267,7 +258,7 @@ class Worker:
 
     async def _start_runs(
         self,
-        intake: _Intake,
+        intake: Intake,
         out: _Outbound,
         inflight: InFlight,
     ) -> int:
@@ -287,7 +278,7 @@ class Worker:
             inflight.add(run, Held(consumer, message))
         return len(messages)
 
-    async def _step_aside(self, intake: _Intake, out: _Outbound, stop: asyncio.Event) -> None:
+    async def _step_aside(self, intake: Intake, out: _Outbound, stop: asyncio.Event) -> None:
         """Results went unacknowledged for longer than ``report_timeout_s``: fetch no more and
         close the consumer, so that the queue gives this worker's share to others, until
         results are acknowledged again (or ``stop``). Runs in flight keep reporting."""
@@ -342,7 +333,7 @@ class Worker:
             run_id=uuid.uuid4().hex, delivery=d, kind=worker_pb2.RESULT_KIND_STARTED,
             worker_id=self.worker_id,
         )  # fmt: skip
-        claim.start_time.FromMilliseconds(_now_ms())
+        claim.start_time.FromMilliseconds(self._wall_clock.now_ms())
         while True:
             ack = await results.report(claim)
             if ack.code == grpc.StatusCode.OK.value[0]:
@@ -358,66 +349,30 @@ class Worker:
     async def _execute(self, message: Message) -> worker_pb2.RunResult:
         d = message.delivery
         run_id = os.urandom(16).hex()  # as random as uuid4().hex, without a UUID object per run
-        started = _now_ms()
+        started = self._wall_clock.now_ms()
         result = worker_pb2.RunResult(run_id=run_id, delivery=d, worker_id=self.worker_id)
         result.start_time.FromMilliseconds(started)
         fn = self._handlers.get(d.handler)
         with self.telemetry.run(message, started) as finish:
             if message.delivery_count > self._max_deliveries:
                 reason = f"delivered {message.delivery_count} times without a recorded result"
-                _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "PoisonMessage", reason)
+                set_failure(
+                    result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "PoisonMessage", reason
+                )
             elif fn is None:
                 reason = (
                     f"no handler {d.handler!r} on worker {self.worker_id} "
                     f"(registered: {', '.join(self.handler_names) or 'none'})"
                 )
-                _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason)
+                set_failure(
+                    result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason
+                )
             else:
-                await self._invoke(fn, self._context(message, run_id), result)
-            result.finish_time.FromMilliseconds(_now_ms())
+                ctx = task_context(message, run_id, self.worker_id)
+                await call_handler(fn, ctx, result, self._pool)
+            result.finish_time.FromMilliseconds(self._wall_clock.now_ms())
             finish(result)
         return result
-
-    async def _invoke(self, fn: Handler, ctx: TaskContext, result: worker_pb2.RunResult) -> None:
-        try:
-            if inspect.iscoroutinefunction(fn):
-                output = await fn(ctx, result.delivery.payload)
-            else:
-                # In the caller's context, so the run span is current in the handler's thread.
-                run = contextvars.copy_context().run
-                call = functools.partial(run, fn, ctx, result.delivery.payload)
-                output = await asyncio.get_running_loop().run_in_executor(self._pool, call)
-            if output is not None and not isinstance(output, bytes):
-                raise TypeError(f"handler returned {type(output).__name__}, expected bytes|None")
-            result.kind = worker_pb2.RESULT_KIND_SUCCEEDED
-            result.output = output or b""
-        except Retry as exc:
-            _fail(result, worker_pb2.RESULT_KIND_RETRY, "Retry", str(exc))
-            result.retry_after.FromMilliseconds(int(exc.after_seconds * 1000))
-        except NonRetryableError as exc:
-            _fail(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, type(exc).__name__, str(exc))
-        except Exception as exc:
-            log.debug("handler %s failed: %s", ctx.handler, traceback.format_exc())
-            _fail(result, worker_pb2.RESULT_KIND_FAILED, type(exc).__name__, str(exc))
-
-    def _context(self, message: Message, run_id: str) -> TaskContext:
-        d = message.delivery
-        return TaskContext(
-            namespace=d.namespace,
-            task_id=d.task_id,
-            queue=d.queue,
-            handler=d.handler,
-            run_id=run_id,
-            attempt=d.attempt,
-            max_attempts=d.max_attempts,
-            scheduled_time=_dt(d.scheduled_time),
-            due_time=_dt(d.due_time),
-            fired_time=_dt(d.fired_time),
-            idempotency_key=d.idempotency_key,
-            labels=dict(d.labels),
-            worker_id=self.worker_id,
-            delivery_count=message.delivery_count,
-        )
 
 
 @dataclass(frozen=True)
@@ -427,39 +382,6 @@ class _Outbound:
 
     results: ResultStream
     commits: CommitBatcher
-
-
-class _Intake:
-    """The worker's current queue consumer, opened and started on first use. ``close`` puts it
-    down (the worker pauses, or stops); the next ``consumer()`` opens a fresh one."""
-
-    def __init__(
-        self, url: str, queues: Sequence[str], visibility_ms: int, timing: GroupTiming
-    ) -> None:
-        self._open = functools.partial(open_consumer, url, queues, visibility_ms, timing)
-        self._current: QueueConsumer | None = None
-        self._started = False
-
-    async def consumer(self) -> QueueConsumer:
-        """The current consumer, started. Raises ``BackendUnavailable`` if it could not be
-        started; the next call starts it again."""
-        if self._current is None:
-            self._current, self._started = self._open(), False
-        if not self._started:
-            await self._current.start()
-            self._started = True
-        return self._current
-
-    async def close(self) -> None:
-        """Close the current consumer, if any. A failure is logged only: what the consumer
-        had not committed is delivered again either way."""
-        current, self._current = self._current, None
-        if current is None:
-            return
-        try:
-            await current.close()
-        except Exception as exc:
-            log.warning("closing the queue consumer failed: %s", exc)
 
 
 async def _worker_config(
@@ -511,9 +433,3 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
 
 def _given(value: float | None, current: float) -> float:
     return current if value is None else value
-
-
-def _fail(result: worker_pb2.RunResult, kind: int, error_type: str, message: str) -> None:
-    result.kind = kind  # type: ignore[assignment]
-    result.error_type = error_type
-    result.error_message = message[:_ERROR_MESSAGE_LIMIT]

@@ -8,7 +8,8 @@ States, as the dispatcher sees them through ``owned()``:
   on it at once; whatever was in flight is re-sent by the next owner from the cursor;
 * the epoch of a shard changes → ownership was lost and regained; state is rebuilt.
 
-Backends: ``SingleOwner`` (embedded: one process owns everything).
+Backends: ``SingleOwner`` (embedded: one process owns everything) and
+``dispatcher.ownership.zookeeper.ZkOwnership`` (the live dispatchers divide the shards).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ grants everything to that identity and nothing to anyone else. ZooKeeper accepts
 login (the identity is a hash of user and password), so a wrong password shows as no access to
 the chroot: ``start()`` reads it once and fails with ``BackendRefused``, as it does when the
 server refuses the login (``enforce.auth.enabled``) or closes the session of a client that gave
-none.
+none. Connecting (the URL, the login, the access check) is
+``dispatcher.ownership.zk_connection``.
 
 **Epochs.** The fencing epoch of a shard is the creation zxid (``czxid``) of its owner node.
 ZooKeeper orders every write, so the node of a later owner has a larger czxid than any earlier
@@ -66,30 +67,25 @@ import secrets
 import socket
 import threading
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from dispatcher.ownership.assignment import assign
-from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
-from tikk.urls import BackendUrl, Credentials, split_url
+from dispatcher.ownership.zk_connection import (
+    DEFAULT_CHROOT,
+    check_zk_access,
+    new_zk_client,
+    parse_zk_url,
+    stop_zk_client,
+    zk_session_id,
+)
+from tikk.errors import BackendUnavailable, InvalidArgument
+from tikk.urls import Credentials
 
 try:
-    from kazoo.client import KazooClient
-    from kazoo.exceptions import (
-        AuthFailedError,
-        ConnectionClosedError,
-        KazooException,
-        NoAuthError,
-        NodeExistsError,
-        NoNodeError,
-        SessionClosedRequireSaslError,
-        SessionExpiredError,
-    )
+    from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
     from kazoo.handlers.threading import KazooTimeoutError
     from kazoo.protocol.states import KazooState
-    from kazoo.retry import KazooRetry
-    from kazoo.security import make_digest_acl
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
         "ZooKeeper shard ownership needs kazoo: pip install 'tikk[zookeeper]'"
@@ -97,7 +93,6 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 log = logging.getLogger("tikk.ownership")
 
-DEFAULT_CHROOT = "/tikk"
 _EMPTY: Mapping[int, int] = MappingProxyType({})
 # Pause after a failed sync pass before the next one (the cause is logged).
 _RETRY_DELAY_S = 0.5
@@ -111,43 +106,6 @@ class ZkState(enum.Enum):
     ACTIVE = "active"
     SUSPENDED = "suspended"
     LOST = "lost"
-
-
-@dataclass(frozen=True)
-class ZkTarget:
-    """Where the group lives: kazoo's ``host:port[,host:port]``, the chroot path, and the
-    digest login (if any)."""
-
-    hosts: str
-    chroot: str
-    credentials: Credentials | None = None
-
-
-def parse_zk_url(url: str) -> ZkTarget:
-    """``zk://[user@]host:port[,host:port][/chroot][?password_file=PATH]``; the chroot
-    defaults to ``/tikk``. Raises ``InvalidArgument`` (field ``ownership_url``) for anything
-    else (never showing a password)."""
-    secured = BackendUrl.parse("ownership_url", url)
-    if secured.tls is not None:
-        raise InvalidArgument("ownership_url", "TLS to ZooKeeper is not supported")
-    scheme, rest = split_url("ownership_url", secured.bare)
-    hosts, _, path = rest.partition("/")
-    path = path.partition("?")[0].strip("/")
-    if scheme != "zk" or not _hosts_ok(hosts) or "//" in path:
-        raise InvalidArgument(
-            "ownership_url",
-            f"expected zk://host:port[,host:port]/chroot, got {secured.redacted()!r}",
-        )
-    return ZkTarget(hosts, f"/{path}" if path else DEFAULT_CHROOT, secured.credentials)
-
-
-def _hosts_ok(hosts: str) -> bool:
-    """Every comma-separated entry is ``host`` or ``host:port``."""
-    for entry in hosts.split(","):
-        host, sep, port = entry.rpartition(":")
-        if not entry or (sep and not (host and port.isdigit())):
-            return False
-    return True
 
 
 def default_member_id() -> str:
@@ -229,7 +187,9 @@ class ZkOwnership:
         timeout) and start the worker thread; a no-op when already started."""
         if self._client is not None:
             return
-        self._client = self._new_client()
+        self._client = new_zk_client(
+            self._hosts, self._timeout_s, self._credentials, self._on_connection
+        )
         self._stopping.clear()
         self._set_state(ZkState.SYNCING)
         try:
@@ -242,11 +202,13 @@ class ZkOwnership:
                 f"ZooKeeper at {self._hosts} did not answer within {self._timeout_s}s"
             ) from exc
         try:
-            await asyncio.to_thread(self._check_access)
+            await asyncio.to_thread(
+                check_zk_access, self._client, self._chroot, self._hosts, self._credentials
+            )
         except BaseException:
             client, self._client = self._client, None
             self._set_state(ZkState.STOPPED)
-            await asyncio.to_thread(_stop_client, client)
+            await asyncio.to_thread(stop_zk_client, client)
             raise
         self._worker = threading.Thread(
             target=self._run, name=f"tikk-ownership-{self.member_id}", daemon=True
@@ -264,25 +226,6 @@ class ZkOwnership:
         self._stopping.set()
         self._wake.set()
         await asyncio.to_thread(self._shutdown, client, worker)
-
-    def _check_access(self) -> None:
-        """Create the chroot (with our ACL) if missing and list it: proves the login before
-        anything else runs. Raises ``BackendRefused`` naming the host and user."""
-        user = self._credentials.user if self._credentials is not None else ""
-        try:
-            self._client.ensure_path(self._chroot)
-            self._client.get_children(self._chroot)
-        except NoAuthError:
-            reason = f"no access to {self._chroot} (wrong user or password)"
-            raise BackendRefused("zookeeper", self._hosts, user, reason) from None
-        except _LOGIN_REFUSED as exc:
-            # A server enforcing authentication closes a session that gave none or a bad one.
-            reason = f"the login was refused ({type(exc).__name__})"
-            if not user:
-                reason += "; it requires one: add user@ and password_file= to the URL"
-            raise BackendRefused("zookeeper", self._hosts, user, reason) from None
-        except (KazooException, KazooTimeoutError) as exc:
-            raise BackendUnavailable(f"ZooKeeper at {self._hosts}: {exc!r}") from exc
 
     # -- kazoo's threads: flip state and wake the worker, nothing else ------------------------
 
@@ -312,24 +255,6 @@ class ZkOwnership:
 
     # -- the worker thread ----------------------------------------------------------------------
 
-    def _new_client(self) -> Any:
-        # kazoo's default reconnect backoff grows to an hour; retry often enough to reach a
-        # server again before the session expires.
-        retry = KazooRetry(max_tries=-1, delay=0.05, max_delay=max(0.2, self._timeout_s / 4))
-        login: dict[str, Any] = {}
-        if self._credentials is not None:
-            user, password = self._credentials.user, self._credentials.password
-            login = {
-                "auth_data": [("digest", f"{user}:{password}")],
-                # Every node we create is ours alone (read, write, create, delete, admin).
-                "default_acl": [make_digest_acl(user, password, all=True)],
-            }
-        client = KazooClient(
-            hosts=self._hosts, timeout=self._timeout_s, connection_retry=retry, **login
-        )
-        client.add_listener(self._on_connection)
-        return client
-
     def _run(self) -> None:
         # The periodic pass is a safety net; watches normally wake the worker at once.
         while not self._stopping.is_set():
@@ -355,7 +280,7 @@ class ZkOwnership:
         (or re-verify) the rest, then publish if no connection event intervened."""
         with self._lock:
             generation, state, client = self._generation, self._state, self._client
-        session = _session_id(client)
+        session = zk_session_id(client)
         if state not in (ZkState.SYNCING, ZkState.ACTIVE) or session is None:
             return
         if session != self._session:
@@ -437,7 +362,7 @@ class ZkOwnership:
                 continue
             # Checked before each delete: a delete sent on a newer session (ours expired)
             # could remove a successor's node at the same path.
-            if _session_id(client) != self._session:
+            if zk_session_id(client) != self._session:
                 return
             deletes.append(client.delete_async(path, version=stat.version))
         for result in deletes:
@@ -449,15 +374,14 @@ class ZkOwnership:
         if worker is not None:
             worker.join(self._timeout_s * 2)
         try:
-            if self._session is not None and _session_id(client) == self._session:
+            if self._session is not None and zk_session_id(client) == self._session:
                 owners = [self._owner_path(s) for s in self._held]
                 self._delete_own(client, [*owners, self._member_path])
         except Exception:  # closing the session below removes our nodes all the same
             log.warning("%r: could not release shards before closing", self, exc_info=True)
         finally:
             self._held, self._session = {}, None
-            client.stop()
-            client.close()
+            stop_zk_client(client)
 
     def _wait(self, result: Any) -> Any:
         return result.get(timeout=self._timeout_s)
@@ -472,20 +396,3 @@ class ZkOwnership:
     @property
     def _node_value(self) -> bytes:
         return self.member_id.encode()
-
-
-# How a server enforcing authentication ends a session that gave no login or a bad one.
-_LOGIN_REFUSED = (
-    AuthFailedError, SessionClosedRequireSaslError, SessionExpiredError, ConnectionClosedError,
-)  # fmt: skip
-
-
-def _stop_client(client: Any) -> None:
-    client.stop()
-    client.close()
-
-
-def _session_id(client: Any) -> int | None:
-    """The session of a connected client, else ``None``."""
-    client_id = client.client_id if client is not None else None
-    return int(client_id[0]) if client_id else None

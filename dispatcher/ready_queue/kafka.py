@@ -11,8 +11,9 @@ Topics are created with ``partitions`` partitions and ``replication`` replicas b
 for tasks accepted before that existed. Broker-side auto-creation stays off, because a
 mistyped queue name would otherwise become a topic nobody consumes. ``replication`` defaults
 to 1 (the single-node stack); set it to 3 on a real cluster. The worker side creates missing
-topics the same way, so either may start first. A name the broker refuses (Kafka treats ``.``
-and ``_`` as one character, so ``a.b`` and ``a_b`` collide) is an error naming the topic.
+topics with the same function (``tikk.drivers.kafka.create_topics``), so either may start
+first. A name the broker refuses (Kafka treats ``.`` and ``_`` as one character, so ``a.b``
+and ``a_b`` collide) is an error naming the topic.
 
 The backlog of a queue is read per partition: the end offset minus what the queue's workers'
 group (``<prefix>workers.<queue>``) committed, or minus the log start where it committed
@@ -42,29 +43,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from tikk import delivery_codec
-from tikk.drivers.kafka import check_login
-from tikk.errors import BackendUnavailable, FailedPrecondition, InvalidArgument, TikkError
+from tikk.drivers.kafka import REQUEST_TIMEOUT_S, TopicRefusal, check_login, create_topics
+from tikk.errors import BackendUnavailable
 from tikk.model import Delivery
 from tikk.queue_contract import KafkaQueueUrl, trace_headers
 from tikk.ready_queue import QueueBacklog, with_idle
 
 try:
     from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import (
-        InvalidTopicError,
-        KafkaError,
-        NoError,
-        TopicAlreadyExistsError,
-        for_code,
-    )
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaError
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
 
 log = logging.getLogger("tikk.dispatcher")
 
-# A topic creation or backlog read that takes longer fails, rather than holding up a create.
-_REQUEST_TIMEOUT_S = 10.0
 # One message per partition is all the backlog reads; a bigger one still comes whole.
 _PROBE_FETCH_BYTES = 64 * 1024
 # How long the backlog waits for the oldest waiting message of a partition.
@@ -81,27 +74,6 @@ class _Record:
     key: str
     value: bytes
     headers: tuple[tuple[str, bytes], ...] = ()
-
-
-@dataclass(frozen=True)
-class _Refusal:
-    """The broker's answer to a topic it would not create."""
-
-    topic: str
-    error: type[KafkaError]
-    message: str
-
-    def __str__(self) -> str:
-        return f"creating topic {self.topic!r} failed: {self.error.__name__}: {self.message}"
-
-    def as_error(self) -> TikkError:
-        """What ``prepare`` raises: a name Kafka will never take is the caller's problem, a
-        retriable refusal is the broker's."""
-        if getattr(self.error, "retriable", False):
-            return BackendUnavailable(f"kafka: {self}")
-        if self.error is InvalidTopicError:
-            return InvalidArgument("queue", f"Kafka refuses the name: {self}")
-        return FailedPrecondition(f"kafka: {self}")
 
 
 @contextlib.contextmanager
@@ -160,7 +132,7 @@ class KafkaReadyQueue:
         topics = {t for q in queues for t in (c.topic(q), c.dead_letter_topic(q))}
         if not topics <= self._known_topics:
             with _unavailable("preparing queues"):
-                async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+                async with asyncio.timeout(REQUEST_TIMEOUT_S):
                     refused = await self._ensure_topics(await self._admin_client(), topics)
             if refused:
                 raise refused[0].as_error()
@@ -170,7 +142,7 @@ class KafkaReadyQueue:
         self._queues.update(d.entry.queue for d in deliveries)
         records = [
             _Record(
-                self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode(d),
+                self._config.topic(d.entry.queue), d.entry.key, delivery_codec.encode_delivery(d),
                 trace_headers(d.trace_context),
             )
             for d in deliveries
@@ -190,7 +162,7 @@ class KafkaReadyQueue:
 
     async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
         with _unavailable("reading the backlog"):
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 admin = await self._admin_client()
                 names = await self._listed_queues(admin) | self._queues | set(queues)
                 async with self._probe_lock:  # one reader at a time moves the probe
@@ -266,24 +238,15 @@ class KafkaReadyQueue:
         if not self._started:
             raise RuntimeError(f"{self!r} is not started: await start() first")
 
-    async def _ensure_topics(self, admin: Any, topics: set[str]) -> list[_Refusal]:
+    async def _ensure_topics(self, admin: Any, topics: set[str]) -> list[TopicRefusal]:
         """Create those of ``topics`` not known to exist; returns the ones the broker
         refused, by name."""
         missing = sorted(topics - self._known_topics)
         if not missing:
             return []
-        c = self._config
-        new = [NewTopic(name, c.partitions, c.replication) for name in missing]
-        response = await admin.create_topics(new)
-        refused = []
-        for topic, code, *rest in response.topic_errors:
-            error = for_code(code)
-            # Another dispatcher (or a worker) may have created it first: that is success.
-            if error in (NoError, TopicAlreadyExistsError):
-                self._known_topics.add(topic)
-            else:
-                refused.append(_Refusal(topic, error, (rest[0] if rest else None) or "refused"))
-        return sorted(refused, key=lambda r: r.topic)
+        refused = await create_topics(admin, self._config, missing)
+        self._known_topics.update(set(missing) - {r.topic for r in refused})
+        return refused
 
     async def _listed_queues(self, admin: Any) -> set[str]:
         """The queues whose topics exist under the prefix (dead-letter topics left out)."""

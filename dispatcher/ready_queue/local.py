@@ -54,7 +54,7 @@ class LocalReadyQueue:
         db = self._runner()
         self._queues.update(d.entry.queue for d in deliveries)
         rows = [
-            (d.entry.queue, d.entry.key, delivery_codec.encode(d), d.fired_ms, d.fired_ms)
+            (d.entry.queue, d.entry.key, delivery_codec.encode_delivery(d), d.fired_ms, d.fired_ms)
             for d in deliveries
         ]
 

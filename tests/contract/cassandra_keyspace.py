@@ -7,7 +7,7 @@ import os
 
 from history.cassandra import HISTORY_MIGRATIONS
 from tests.services import CASSANDRA, require, with_login
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
 from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
 REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
@@ -33,7 +33,7 @@ class TestKeyspace:
         if self._session is None:
             self._session = CassandraSession(CassandraConfig.from_url(url))
             self._session.connect()
-            migrate(self._session, [*STORE_MIGRATIONS, *HISTORY_MIGRATIONS], REPLICATION)
+            run_migrations(self._session, [*STORE_MIGRATIONS, *HISTORY_MIGRATIONS], REPLICATION)
         for table in _TABLES:
             self._session.session.execute(f"TRUNCATE {self.name}.{table}")
         return url

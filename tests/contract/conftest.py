@@ -26,6 +26,7 @@ from server.wiring import (
 )
 from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, kafka_options, require, with_login
+from tikk.clock import Clock
 from tikk.ready_queue import ReadyQueue
 from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
@@ -153,7 +154,7 @@ class QueuePair:
         self,
         url: str,
         producer: ReadyQueue,
-        make_consumer: Callable[[list[str], int], QueueConsumer],
+        make_consumer: Callable[[list[str], int, Clock | None], QueueConsumer],
         settle: Callable[[Sequence[QueueConsumer]], Awaitable[None]] | None = None,
         cleanup: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
@@ -166,8 +167,8 @@ class QueuePair:
 
     @classmethod
     def local(cls, path: str) -> QueuePair:
-        def make(queues: list[str], visibility_ms: int) -> QueueConsumer:
-            return LocalQueueConsumer(path, queues, visibility_ms)
+        def make(queues: list[str], visibility_ms: int, clock: Clock | None) -> QueueConsumer:
+            return LocalQueueConsumer(path, queues, visibility_ms, clock=clock)
 
         return cls(f"local://{path}", LocalReadyQueue(path), make)
 
@@ -183,7 +184,8 @@ class QueuePair:
         url = with_login(f"kafka://{address}?prefix={prefix}&partitions={partitions}")
         timing = GroupTiming(session_timeout_ms=6_000, heartbeat_interval_ms=100)
 
-        def make(queues: list[str], visibility_ms: int) -> QueueConsumer:
+        def make(queues: list[str], visibility_ms: int, clock: Clock | None) -> QueueConsumer:
+            # No per-message lease on Kafka: neither the visibility timeout nor a clock applies.
             return KafkaQueueConsumer.from_url(url, queues, timing)
 
         async def settle(consumers: Sequence[QueueConsumer]) -> None:
@@ -198,9 +200,12 @@ class QueuePair:
     async def start(self) -> None:
         await self.producer.start()
 
-    async def consumer(self, queues: list[str], visibility_ms: int = 60_000) -> QueueConsumer:
-        """A started consumer of ``queues`` (closed with the pair)."""
-        c = self._make_consumer(queues, visibility_ms)
+    async def consumer(
+        self, queues: list[str], visibility_ms: int = 60_000, clock: Clock | None = None
+    ) -> QueueConsumer:
+        """A started consumer of ``queues`` (closed with the pair); its leases, where it has
+        any, run on ``clock`` (the system clock by default)."""
+        c = self._make_consumer(queues, visibility_ms, clock)
         self._consumers.append(c)
         await c.start()
         return c

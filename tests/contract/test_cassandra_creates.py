@@ -42,14 +42,9 @@ from tikk.model import (
     apply_transition,
 )
 from tikk.settings import Limits
-from tikk.store.cassandra.tasks import (
-    CREATE_TASK,
-    INSERT_DUE,
-    SELECT_TASK,
-    CassandraTaskStore,
-    due_values,
-    task_values,
-)
+from tikk.store.cassandra.task_creates import CREATE_TASK
+from tikk.store.cassandra.task_rows import INSERT_DUE, SELECT_TASK, due_values, task_values
+from tikk.store.cassandra.tasks import CassandraTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 16

@@ -23,8 +23,7 @@ from tests.services import KAFKA, require
 from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
 from tikk.queue_contract import KafkaQueueUrl
-from worker_sdk.queues import kafka as consumer_side
-from worker_sdk.queues import open_consumer
+from worker_sdk.queues import kafka_lane, open_consumer
 from worker_sdk.queues.consumer import Message
 from worker_sdk.queues.kafka import KafkaQueueConsumer
 from worker_sdk.queues.kafka_ledger import PartitionLedger
@@ -240,7 +239,7 @@ async def test_trace_context_is_sent_as_standard_message_headers(kafka_pair: Que
 
 def test_only_text_headers_reach_the_message() -> None:
     headers = [("traceparent", b"00-ab-cd-01"), ("blob", b"\xff\xfe"), ("empty", None)]
-    assert consumer_side._text_headers(headers) == {"traceparent": "00-ab-cd-01"}
+    assert kafka_lane._text_headers(headers) == {"traceparent": "00-ab-cd-01"}
 
 
 @pytest.mark.parametrize("kafka_pair", [1], indirect=True)

@@ -26,7 +26,8 @@ from kazoo.client import KazooClient
 
 from dispatcher.ownership import Ownership, SingleOwner
 from dispatcher.ownership.assignment import assign
-from dispatcher.ownership.zookeeper import ZkOwnership, ZkState, parse_zk_url
+from dispatcher.ownership.zk_connection import parse_zk_url
+from dispatcher.ownership.zookeeper import ZkOwnership, ZkState
 from tests.services import ZOOKEEPER, require, with_login, zk_login
 from tikk.errors import BackendUnavailable, InvalidArgument, StaleOwner
 from tikk.store.sqlite.tasks import SqliteTaskStore

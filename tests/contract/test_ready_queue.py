@@ -15,6 +15,7 @@ import pytest
 from server.wiring import READY_QUEUES, Drivers, build
 from tests.contract.conftest import QueuePair
 from tests.factories import T0, make_task
+from tikk.clock import ManualClock
 from tikk.model import Delivery
 from tikk.ready_queue import QueueBacklog, ReadyQueue
 from tikk.v1 import worker_pb2
@@ -229,44 +230,58 @@ async def test_backlog_reports_queues_asked_about_and_those_another_producer_fil
     assert waiting(backlog) == {"asked": (0, False), "elsewhere": (1, True)}
 
 
-# The embedded queue's leases: a message is invisible while leased, for visibility_ms.
+# The embedded queue's leases: a message is invisible while leased, for visibility_ms. The
+# consumers' clock is a manual one, so a lease runs out when the test says, with no sleep.
 
 
 @local_only
 async def test_a_leased_message_is_invisible_until_its_lease_runs_out(
     queue_pair: QueuePair,
 ) -> None:
-    holder = await queue_pair.consumer(["q"], visibility_ms=200)
-    other = await queue_pair.consumer(["q"], visibility_ms=200)
+    clock = ManualClock(T0)
+    holder = await queue_pair.consumer(["q"], visibility_ms=200, clock=clock)
+    other = await queue_pair.consumer(["q"], visibility_ms=200, clock=clock)
     await queue_pair.producer.publish([delivery("a")])
     (first,) = await holder.fetch(1)
+    clock.advance(199)
     assert await other.fetch(1) == []  # still leased
-    (again,) = await fetch_until(other, 1)
+    clock.advance(1)
+    (again,) = await other.fetch(1)
     assert again.delivery == first.delivery
+    assert (first.delivery_count, again.delivery_count) == (1, 2)
 
 
 @local_only
 async def test_extend_keeps_the_lease(queue_pair: QueuePair) -> None:
-    holder = await queue_pair.consumer(["q"], visibility_ms=300)
-    other = await queue_pair.consumer(["q"], visibility_ms=300)
+    clock = ManualClock(T0)
+    holder = await queue_pair.consumer(["q"], visibility_ms=300, clock=clock)
+    other = await queue_pair.consumer(["q"], visibility_ms=300, clock=clock)
     await queue_pair.producer.publish([delivery("a")])
     (msg,) = await holder.fetch(1)
-    for _ in range(4):
-        await asyncio.sleep(0.15)
+    for _ in range(4):  # twice the lease in all
+        clock.advance(150)
         await holder.extend([msg])
         assert await other.fetch(1) == []
-    await holder.commit(msg)
+    clock.advance(300)  # no longer extended: the lease runs out
+    (again,) = await other.fetch(1)
+    assert again.delivery == msg.delivery
 
 
 @local_only
 async def test_commit_of_an_expired_lease_does_not_remove_the_new_one(
     queue_pair: QueuePair,
 ) -> None:
-    slow = await queue_pair.consumer(["q"], visibility_ms=100)
-    fast = await queue_pair.consumer(["q"], visibility_ms=60_000)
+    clock = ManualClock(T0)
+    slow = await queue_pair.consumer(["q"], visibility_ms=100, clock=clock)
+    fast = await queue_pair.consumer(["q"], visibility_ms=60_000, clock=clock)
     await queue_pair.producer.publish([delivery("a")])
     (stale,) = await slow.fetch(1)
-    (fresh,) = await fetch_until(fast, 1)
+    clock.advance(100)
+    (fresh,) = await fast.fetch(1)
     await slow.commit(stale)  # too late: the message belongs to `fast` now
-    await fast.commit(fresh)
-    assert await fast.fetch(1) == []
+    clock.advance(60_000)  # so it is still there when `fast`'s lease runs out too
+    (again,) = await fast.fetch(1)
+    assert again.delivery == fresh.delivery and again.delivery_count == 3
+    await fast.commit(again)
+    clock.advance(60_000)
+    assert await fast.fetch(1) == []  # gone, not merely leased

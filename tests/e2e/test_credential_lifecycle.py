@@ -16,7 +16,7 @@ from tests.contract.cassandra_keyspace import REPLICATION
 from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, code_of, tikk
 from tests.e2e.conftest import Process, eventually
 from tests.services import CASSANDRA, require, with_login
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession, migrate
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
 from tikk.store.cassandra.schema import STORE_MIGRATIONS
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
@@ -199,7 +199,7 @@ def test_a_keyspace_without_the_credentials_table_is_refused_at_start(tmp_path: 
     session.connect()
     try:
         before_credentials = [m for m in STORE_MIGRATIONS if m.version < 7]
-        migrate(session, before_credentials, REPLICATION)
+        run_migrations(session, before_credentials, REPLICATION)
         server = Process(["server", "--data-dir", str(tmp_path), "--store", url,
                           "--listen", "127.0.0.1:0", "--shards", "16", "--auth"], {})  # fmt: skip
         assert server.proc.wait(120) == 1

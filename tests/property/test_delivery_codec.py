@@ -43,7 +43,7 @@ def deliveries(draw: st.DrawFn) -> Delivery:
 
 def _wire(delivery: Delivery) -> Delivery:
     return delivery_codec.from_proto(
-        worker_pb2.Delivery.FromString(delivery_codec.encode(delivery)), SHARDS
+        worker_pb2.Delivery.FromString(delivery_codec.encode_delivery(delivery)), SHARDS
     )
 
 

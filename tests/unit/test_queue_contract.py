@@ -17,7 +17,7 @@ import pytest
 from dispatcher.ready_queue.kafka import KafkaReadyQueue
 from dispatcher.ready_queue.local import LocalReadyQueue
 from tests.factories import T0, make_task
-from tikk import queue_contract, urls
+from tikk import clock, queue_contract, urls
 from tikk.errors import BackendUnavailable, InvalidArgument
 from tikk.model import Delivery
 from tikk.queue_contract import (
@@ -260,7 +260,7 @@ def tikk_imports(path: Path) -> set[str]:
 CONTRACT_LEAVES = {"tikk.errors", "tikk.urls"}
 
 
-@pytest.mark.parametrize("module", [queue_contract, urls], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [queue_contract, urls, clock], ids=lambda m: m.__name__)
 def test_the_contract_imports_only_the_standard_library_and_tikk_leaves(module: object) -> None:
     imported = tikk_imports(Path(str(getattr(module, "__file__", ""))))
     outside = {
@@ -273,12 +273,14 @@ def test_the_contract_imports_only_the_standard_library_and_tikk_leaves(module: 
 
 def test_worker_sdk_imports_of_tikk_are_only_the_stubs_the_errors_and_the_queue_contract() -> None:
     # The client transport (grpc only) too, so a worker reaches a server with TLS and tokens
-    # exactly as every other client of ours does; tikk.drivers.kafka: the Kafka login both
-    # queue sides share (aiokafka, which a Kafka worker imports anyway, the errors and the
-    # contract); tikk.urls: stdlib only (see above).
+    # exactly as every other client of ours does; tikk.drivers.kafka: the Kafka login and
+    # topic creation both queue sides share (aiokafka, which a Kafka worker imports anyway,
+    # the errors and the contract); tikk.urls: stdlib only (see above); tikk.clock: stdlib
+    # only, the one wall clock (and the manual clock of tests) the worker and its local
+    # queue read.
     allowed = {
         "tikk.errors", "tikk.queue_contract", "tikk.client.transport", "tikk.urls",
-        "tikk.drivers.kafka",
+        "tikk.drivers.kafka", "tikk.clock",
     }  # fmt: skip
     offending = {
         f"{path.relative_to(ROOT)}: {name}"

@@ -13,7 +13,9 @@ import pytest
 
 from dispatcher.ready_queue.local import LocalReadyQueue
 from tests.contract.test_ready_queue import delivery, fetch_until, waiting
+from tests.factories import T0
 from tests.worker_server import WorkerServer, wait_until
+from tikk.clock import ManualClock
 from worker_sdk import TaskContext, Worker
 from worker_sdk.commits import CommitBatcher
 from worker_sdk.queues.local import LocalQueueConsumer
@@ -123,3 +125,23 @@ async def test_closing_the_batcher_commits_what_waits_without_waiting_out_the_li
         await batcher.close()
     await consumer.close()
     assert waiting(await queue.backlog()) == {"q": (0, False)}
+
+
+async def test_the_workers_wall_clock_is_the_one_its_local_queue_leases_by(
+    queue: LocalReadyQueue, server: WorkerServer
+) -> None:
+    # Visible at T0 + 60 s: long past by the system clock, not yet by the worker's.
+    await queue.publish([delivery("later", fired_ms=T0 + 60_000)])
+    clock = ManualClock(T0)
+    ran: Counter[str] = Counter()
+    worker = Worker(queues=["q"], wall_clock=clock)
+
+    @worker.handler("h")
+    async def record(ctx: TaskContext, payload: bytes) -> None:
+        ran[ctx.task_id] += 1
+
+    async with asyncio.timeout(60):
+        assert await worker.run(server.address, burst=True) == 0  # nothing visible yet
+        clock.advance(60_000)
+        assert await worker.run(server.address, burst=True) == 1
+    assert ran == {"later": 1}

@@ -384,7 +384,7 @@ class Migration:
     statements: Sequence[str]
 
 
-def migrate(
+def run_migrations(
     session: CassandraSession, migrations: Sequence[Migration], replication: str
 ) -> list[Migration]:
     """Apply the steps not yet recorded in ``schema_migrations``; blocking. Returns the steps

@@ -16,7 +16,7 @@ from tikk.schedules.model import CatchUp, Overlap, Schedule, ScheduleAction, Sch
 from tikk.schedules.spec import ScheduleSpec
 
 
-def encode(s: Schedule) -> str:
+def encode_schedule(s: Schedule) -> str:
     spec, action, policy, retry = s.spec, s.action, s.policy, s.action.retry
     doc: dict[str, Any] = {
         "spec": {
@@ -48,7 +48,7 @@ def encode(s: Schedule) -> str:
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
 
-def decode(namespace: str, schedule_id: str, version: int, body: str) -> Schedule:
+def decode_schedule(namespace: str, schedule_id: str, version: int, body: str) -> Schedule:
     doc = json.loads(body)
     a, p = doc["action"], doc["policy"]
     return Schedule(

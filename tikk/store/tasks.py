@@ -2,7 +2,8 @@
 
 The due index is partitioned by (shard, minute of due time) and clustered by (second, task
 key); an entry carries everything needed to publish it. Backends: ``tikk.store.sqlite.tasks``
-(embedded). Every method may raise ``BackendUnavailable`` when the backend cannot be reached.
+(embedded) and ``tikk.store.cassandra.tasks``. Every method may raise ``BackendUnavailable``
+when the backend cannot be reached.
 """
 
 from __future__ import annotations

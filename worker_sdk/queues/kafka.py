@@ -34,6 +34,9 @@ lives (heartbeats run in the background), so ``extend`` does nothing and the vis
 does not apply. ``max_poll_interval_ms`` is long because a Worker whose slots are all busy does
 not fetch, and a consumer that does not fetch for that long is put out of its group.
 
+Each queue's group member and its partitions' ledgers are a ``QueueLane``
+(``worker_sdk.queues.kafka_lane``); this module opens the lanes and shares fetches among them.
+
 Needs the ``kafka`` extra (aiokafka).
 """
 
@@ -41,266 +44,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
-from tikk.drivers.kafka import check_login
+from tikk.drivers.kafka import REQUEST_TIMEOUT_S, check_login, create_topics
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import KafkaQueueUrl
-from worker_sdk.queues.consumer import GroupTiming, Message, decode_delivery
-from worker_sdk.queues.kafka_ledger import PartitionLedger
+from worker_sdk.queues.consumer import GroupTiming, Message
+from worker_sdk.queues.kafka_lane import KafkaReceipt, Partition, QueueLane, consumer_unavailable
 
 try:
-    from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import (
-        CommitFailedError,
-        ConsumerStoppedError,
-        IllegalStateError,
-        KafkaError,
-        NoError,
-        TopicAlreadyExistsError,
-        for_code,
-    )
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.admin import AIOKafkaAdminClient
+    from aiokafka.errors import KafkaError
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError("kafka:// queues need aiokafka: pip install 'tikk[kafka]'") from exc
 
-log = logging.getLogger("tikk.worker.kafka")
-
-Partition = tuple[str, int]  # (topic, partition), equal to aiokafka's TopicPartition
 _WAIT_MS = 20  # how long an idle fetch waits for a message
-_POLL_GRACE_MS = 20  # getmany waits out a rebalance; fetch gives it this much longer, no more
-_REQUEST_TIMEOUT_S = 10.0  # a commit or offset read that takes longer fails
-
-
-@contextlib.contextmanager
-def _consumer_unavailable(action: str) -> Iterator[None]:
-    """Translate the driver's failures into ``BackendUnavailable``, a stopped consumer's too:
-    the one place for it on this side."""
-    try:
-        yield
-    except (KafkaError, ConsumerStoppedError, OSError) as exc:
-        raise BackendUnavailable(f"kafka: {action} failed: {exc!r}") from exc
-
-
-@dataclass(frozen=True)
-class _Receipt:
-    """Identifies a handed-out message: where it is and in which assignment it was handed out."""
-
-    queue: str
-    topic: str
-    partition: int
-    offset: int
-    epoch: int
-
-
-class _QueueLane:
-    """One queue of a consumer: its Kafka consumer (a member of the queue's group) and the
-    ledgers of the partitions it owns."""
-
-    def __init__(self, queue: str, group: str, consumer: Any, admin: Any) -> None:
-        self.queue = queue
-        self.ledgers: dict[Partition, PartitionLedger] = {}
-        self._group = group
-        self._consumer = consumer
-        self._admin = admin
-        self._epoch = 0
-        self._commit_lock = asyncio.Lock()
-        self._rereading: asyncio.Task[None] | None = None
-
-    async def take(self, max_messages: int, wait_ms: int) -> list[Message]:
-        """Up to ``max_messages`` messages, waiting about ``wait_ms`` at most."""
-        try:
-            async with asyncio.timeout((wait_ms + _POLL_GRACE_MS) / 1000):
-                with _consumer_unavailable("fetch"):
-                    batch = await self._consumer.getmany(
-                        timeout_ms=wait_ms, max_records=max_messages
-                    )
-        except TimeoutError:
-            return []  # a rebalance is under way; the next fetch will see its outcome
-        messages = [m for tp, records in batch.items() for m in self._hand_out(tp, records)]
-        try:
-            await self._flush(batch.keys())  # record the starts of new heads first
-        except BackendUnavailable as exc:
-            log.warning("queue %s: recording starts failed (%s); not counted", self.queue, exc)
-        return [m for m in messages if self._current(m.receipt)]
-
-    def _hand_out(self, tp: Any, records: list[Any]) -> list[Message]:
-        ledger = self.ledgers.get((tp.topic, tp.partition))
-        if ledger is None:
-            # Fetched outside an assignment we know: put them back rather than skip them.
-            with contextlib.suppress(IllegalStateError):
-                self._consumer.seek(tp, records[0].offset)
-            return []
-        floor = ledger.floor
-        if floor is not None and records[0].offset < floor:
-            return self._skip_rewound(tp, records, floor, ledger)
-        return [self._message(tp, ledger, record) for record in records]
-
-    def _skip_rewound(
-        self, tp: Any, records: list[Any], floor: int, ledger: PartitionLedger
-    ) -> list[Message]:
-        """The consumer's position went below the group's commit: the client resets to the
-        earliest offset when it believes nothing was committed (a broker that froze and came
-        back can make it think so), which would run a whole partition again. Messages below
-        the commit are done: skip them, and jump to the commit if that was all."""
-        log.warning(
-            "queue %s: partition %s:%d rewound to offset %d below its commit %d; skipping to it",
-            self.queue, tp.topic, tp.partition, records[0].offset, floor,
-        )  # fmt: skip
-        fresh = [record for record in records if record.offset >= floor]
-        if not fresh:
-            with contextlib.suppress(IllegalStateError):
-                self._consumer.seek(tp, floor)
-        return [self._message(tp, ledger, record) for record in fresh]
-
-    def _message(self, tp: Any, ledger: PartitionLedger, record: Any) -> Message:
-        count = ledger.hand_out(record.offset)
-        receipt = _Receipt(self.queue, tp.topic, tp.partition, record.offset, ledger.epoch)
-        body = bytes(record.value or b"")  # a null value must not fail every fetch
-        return Message(decode_delivery(body), count, receipt, body, _text_headers(record.headers))
-
-    def _current(self, receipt: object) -> bool:
-        if not isinstance(receipt, _Receipt):
-            return False
-        ledger = self.ledgers.get((receipt.topic, receipt.partition))
-        return ledger is not None and ledger.epoch == receipt.epoch
-
-    async def commit(self, receipts: Iterable[_Receipt]) -> None:
-        """Note ``receipts`` done in their ledgers, then commit the partitions whose offset
-        moved, all in one request. A receipt of an earlier assignment does nothing: the
-        partition was re-read (or is someone else's) since."""
-        newest: dict[Partition, int] = {}  # per partition, the newest offset finished here
-        for r in receipts:
-            tp = (r.topic, r.partition)
-            if self._current(r) and self.ledgers[tp].finish(r.offset):
-                newest[tp] = max(r.offset, newest.get(tp, r.offset))
-        if newest:
-            await self._flush(newest, past=newest)
-
-    async def _flush(
-        self, partitions: Iterable[Partition], past: Mapping[Partition, int] | None = None
-    ) -> None:
-        """Commit every ledger target of ``partitions`` that moved, in one request. A partition
-        whose commit went past its offset in ``past`` while this call waited for the lock is
-        left alone: that commit covered this caller's messages already."""
-        past = past or {}
-        async with self._commit_lock:
-            targets = [
-                (tp, ledger, target)
-                for tp in partitions
-                if (ledger := self.ledgers.get(tp))
-                and not (tp in past and ledger.covers(past[tp]))
-                and (target := ledger.target())
-            ]
-            if not targets:
-                return
-            offsets = {TopicPartition(*tp): target for tp, _, target in targets}
-            with _consumer_unavailable("commit"):
-                try:
-                    async with asyncio.timeout(_REQUEST_TIMEOUT_S):
-                        await self._consumer.commit(offsets)
-                except (CommitFailedError, IllegalStateError):
-                    return  # the group moved on: the partitions' next owners re-read them
-            for _, ledger, (offset, metadata) in targets:
-                ledger.mark_committed(offset, metadata)
-
-    async def revoked(self, partitions: Iterable[Any]) -> None:
-        """Commit what is done on ``partitions``, then forget them."""
-        tps = [(tp.topic, tp.partition) for tp in partitions]
-        try:
-            await self._flush(tps)
-        except BackendUnavailable as exc:
-            log.warning("queue %s: commit on revocation failed (%s)", self.queue, exc)
-        for tp in tps:
-            self.ledgers.pop(tp, None)
-
-    async def assigned(self, partitions: Iterable[Any]) -> None:
-        """Start a ledger for each of ``partitions`` from what the group committed. Until
-        that is known the partitions stay paused (read again in the background): without it
-        a client that rewound to the earliest offset could not be caught."""
-        tps = list(partitions)
-        self._consumer.pause(*tps)  # nothing may be handed out before its ledger exists
-        committed: dict[Partition, tuple[int | None, str]] | None = None
-        try:
-            committed = await self._read_committed(tps)
-        finally:  # even if cancelled: a partition without a ledger would stall
-            self._epoch += 1
-            for tp in tps:
-                offset, metadata = (committed or {}).get((tp.topic, tp.partition), (None, ""))
-                self.ledgers[(tp.topic, tp.partition)] = PartitionLedger(
-                    self._epoch, offset, metadata
-                )
-            if committed is not None:
-                self._resume(tps)
-            else:
-                self._rereading = asyncio.create_task(self._read_until_known(tps, self._epoch))
-
-    def _resume(self, tps: list[Any]) -> None:
-        with contextlib.suppress(IllegalStateError):
-            self._consumer.resume(*tps)
-
-    async def _read_until_known(self, tps: list[Any], epoch: int) -> None:
-        """Read the commits of ``tps`` again until they are known, then resume them (unless
-        they were reassigned meanwhile)."""
-        delay = 0.5
-        while True:
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-            committed = await self._read_committed(tps)
-            if committed is None:
-                continue
-            for tp in tps:
-                ledger = self.ledgers.get((tp.topic, tp.partition))
-                if ledger is None or ledger.epoch != epoch:
-                    return
-                ledger.learn(*committed.get((tp.topic, tp.partition), (None, "")))
-            log.info("queue %s: commits read; resuming %d partition(s)", self.queue, len(tps))
-            self._resume(tps)
-            return
-
-    async def _read_committed(
-        self, tps: list[Any]
-    ) -> dict[Partition, tuple[int | None, str]] | None:
-        """What the group committed for ``tps``; None if it could not be read."""
-        if not tps:
-            return {}  # an empty list would ask for every partition of the group
-        try:
-            async with asyncio.timeout(_REQUEST_TIMEOUT_S):
-                found = await self._admin.list_consumer_group_offsets(self._group, partitions=tps)
-        except Exception as exc:  # a failure keeps the partitions paused and is retried
-            log.warning("queue %s: reading commits failed (%r); retrying", self.queue, exc)
-            return None
-        return {
-            (tp.topic, tp.partition): (None if om.offset < 0 else om.offset, om.metadata or "")
-            for tp, om in found.items()
-        }
-
-    async def close(self) -> None:
-        """Commit what is done (best effort: the rest is delivered again), leave the group."""
-        try:
-            await self._flush(list(self.ledgers))
-        except BackendUnavailable as exc:
-            log.warning("queue %s: commit on close failed (%s)", self.queue, exc)
-        self.ledgers.clear()
-        if self._rereading is not None:
-            self._rereading.cancel()
-        await self._consumer.stop()
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka has no types
-    """Hands aiokafka's rebalance callbacks (which it awaits) to the lane."""
-
-    def __init__(self, lane: _QueueLane) -> None:
-        self._lane = lane
-
-    async def on_partitions_revoked(self, revoked: Any) -> None:
-        await self._lane.revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: Any) -> None:
-        await self._lane.assigned(assigned)
 
 
 class KafkaQueueConsumer:
@@ -316,7 +76,7 @@ class KafkaQueueConsumer:
         self._config = config
         self._queues = list(dict.fromkeys(queues))
         self._timing = timing or GroupTiming()
-        self._lanes: list[_QueueLane] = []
+        self._lanes: list[QueueLane] = []
         self._admin: Any = None
         self._turn = 0
         self._start_lock = asyncio.Lock()
@@ -348,7 +108,7 @@ class KafkaQueueConsumer:
                 raise BackendUnavailable("kafka: the consumer is closed")
             if not self._lanes:
                 await check_login(self._config)
-                with _consumer_unavailable("start"):
+                with consumer_unavailable("start"):
                     await self._open()
 
     async def fetch(self, max_messages: int) -> list[Message]:
@@ -368,7 +128,7 @@ class KafkaQueueConsumer:
     async def commit_many(self, messages: Sequence[Message]) -> None:
         """One commit request per queue among ``messages`` (a queue is a group of its own)."""
         # A receipt of another kind is not ours: nothing of ours to commit.
-        receipts = [m.receipt for m in messages if isinstance(m.receipt, _Receipt)]
+        receipts = [m.receipt for m in messages if isinstance(m.receipt, KafkaReceipt)]
         for lane in self._lanes:
             mine = [r for r in receipts if r.queue == lane.queue]
             if mine:
@@ -397,8 +157,7 @@ class KafkaQueueConsumer:
         self._admin = AIOKafkaAdminClient(**self._config.client_options())
         try:
             await self._admin.start()
-            await _create_topics(self._admin, self._config, self._queues)
-            await _until_visible(self._admin, [self._config.topic(q) for q in self._queues])
+            await _ensure_topics(self._admin, self._config, self._queues)
             for queue in self._queues:
                 self._lanes.append(await self._join(queue))
         except BaseException:
@@ -409,7 +168,7 @@ class KafkaQueueConsumer:
             self._lanes, self._admin = [], None
             raise
 
-    async def _join(self, queue: str) -> _QueueLane:
+    async def _join(self, queue: str) -> QueueLane:
         t = self._timing
         group = self._config.group(queue)
         consumer = AIOKafkaConsumer(
@@ -424,30 +183,31 @@ class KafkaQueueConsumer:
             # (not the default 5 min) bounds how long new partitions or a late topic wait.
             metadata_max_age_ms=30_000,
         )
-        lane = _QueueLane(queue, group, consumer, self._admin)
+        lane = QueueLane(queue, group, consumer, self._admin)
         try:
             await consumer.start()
         except BaseException:
             await consumer.stop()
             raise
-        consumer.subscribe([self._config.topic(queue)], listener=_Rebalance(lane))
+        consumer.subscribe([self._config.topic(queue)], listener=lane.listener())
         return lane
 
 
-async def _create_topics(admin: Any, config: KafkaQueueUrl, queues: list[str]) -> None:
-    new = [NewTopic(config.topic(q), config.partitions, config.replication) for q in queues]
-    response = await admin.create_topics(new)
-    for topic, code, *_ in response.topic_errors:
-        error = for_code(code)
-        # The dispatcher or another worker may have created it first: that is success.
-        if error not in (NoError, TopicAlreadyExistsError):
-            raise BackendUnavailable(f"kafka: creating topic {topic!r} failed: {error}")
+async def _ensure_topics(admin: Any, config: KafkaQueueUrl, queues: list[str]) -> None:
+    """Create the topics of ``queues`` that are missing (as the producer does, so either may
+    start first) and wait until they are visible."""
+    topics = [config.topic(q) for q in queues]
+    refused = await create_topics(admin, config, topics)
+    if refused:
+        first = refused[0]
+        raise BackendUnavailable(f"kafka: creating topic {first.topic!r} failed: {first.error}")
+    await _until_visible(admin, topics)
 
 
 async def _until_visible(admin: Any, topics: list[str]) -> None:
     """Wait until the brokers list every partition of ``topics`` with a leader. A new topic
     takes a moment to appear, and a group leader assigning before then assigns nothing."""
-    deadline = asyncio.get_running_loop().time() + _REQUEST_TIMEOUT_S
+    deadline = asyncio.get_running_loop().time() + REQUEST_TIMEOUT_S
     while not all(map(_has_leaders, await admin.describe_topics(topics))):
         if asyncio.get_running_loop().time() > deadline:
             raise BackendUnavailable(f"kafka: topics {topics} have no leaders yet")
@@ -463,7 +223,7 @@ def _has_leaders(topic: dict[str, Any]) -> bool:
     )
 
 
-async def _sweep(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
+async def _sweep(lanes: list[QueueLane], max_messages: int) -> list[Message]:
     """What the lanes have buffered already, lane by lane, up to ``max_messages``."""
     messages: list[Message] = []
     for lane in lanes:
@@ -478,7 +238,7 @@ async def _sweep(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
     return messages
 
 
-async def _wait(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
+async def _wait(lanes: list[QueueLane], max_messages: int) -> list[Message]:
     """Nothing was buffered: wait briefly on all lanes at once, each for its share."""
     n = len(lanes)
     shares = [max_messages // n + (i < max_messages % n) for i in range(n)]
@@ -491,13 +251,3 @@ async def _wait(lanes: list[_QueueLane], max_messages: int) -> list[Message]:
     if errors and not messages:
         raise errors[0]
     return messages
-
-
-def _text_headers(headers: Any) -> dict[str, str]:
-    """Message headers that are valid text; others (binary, or a null value) are not ours and
-    are left out rather than failing the fetch."""
-    out: dict[str, str] = {}
-    for key, value in headers or ():
-        with contextlib.suppress(UnicodeDecodeError, TypeError):
-            out[key] = bytes(value).decode()
-    return out

@@ -1,6 +1,6 @@
 """Progress on one assigned partition of a Kafka queue: which offset its worker may commit.
 
-Pure bookkeeping, no I/O (``worker_sdk.queues.kafka`` does the I/O). Workers finish messages
+Pure bookkeeping, no I/O (``worker_sdk.queues.kafka_lane`` does the I/O). Workers finish messages
 out of order; Kafka keeps one offset per partition. The ledger notes what was handed out and
 what is done, and the offset to commit is the oldest message not yet done (one past the newest,
 when all are): it never passes an unfinished message and never moves back.

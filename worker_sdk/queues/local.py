@@ -6,19 +6,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from tikk.clock import Clock, SystemClock
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import LocalQueueSql
 from worker_sdk.queues.consumer import Message, decode_delivery
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @contextlib.contextmanager
@@ -39,13 +35,22 @@ class LocalQueueConsumer:
 
     Constructing it does no I/O; ``start`` opens the file. After ``close`` (its thread is
     gone), ``commit`` and ``extend`` do nothing: a message not committed by then is leased to
-    whoever fetches it once its lease ran out.
+    whoever fetches it once its lease ran out. ``clock`` (the system clock by default) says
+    when a lease runs out; the dispatcher stamps messages visible with the same wall clock.
     """
 
-    def __init__(self, path: str, queues: Sequence[str], visibility_ms: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        queues: Sequence[str],
+        visibility_ms: int,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
         self._path = path
         self._queues = list(queues)
         self._visibility_ms = visibility_ms
+        self._clock = clock or SystemClock()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-queue")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
@@ -96,7 +101,7 @@ class LocalQueueConsumer:
         return result
 
     def _fetch(self, conn: sqlite3.Connection, max_messages: int) -> list[Message]:
-        now = _now_ms()
+        now = self._clock.now_ms()
         # One token for the whole batch: a receipt is (id, lease), unique per message and
         # lease, so a token per message would only cost a random draw each.
         lease = uuid.uuid4().hex
@@ -131,7 +136,7 @@ class LocalQueueConsumer:
             await self._run(self._extend, [m.receipt for m in messages])
 
     def _extend(self, conn: sqlite3.Connection, receipts: list[tuple[int, str]]) -> None:
-        until = _now_ms() + self._visibility_ms
+        until = self._clock.now_ms() + self._visibility_ms
         with _transaction(conn):
             conn.executemany(
                 LocalQueueSql.EXTEND, [(until, msg_id, lease) for msg_id, lease in receipts]

@@ -31,9 +31,10 @@ from tikk.drivers.cassandra import CassandraSession, PartitionRow
 from tikk.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
-from tikk.schedules import codec as schedule_codec
+from tikk.schedules.codec import decode_schedule, encode_schedule
 from tikk.schedules.model import Schedule
-from tikk.store.cassandra.tasks import INSERT_DUE, CassandraTaskStore, due_values
+from tikk.store.cassandra.task_rows import INSERT_DUE, due_values
+from tikk.store.cassandra.tasks import CassandraTaskStore
 from tikk.store.schedules import StepWrite
 
 # Partitions of a namespace's listing. Part of the stored layout: changing it strands
@@ -67,7 +68,7 @@ def listing_shard(namespace: str, schedule_id: str) -> int:
 
 
 def _decode(row: Any) -> Schedule:
-    return schedule_codec.decode(row.namespace, row.schedule_id, row.version, row.body)
+    return decode_schedule(row.namespace, row.schedule_id, row.version, row.body)
 
 
 def _not_found(namespace: str, schedule_id: str) -> NotFound:
@@ -100,7 +101,7 @@ class CassandraScheduleStore:
 
     async def create(self, schedule: Schedule) -> tuple[Schedule, bool]:
         s = schedule.evolve(version=1)
-        values = [s.namespace, s.schedule_id, 1, s.fingerprint, schedule_codec.encode(s)]
+        values = [s.namespace, s.schedule_id, 1, s.fingerprint, encode_schedule(s)]
         rows = await self._db.execute(CREATE_SCHEDULE, values)
         created = not rows or bool(rows[0][0])
         if not created:
@@ -217,6 +218,6 @@ class CassandraScheduleStore:
 
 def _update_values(s: Schedule, expected_version: int) -> list[Any]:
     return [
-        s.version, schedule_codec.encode(s), s.fingerprint, s.namespace, s.schedule_id,
+        s.version, encode_schedule(s), s.fingerprint, s.namespace, s.schedule_id,
         expected_version,
     ]  # fmt: skip

@@ -1,6 +1,6 @@
 """The task and schedule stores' Cassandra schema (``tikk migrate``): numbered steps, each
-applied once by ``tikk.drivers.cassandra.migrate``; and what ``migrate`` writes besides tables
-(the shard count, the shards' cursors)."""
+applied once by ``tikk.drivers.cassandra.run_migrations``; and what ``migrate`` writes besides
+tables (the shard count, the shards' cursors)."""
 
 from __future__ import annotations
 

@@ -13,12 +13,13 @@ from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.errors import AlreadyExists, Conflict, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token
-from tikk.schedules import codec as schedule_codec
+from tikk.schedules.codec import decode_schedule, encode_schedule
 from tikk.schedules.model import Schedule
 from tikk.store.schedules import StepWrite
 from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA
 from tikk.store.sqlite.schema import ADDED_COLUMNS, SCHEDULES_SCHEMA, TASKS_SCHEMA
-from tikk.store.sqlite.tasks import create_one, insert_due
+from tikk.store.sqlite.task_creates import create_one
+from tikk.store.sqlite.task_rows import insert_due
 
 
 def _fetch(conn: sqlite3.Connection, namespace: str, schedule_id: str) -> Schedule | None:
@@ -28,7 +29,7 @@ def _fetch(conn: sqlite3.Connection, namespace: str, schedule_id: str) -> Schedu
     ).fetchone()
     if row is None:
         return None
-    return schedule_codec.decode(namespace, schedule_id, int(row[0]), str(row[1]))
+    return decode_schedule(namespace, schedule_id, int(row[0]), str(row[1]))
 
 
 def _must_fetch(conn: sqlite3.Connection, namespace: str, schedule_id: str) -> Schedule:
@@ -41,7 +42,7 @@ def _must_fetch(conn: sqlite3.Connection, namespace: str, schedule_id: str) -> S
 def _write(conn: sqlite3.Connection, s: Schedule) -> None:
     conn.execute(
         "INSERT OR REPLACE INTO schedules VALUES (?, ?, ?, ?, ?)",
-        (s.namespace, s.schedule_id, s.version, s.fingerprint, schedule_codec.encode(s)),
+        (s.namespace, s.schedule_id, s.version, s.fingerprint, encode_schedule(s)),
     )
     tick = s.tick()
     if tick is not None:
@@ -106,8 +107,7 @@ class SqliteScheduleStore:
             ).fetchall()
         )
         items = [
-            schedule_codec.decode(namespace, str(r[0]), int(r[1]), str(r[2]))
-            for r in rows[:page_size]
+            decode_schedule(namespace, str(r[0]), int(r[1]), str(r[2])) for r in rows[:page_size]
         ]
         more = len(rows) > page_size
         return Page(items, encode_token(items[-1].schedule_id) if more else "")

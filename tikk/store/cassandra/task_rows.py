@@ -1,0 +1,125 @@
+"""How the Cassandra task store lays out a task: the values it writes, the task and due entry
+it reads back, the TTL of each row, and the statements more than one part of the store runs
+(``tikk.store.cassandra.tasks`` and the modules beside it; the schedule store writes due rows
+with them too)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from tikk.buckets import minute_of_second
+from tikk.drivers.cassandra import CassandraSession
+from tikk.errors import NotFound
+from tikk.model import DueEntry, RetryPolicy, Task, TaskState
+from tikk.store.cassandra.schema import DUE_RETENTION_S, TASK_RETENTION_S
+from tikk.store.tasks import DUE_WRITE_COLUMNS, TASK_COLUMNS
+
+SELECT_TASK = (
+    f"SELECT {', '.join(TASK_COLUMNS)}, create_pending, create_done,"
+    " WRITETIME(state) AS state_written FROM tasks WHERE namespace = ? AND task_id = ?"
+)
+INSERT_DUE = (
+    f"INSERT INTO due_index ({', '.join(DUE_WRITE_COLUMNS)})"
+    f" VALUES ({', '.join('?' * len(DUE_WRITE_COLUMNS))}) USING TTL ?"
+)
+INSERT_TASK_BY_QUEUE = (
+    "INSERT INTO tasks_by_queue (namespace, queue, shard, task_id) VALUES (?, ?, ?, ?) USING TTL ?"
+)
+_MAX_TTL_S = 630_720_000  # Cassandra's ceiling (20 years)
+
+
+def ttl_after(due_ms: int, now_ms: int, retention_s: int) -> int:
+    """The TTL of a row written at ``now_ms`` that must live ``retention_s`` past ``due_ms``."""
+    return max(1, min(_MAX_TTL_S, (max(due_ms - now_ms, 0) // 1000) + retention_s))
+
+
+def ttl_with_row(due_ms: int, now_ms: int) -> int:
+    """The TTL that ends a cell written now no later than the task row written for
+    ``due_ms`` (a late run must not leave cells alive after the row's others expired)."""
+    return max(1, min(_MAX_TTL_S, (due_ms - now_ms) // 1000 + TASK_RETENTION_S))
+
+
+def task_ttl(t: Task) -> int:
+    """The TTL of a new task's rows: its retention after the due time."""
+    return ttl_after(t.due_ms, t.created_ms, TASK_RETENTION_S)
+
+
+def task_values(t: Task) -> list[Any]:
+    r = t.retry
+    return [
+        t.namespace, t.task_id, t.queue, t.handler, t.payload, dict(t.labels), r.max_attempts,
+        r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter, int(t.state), t.attempt,
+        t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms, t.shard, t.fingerprint,
+        t.last_error_type, t.last_error_message, dict(t.trace_context), t.schedule_id,
+        t.start_timeout_ms,
+    ]  # fmt: skip
+
+
+def task_from_cql_row(row: Any) -> Task:
+    return Task(
+        namespace=row.namespace, task_id=row.task_id, queue=row.queue, handler=row.handler,
+        payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
+        retry=RetryPolicy(row.max_attempts, row.initial_backoff_ms, row.multiplier,
+                          row.max_backoff_ms, row.jitter),
+        state=TaskState(row.state), attempt=row.attempt, due_ms=row.due_ms,
+        scheduled_ms=row.scheduled_ms, created_ms=row.created_ms, updated_ms=row.updated_ms,
+        shard=row.shard, fingerprint=row.fingerprint, last_error_type=row.last_error_type or "",
+        last_error_message=row.last_error_message or "",
+        trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
+        start_timeout_ms=row.start_timeout_ms or 0,
+    )  # fmt: skip
+
+
+def entry_from_cql_row(row: Any) -> DueEntry:
+    return DueEntry(
+        shard=row.shard, due_ms=row.due_ms, namespace=row.namespace, task_id=row.task_id,
+        attempt=row.attempt, queue=row.queue, handler=row.handler,
+        payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
+        max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
+        trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
+        start_timeout_ms=row.start_timeout_ms or 0, handed_off=row.handed_off_ms == row.due_ms,
+    )  # fmt: skip
+
+
+def due_values(e: DueEntry, now_ms: int) -> list[Any]:
+    return [
+        minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace, e.task_id,
+        e.attempt, e.queue, e.handler, e.payload, dict(e.labels), e.max_attempts,
+        e.scheduled_ms, dict(e.trace_context), e.schedule_id, e.start_timeout_ms,
+        ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
+    ]  # fmt: skip
+
+
+def listing_write(t: Task, ttl: int) -> tuple[str, list[Any]]:
+    """The statement and values of the task's row in its queue's listing."""
+    return INSERT_TASK_BY_QUEUE, [t.namespace, t.queue, t.shard, t.task_id, ttl]
+
+
+def half_written(row: Any) -> bool:
+    """A task row whose create never finished its second write (see
+    ``tikk.store.cassandra.task_creates.CREATE_TASK``)."""
+    return bool(row.create_pending) and not row.create_done
+
+
+async def read_task(db: CassandraSession, namespace: str, task_id: str) -> Task:
+    """The task; ``NotFound`` if there is none, or only a half-written one."""
+    rows = await db.execute(SELECT_TASK, [namespace, task_id])
+    # A row whose state expired (its last cells outlive the others by under a second)
+    # is gone too.
+    if not rows or half_written(rows[0]) or rows[0].state is None:
+        raise NotFound(f"task {task_id!r} not found in namespace {namespace!r}")
+    return task_from_cql_row(rows[0])
+
+
+async def read_tasks(db: CassandraSession, namespace: str, ids: Sequence[str]) -> list[Task | None]:
+    """The tasks of ``ids``, read concurrently; None for each one not found."""
+
+    async def one(tid: str) -> Task | None:
+        try:
+            return await read_task(db, namespace, tid)
+        except NotFound:
+            return None
+
+    return list(await asyncio.gather(*(one(t) for t in ids)))

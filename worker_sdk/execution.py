@@ -1,0 +1,88 @@
+"""One call of a handler: the ``TaskContext`` it is given, where it runs (an async handler on
+the event loop, a plain function in the worker's thread pool), and how its outcome is written
+into the run's ``RunResult`` (kind, output, error). The Worker decides whether to call at all
+and reports the result."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import traceback
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from typing import Any
+
+from tikk.v1 import worker_pb2
+from worker_sdk.context import NonRetryableError, Retry, TaskContext
+from worker_sdk.queues.consumer import Message
+
+log = logging.getLogger("tikk.worker")
+
+Handler = (
+    Callable[[TaskContext, bytes], Awaitable[bytes | None]]
+    | Callable[[TaskContext, bytes], bytes | None]
+)
+_ERROR_MESSAGE_LIMIT = 4096
+
+
+async def call_handler(
+    fn: Handler, ctx: TaskContext, result: worker_pb2.RunResult, pool: ThreadPoolExecutor
+) -> None:
+    """Run ``fn`` on the delivery's payload and record its outcome in ``result``: its output,
+    or the failure a ``Retry``, a ``NonRetryableError`` or any other exception means."""
+    try:
+        if inspect.iscoroutinefunction(fn):
+            output = await fn(ctx, result.delivery.payload)
+        else:
+            # In the caller's context, so the run span is current in the handler's thread.
+            run = contextvars.copy_context().run
+            call = functools.partial(run, fn, ctx, result.delivery.payload)
+            output = await asyncio.get_running_loop().run_in_executor(pool, call)
+        if output is not None and not isinstance(output, bytes):
+            raise TypeError(f"handler returned {type(output).__name__}, expected bytes|None")
+        result.kind = worker_pb2.RESULT_KIND_SUCCEEDED
+        result.output = output or b""
+    except Retry as exc:
+        set_failure(result, worker_pb2.RESULT_KIND_RETRY, "Retry", str(exc))
+        result.retry_after.FromMilliseconds(int(exc.after_seconds * 1000))
+    except NonRetryableError as exc:
+        set_failure(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, type(exc).__name__, str(exc))
+    except Exception as exc:
+        log.debug("handler %s failed: %s", ctx.handler, traceback.format_exc())
+        set_failure(result, worker_pb2.RESULT_KIND_FAILED, type(exc).__name__, str(exc))
+
+
+def task_context(message: Message, run_id: str, worker_id: str) -> TaskContext:
+    """What the handler is told of the run of ``message``."""
+    d = message.delivery
+    return TaskContext(
+        namespace=d.namespace,
+        task_id=d.task_id,
+        queue=d.queue,
+        handler=d.handler,
+        run_id=run_id,
+        attempt=d.attempt,
+        max_attempts=d.max_attempts,
+        scheduled_time=_dt(d.scheduled_time),
+        due_time=_dt(d.due_time),
+        fired_time=_dt(d.fired_time),
+        idempotency_key=d.idempotency_key,
+        labels=dict(d.labels),
+        worker_id=worker_id,
+        delivery_count=message.delivery_count,
+    )
+
+
+def set_failure(result: worker_pb2.RunResult, kind: int, error_type: str, message: str) -> None:
+    """Record a failed run of ``kind``; the message is cut to a bounded length."""
+    result.kind = kind  # type: ignore[assignment]
+    result.error_type = error_type
+    result.error_message = message[:_ERROR_MESSAGE_LIMIT]
+
+
+def _dt(ts: Any) -> datetime:
+    return datetime.fromtimestamp(ts.ToMilliseconds() / 1000, tz=UTC)

@@ -1,0 +1,56 @@
+"""Where a Worker's messages come from: its current queue consumer, which the worker puts down
+when it pauses (it cannot report results, see ``worker_sdk.worker``) or stops, and opens afresh
+when it goes on."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+
+from tikk.clock import Clock
+from worker_sdk.queues import open_consumer
+from worker_sdk.queues.consumer import GroupTiming, QueueConsumer
+
+log = logging.getLogger("tikk.worker")
+
+
+class Intake:
+    """The worker's current queue consumer, opened and started on first use. ``close`` puts it
+    down (the worker pauses, or stops); the next ``consumer()`` opens a fresh one. ``clock``
+    times the leases of a queue that has them (the local one)."""
+
+    def __init__(
+        self,
+        url: str,
+        queues: Sequence[str],
+        visibility_ms: int,
+        timing: GroupTiming,
+        clock: Clock,
+    ) -> None:
+        self._open = functools.partial(
+            open_consumer, url, queues, visibility_ms, timing, clock=clock
+        )
+        self._current: QueueConsumer | None = None
+        self._started = False
+
+    async def consumer(self) -> QueueConsumer:
+        """The current consumer, started. Raises ``BackendUnavailable`` if it could not be
+        started; the next call starts it again."""
+        if self._current is None:
+            self._current, self._started = self._open(), False
+        if not self._started:
+            await self._current.start()
+            self._started = True
+        return self._current
+
+    async def close(self) -> None:
+        """Close the current consumer, if any. A failure is logged only: what the consumer
+        had not committed is delivered again either way."""
+        current, self._current = self._current, None
+        if current is None:
+            return
+        try:
+            await current.close()
+        except Exception as exc:
+            log.warning("closing the queue consumer failed: %s", exc)
