@@ -21,7 +21,7 @@ import grpc
 from server.api.status import Ctx, code_of
 from server.auth.authenticator import CredentialView, bearer_token, certificate_subject
 from server.auth.policy import Rule, is_open, rule_of
-from server.interceptors.handlers import CallKind, Handler, answers, rewrapped
+from server.interceptors.handlers import CallKind, RpcHandler, answers, rewrapped
 from tikk.credentials import Credential
 from tikk.errors import PermissionDenied, TikkError
 from tikk.settings import Settings
@@ -44,9 +44,9 @@ class AuthInterceptor(_Interceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler:
+    ) -> RpcHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or is_open(method):
@@ -116,7 +116,7 @@ class _Guard:
         who = f"credential {credential.credential_id}" if credential else "caller"
         log.info("refused %s for %s: %s", self._method, who, exc)
 
-    def wrap(self, handler: Handler) -> Handler:
+    def wrap(self, handler: RpcHandler) -> RpcHandler:
         """``handler`` with the checks in front of its behaviour."""
         wrappers = {
             CallKind.UNARY_UNARY: self._unary, CallKind.UNARY_STREAM: self._unary_in_stream_out,

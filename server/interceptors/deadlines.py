@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from server.api.status import Ctx, over_limit
-from server.interceptors.handlers import Behaviour, CallKind, Handler, rewrapped
+from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, rewrapped
 from tikk.settings import Deadlines
 
 # How long before the caller's deadline a call that is still waiting for a backend gives up,
@@ -38,9 +38,9 @@ class CallDeadlines(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     # Returns None for a method no service has, though the stubs say otherwise.
     async def intercept_service(  # type: ignore[override]
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    ) -> RpcHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_streaming or handler.response_streaming:
             return handler

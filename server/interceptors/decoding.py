@@ -17,7 +17,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from server.api.status import Ctx
-from server.interceptors.handlers import Behaviour, CallKind, Handler, rewrapped
+from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, rewrapped
 
 _Parse = Callable[[bytes], Any]
 
@@ -35,9 +35,9 @@ class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     # Returns None for a method no service has, though the stubs say otherwise.
     async def intercept_service(  # type: ignore[override]
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    ) -> RpcHandler | None:
         handler = await continuation(handler_call_details)
         if handler is None or handler.request_deserializer is None:
             return handler
@@ -78,7 +78,7 @@ async def _until_malformed(
         yield request
 
 
-def _guarded(h: Handler) -> Handler:
+def _guarded(h: RpcHandler) -> RpcHandler:
     assert h.request_deserializer is not None  # the caller passes on handlers without one
     return rewrapped(h, _guard, _lenient(h.request_deserializer))
 

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 if TYPE_CHECKING:  # generic in the type stubs only
-    Handler = grpc.RpcMethodHandler[Any, Any]
+    RpcHandler = grpc.RpcMethodHandler[Any, Any]
 else:
-    Handler = grpc.RpcMethodHandler
+    RpcHandler = grpc.RpcMethodHandler
 # The aio server runs async behaviours, which grpc's (synchronous) type stubs do not describe.
 Behaviour = Any
 
@@ -43,17 +43,17 @@ _MAKERS = {
 }
 
 
-def kind_of(handler: Handler) -> CallKind:
+def kind_of(handler: RpcHandler) -> CallKind:
     if handler.request_streaming:
         return CallKind.STREAM_STREAM if handler.response_streaming else CallKind.STREAM_UNARY
     return CallKind.UNARY_STREAM if handler.response_streaming else CallKind.UNARY_UNARY
 
 
 def rewrapped(
-    handler: Handler,
+    handler: RpcHandler,
     wrap: Callable[[Behaviour, CallKind], Behaviour],
     deserializer: Callable[[bytes], Any] | None = None,
-) -> Handler:
+) -> RpcHandler:
     """A handler of ``handler``'s kind whose behaviour is ``wrap(behaviour, kind)``, parsing
     requests with ``deserializer`` if given (else as before)."""
     kind = kind_of(handler)

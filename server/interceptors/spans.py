@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from server.api.status import Ctx
-from server.interceptors.handlers import Behaviour, CallKind, Handler, answers, rewrapped
+from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, answers, rewrapped
 from tikk.telemetry import Telemetry
 
 _TRACED = "/tikk.v1."
@@ -30,9 +30,9 @@ class CallSpans(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     # Returns None for a method no service has, though the stubs say otherwise.
     async def intercept_service(  # type: ignore[override]
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    ) -> RpcHandler | None:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
         if handler is None or not method.startswith(_TRACED):

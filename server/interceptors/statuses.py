@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 
 from server.api.status import Ctx, code_of
-from server.interceptors.handlers import Behaviour, CallKind, Handler, answers, rewrapped
+from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, answers, rewrapped
 from tikk.errors import TikkError
 
 
@@ -24,9 +24,9 @@ class ErrorStatuses(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     # Returns None for a method no service has, though the stubs say otherwise.
     async def intercept_service(  # type: ignore[override]
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler | None]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> Handler | None:
+    ) -> RpcHandler | None:
         handler = await continuation(handler_call_details)
         return None if handler is None else rewrapped(handler, _mapped)
 
