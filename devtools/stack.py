@@ -1,18 +1,19 @@
 """The local production stack: Cassandra, Kafka (KRaft) and ZooKeeper as local processes.
 
-``tikk stack up`` resolves the servers' jars through Maven (``infra/*/pom.xml``) into
+``python -m devtools stack up`` resolves the servers' jars through Maven (``infra/*/pom.xml``) into
 ``.stack/lib``, starts each service on loopback with small heaps and non-default ports, and
 waits until it really answers. Data and logs live under ``.stack/`` (or ``$TIKK_STACK_DIR``).
 A second stack can run beside the first with its own ``$TIKK_STACK_DIR`` and its ports moved by
 ``$TIKK_STACK_PORT_OFFSET`` (or set one by one, e.g. ``$TIKK_STACK_CQL_PORT``).
 
-**Authentication** is on unless ``up(plain=True)`` (``tikk stack up --plain``): Cassandra asks
-for a password (user ``tikk``) and speaks TLS only, Kafka's client listener is SASL/SCRAM over
-TLS, and ZooKeeper refuses any client that did not authenticate with the digest scheme. The
-first start generates the passwords under ``secrets/`` (mode 0600) and a development CA with
-the services' certificates under ``tls/`` (``server.certs.make_dev_pki``); ``URLS`` then name
-the user, the password file and the CA, so every tool connects with no further setting. The
-variant that was started last is recorded in ``variant``; switching it restarts the services.
+**Authentication** is on unless ``up(plain=True)`` (``python -m devtools stack up --plain``):
+Cassandra asks for a password (user ``tikk``) and speaks TLS only, Kafka's client listener is
+SASL/SCRAM over TLS, and ZooKeeper refuses any client that did not authenticate with the digest
+scheme. The first start generates the passwords under ``secrets/`` (mode 0600) and a
+development CA with the services' certificates under ``tls/`` (``server.certs.make_dev_pki``);
+``URLS`` then name the user, the password file and the CA, so every tool connects with no
+further setting. The variant that was started last is recorded in ``variant``; switching it
+restarts the services.
 """
 
 from __future__ import annotations
