@@ -16,7 +16,7 @@ from devtools.__main__ import build_parser as build_devtools_parser
 from devtools.__main__ import command_line
 from server.cli import main
 from server.cli.options import EXIT_USAGE, parse_duration_ms, parse_time_ms
-from server.cli.processes import load_worker
+from server.cli.workers import load_worker
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
