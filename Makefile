@@ -36,10 +36,10 @@ check: lint proto-check
 
 # Cassandra, Kafka and ZooKeeper as local processes (needs JDK 17 and Maven; says so if not).
 stack-up: venv
-	$(VENV)/bin/tikk stack up
+	$(PY) -m devtools stack up
 
 stack-down: venv
-	$(VENV)/bin/tikk stack down
+	$(PY) -m devtools stack down
 
 # Known vulnerabilities in the installed dependencies (pip-audit); fails if it cannot audit.
 audit: venv

@@ -1,4 +1,5 @@
-"""``tikk bench``: the scale benchmark. For each backend set (embedded, stack) one run:
+"""``python -m devtools bench``: the scale benchmark. For each backend set (embedded, stack)
+one run:
 
 1. **ceiling**: the bare driver writes the same rows tikk writes for these tasks
    (``devtools.ceiling``), on a machine with no tikk process running yet;

@@ -1,6 +1,6 @@
-"""``tikk bench-schedules``: N schedules that all fire at the same instant (the "every job at
-09:00" case), stepped by one dispatcher in this process; reports how fast the schedules were
-stored and how late their occurrences reached the ready queue.
+"""``python -m devtools bench-schedules``: N schedules that all fire at the same instant (the
+"every job at 09:00" case), stepped by one dispatcher in this process; reports how fast the
+schedules were stored and how late their occurrences reached the ready queue.
 
 The store and history are those configured (SQLite or Cassandra); the queue is the embedded
 one, read back here to measure. A measurement, not a test: nothing here asserts.

@@ -1,18 +1,19 @@
 """The local production stack: Cassandra, Kafka (KRaft) and ZooKeeper as local processes.
 
-``tikk stack up`` resolves the servers' jars through Maven (``infra/*/pom.xml``) into
+``python -m devtools stack up`` resolves the servers' jars through Maven (``infra/*/pom.xml``) into
 ``.stack/lib``, starts each service on loopback with small heaps and non-default ports, and
 waits until it really answers. Data and logs live under ``.stack/`` (or ``$TIKK_STACK_DIR``).
 A second stack can run beside the first with its own ``$TIKK_STACK_DIR`` and its ports moved by
 ``$TIKK_STACK_PORT_OFFSET`` (or set one by one, e.g. ``$TIKK_STACK_CQL_PORT``).
 
-**Authentication** is on unless ``up(plain=True)`` (``tikk stack up --plain``): Cassandra asks
-for a password (user ``tikk``) and speaks TLS only, Kafka's client listener is SASL/SCRAM over
-TLS, and ZooKeeper refuses any client that did not authenticate with the digest scheme. The
-first start generates the passwords under ``secrets/`` (mode 0600) and a development CA with
-the services' certificates under ``tls/`` (``server.certs.make_dev_pki``); ``URLS`` then name
-the user, the password file and the CA, so every tool connects with no further setting. The
-variant that was started last is recorded in ``variant``; switching it restarts the services.
+**Authentication** is on unless ``up(plain=True)`` (``python -m devtools stack up --plain``):
+Cassandra asks for a password (user ``tikk``) and speaks TLS only, Kafka's client listener is
+SASL/SCRAM over TLS, and ZooKeeper refuses any client that did not authenticate with the digest
+scheme. The first start generates the passwords under ``secrets/`` (mode 0600) and a
+development CA with the services' certificates under ``tls/`` (``server.certs.make_dev_pki``);
+``URLS`` then name the user, the password file and the CA, so every tool connects with no
+further setting. The variant that was started last is recorded in ``variant``; switching it
+restarts the services.
 """
 
 from __future__ import annotations
@@ -404,8 +405,13 @@ def kafka_ready() -> bool:
 
 
 def start_cassandra(auth: bool) -> None:
-    c = CASSANDRA
-    conf = c.home / "conf"
+    conf = _cassandra_conf(auth)
+    CASSANDRA.spawn(_cassandra_command(conf))
+
+
+def _cassandra_conf(auth: bool) -> Path:
+    """The node's configuration folder, written from ``infra/cassandra``."""
+    conf = CASSANDRA.home / "conf"
     conf.mkdir(parents=True, exist_ok=True)
     _render(
         INFRA / "cassandra" / "cassandra.yaml",
@@ -419,37 +425,40 @@ def start_cassandra(auth: bool) -> None:
         _append(conf / "cassandra.yaml", INFRA / "cassandra" / "auth.yaml",
                 KEYSTORE=tls.keystore, CA=tls.ca)  # fmt: skip
     shutil.copy(INFRA / "cassandra" / "logback.xml", conf / "logback.xml")
+    return conf
+
+
+def _cassandra_command(conf: Path) -> list[str]:
+    c = CASSANDRA
     options = (INFRA / "cassandra" / "jvm17-server.options").read_text().split("\n")
     # One option per line; "--add-exports X" is one option written with a space.
     jvm_flags = [line.strip().replace(" ", "=", 1) for line in options if line.startswith("-")]
     jamm = next(iter(sorted(c.lib.glob("jamm-*.jar"))), None)
     if jamm is None:
         raise StackError(f"jamm agent jar missing from {c.lib}; delete the folder and retry")
-    c.spawn(
-        [
-            java(),
-            "-Xms1g",
-            "-Xmx1g",
-            "-Xss256k",
-            "-XX:+UseG1GC",
-            "-da:net.openhft...",
-            "-Djava.net.preferIPv4Stack=true",
-            f"-javaagent:{jamm}",
-            *jvm_flags,
-            f"-Dcassandra.config=file://{conf / 'cassandra.yaml'}",
-            f"-Dcassandra.storagedir={c.home / 'data'}",
-            f"-Dcassandra.logdir={c.home / 'logs'}",
-            f"-Dlogback.configurationFile={conf / 'logback.xml'}",
-            "-Dcassandra-foreground=yes",
-            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
-            "-Dcassandra.superuser_setup_delay_ms=0",
-            "-Dcassandra.unsafesystem=true",
-            "-Dcassandra.test.flush_local_schema_changes=false",
-            "-cp",
-            _classpath(conf, c.lib / "*"),
-            "org.apache.cassandra.service.CassandraDaemon",
-        ]
-    )
+    return [
+        java(),
+        "-Xms1g",
+        "-Xmx1g",
+        "-Xss256k",
+        "-XX:+UseG1GC",
+        "-da:net.openhft...",
+        "-Djava.net.preferIPv4Stack=true",
+        f"-javaagent:{jamm}",
+        *jvm_flags,
+        f"-Dcassandra.config=file://{conf / 'cassandra.yaml'}",
+        f"-Dcassandra.storagedir={c.home / 'data'}",
+        f"-Dcassandra.logdir={c.home / 'logs'}",
+        f"-Dlogback.configurationFile={conf / 'logback.xml'}",
+        "-Dcassandra-foreground=yes",
+        "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+        "-Dcassandra.superuser_setup_delay_ms=0",
+        "-Dcassandra.unsafesystem=true",
+        "-Dcassandra.test.flush_local_schema_changes=false",
+        "-cp",
+        _classpath(conf, c.lib / "*"),
+        "org.apache.cassandra.service.CassandraDaemon",
+    ]
 
 
 def cassandra_ready() -> bool:
@@ -507,35 +516,9 @@ def cassandra_roles() -> None:
     """Give the authenticated Cassandra its ``tikk`` role (all permissions on all keyspaces)
     and replace the built-in superuser's well-known password with a generated one.
     Idempotent: run at every start of the node."""
-    from cassandra.auth import PlainTextAuthProvider
-    from cassandra.cluster import Cluster, NoHostAvailable
-
     # The expected refusals (trying which login works) are no news on the terminal.
     logging.getLogger("cassandra").setLevel(logging.CRITICAL)
-
-    def session(user: str, password: str) -> Any:
-        ssl_context = ssl.create_default_context(cafile=str(tls_ca()))
-        cluster = Cluster(["127.0.0.1"], port=CQL_PORT, protocol_version=5,
-                          auth_provider=PlainTextAuthProvider(user, password),
-                          ssl_context=ssl_context)  # fmt: skip
-        return cluster.connect()
-
-    admin_password = _password("cassandra-admin")
-    deadline = time.monotonic() + 60
-    while True:  # a fresh node creates its default superuser a moment after it serves
-        try:
-            admin = session("cassandra", admin_password)
-            break
-        except NoHostAvailable:
-            pass
-        try:
-            admin = session("cassandra", "cassandra")  # a fresh node: the documented default
-            admin.execute("ALTER ROLE cassandra WITH PASSWORD = %s", (admin_password,))
-            break
-        except NoHostAvailable as exc:
-            if time.monotonic() > deadline:
-                raise StackError(f"cassandra: no superuser to set up roles with: {exc}") from None
-            time.sleep(1)
+    admin = _cassandra_admin(_password("cassandra-admin"))
     try:
         admin.execute(
             f"CREATE ROLE IF NOT EXISTS {USER} WITH LOGIN = true AND PASSWORD = %s",
@@ -544,6 +527,37 @@ def cassandra_roles() -> None:
         admin.execute(f"GRANT ALL PERMISSIONS ON ALL KEYSPACES TO {USER}")
     finally:
         admin.cluster.shutdown()
+
+
+def _cassandra_admin(admin_password: str) -> Any:
+    """A session of the superuser, with ``admin_password`` set on a fresh node."""
+    from cassandra.cluster import NoHostAvailable
+
+    deadline = time.monotonic() + 60
+    while True:  # a fresh node creates its default superuser a moment after it serves
+        try:
+            return _cassandra_session("cassandra", admin_password)
+        except NoHostAvailable:
+            pass
+        try:
+            admin = _cassandra_session("cassandra", "cassandra")  # the documented default
+            admin.execute("ALTER ROLE cassandra WITH PASSWORD = %s", (admin_password,))
+            return admin
+        except NoHostAvailable as exc:
+            if time.monotonic() > deadline:
+                raise StackError(f"cassandra: no superuser to set up roles with: {exc}") from None
+            time.sleep(1)
+
+
+def _cassandra_session(user: str, password: str) -> Any:
+    from cassandra.auth import PlainTextAuthProvider
+    from cassandra.cluster import Cluster
+
+    ssl_context = ssl.create_default_context(cafile=str(tls_ca()))
+    cluster = Cluster(["127.0.0.1"], port=CQL_PORT, protocol_version=5,
+                      auth_provider=PlainTextAuthProvider(user, password),
+                      ssl_context=ssl_context)  # fmt: skip
+    return cluster.connect()
 
 
 def _wait(s: Service, ready: Callable[[], bool], timeout_s: float) -> None:

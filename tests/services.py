@@ -1,4 +1,4 @@
-"""Where the tests find the real Cassandra, Kafka and ZooKeeper (``tikk stack up``).
+"""Where the tests find the real Cassandra, Kafka and ZooKeeper (``python -m devtools stack up``).
 
 A test that needs a service it cannot reach fails under CI (``CI`` set to anything but empty,
 ``0`` or ``false``) and is skipped elsewhere, with the command that starts the stack.
@@ -61,7 +61,7 @@ def require(name: str, address: str) -> str:
     """``address`` if the service answers there; otherwise fail in CI, skip elsewhere."""
     if _reachable(address):
         return address
-    message = f"{name} is not reachable at {address}; start it with `tikk stack up`"
+    message = f"{name} is not reachable at {address}; start it with `python -m devtools stack up`"
     if in_ci():
         pytest.fail(message)
     pytest.skip(message)

@@ -1,8 +1,8 @@
 """``python -m devtools.faults --mode ci`` or ``--mode soak --duration 60m``.
 
-Runs against the stack of ``devtools.stack`` (``tikk stack up``; its ports and folder follow
-``TIKK_STACK_PORT_OFFSET`` and ``TIKK_STACK_DIR``). Exit codes: 0 no violation, 1 violations
-found, 2 bad usage, 3 the run could not be carried out (or hit its hard timeout).
+Runs against the stack of ``devtools.stack`` (``python -m devtools stack up``; its ports and
+folder follow ``TIKK_STACK_PORT_OFFSET`` and ``TIKK_STACK_DIR``). Exit codes: 0 no violation,
+1 violations found, 2 bad usage, 3 the run could not be carried out (or hit its hard timeout).
 """
 
 from __future__ import annotations

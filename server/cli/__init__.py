@@ -1,4 +1,5 @@
-"""The ``tikk`` command line: run the processes, and talk to a server as a client.
+"""The ``tikk`` command line: run the processes, and talk to a server as a client (through
+``tikk.client``). The tools for developing tikk are ``python -m devtools`` in the checkout.
 
 Exit codes: 0 ok, 1 the server refused the request, 2 bad usage, 3 server unreachable,
 4 the worker module could not be loaded.
@@ -16,7 +17,6 @@ from server.cli import (
     auth,
     certs,
     delivery_keys,
-    devtools,
     processes,
     queues,
     quotas,
@@ -35,7 +35,6 @@ def build_parser() -> argparse.ArgumentParser:
         processes,
         certs,
         delivery_keys,
-        devtools,
         auth,
         tasks,
         schedules,

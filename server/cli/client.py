@@ -1,4 +1,5 @@
-"""What the client commands share: the call to the server with its exit codes, and printing
+"""What the client commands share: a ``tikk.client.Client`` of the command's options with
+the exit codes of its errors, the options' values as the client's Python values, and printing
 the answer as text or JSON."""
 
 from __future__ import annotations
@@ -7,46 +8,82 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar, overload
 
 import grpc
 from google.protobuf.json_format import MessageToDict
 
 from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, transport
-from tikk.client.transport import TransportError
+from tikk.client import Client, ClientError, Page, TransportError
 from tikk.v1 import tasks_pb2
 
-Action = Callable[[argparse.Namespace, grpc.Channel], None]
+T = TypeVar("T")
+Action = Callable[[argparse.Namespace, Client], None]
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def client(action: Action) -> Callable[..., int]:
-    """A command that runs ``action`` on a channel to ``--server`` (over the transport of its
-    options): a refusal is exit code 1, an unreachable server 3, a bad transport option 2."""
+def client(action: Action) -> Callable[[argparse.Namespace], int]:
+    """A command that runs ``action`` with a client of ``--server`` in ``--namespace`` (over
+    the transport of its options, each call bounded by ``--timeout``): a refusal is exit code
+    1, an unreachable server 3, a bad transport option 2. As the client does, each
+    call is sent once: a failure is reported, never retried."""
 
     def run(args: argparse.Namespace) -> int:
         try:
-            channel = transport(args).channel(args.server)
+            tikk = Client(
+                args.server, namespace=args.namespace, timeout=args.timeout,
+                transport=transport(args),
+            )  # fmt: skip
         except TransportError as exc:
             print(f"tikk: {exc}", file=sys.stderr)
             return EXIT_USAGE
-        with channel:
+        with tikk:
             try:
-                action(args, channel)
-            except grpc.RpcError as exc:
-                code = exc.code()
-                print(f"tikk: {code.name}: {exc.details()}", file=sys.stderr)
-                return EXIT_UNREACHABLE if code is grpc.StatusCode.UNAVAILABLE else EXIT_REFUSED
+                action(args, tikk)
+            except ClientError as exc:
+                return refused(exc)
         return EXIT_OK
 
     return run
 
 
+def refused(exc: ClientError) -> int:
+    """Say what the server answered (``tikk: CODE: details``); the exit code of it."""
+    print(f"tikk: {exc.code.name}: {exc.details}", file=sys.stderr)
+    return EXIT_UNREACHABLE if exc.code is grpc.StatusCode.UNAVAILABLE else EXIT_REFUSED
+
+
+@overload
+def instant(ms: int) -> datetime: ...
+@overload
+def instant(ms: None) -> None: ...
+def instant(ms: int | None) -> datetime | None:
+    """Milliseconds since the epoch (``parse_time_ms``) as the client's aware datetime,
+    exactly (no float on the way)."""
+    return None if ms is None else _EPOCH + timedelta(milliseconds=ms)
+
+
+@overload
+def span(ms: int) -> timedelta: ...
+@overload
+def span(ms: None) -> None: ...
+def span(ms: int | None) -> timedelta | None:
+    """Milliseconds (``parse_duration_ms``) as the client's timedelta."""
+    return None if ms is None else timedelta(milliseconds=ms)
+
+
 def show(args: argparse.Namespace, msg: Any, text: Callable[[], str]) -> None:
+    """``--json``: the whole answer message as the server sent it; else ``text()``."""
     if args.json:
         print(json.dumps(MessageToDict(msg, preserving_proto_field_name=True), indent=2))
     else:
         print(text())
+
+
+def show_page(args: argparse.Namespace, page: Page[T], line: Callable[[T], str]) -> None:
+    """One page of a listing: a line per item and where the next page starts."""
+    show(args, page.response, lambda: lines([line(i) for i in page.items], page.next_page_token))
 
 
 def lines(rows: list[str], token: str) -> str:

@@ -18,17 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-import grpc
 from google.protobuf import json_format
 
-from server.cli.options import (
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    client_options,
-    transport,
-)
+from server.cli.client import refused
+from server.cli.options import EXIT_OK, EXIT_USAGE, client_options, transport
 from tikk.client import Client, ClientError, ImportInterrupted, ImportResult, TransportError
 from tikk.v1 import tasks_pb2
 
@@ -145,9 +138,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tikk: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except ClientError as exc:
-        cause = exc.cause if isinstance(exc, ImportInterrupted) else exc
-        print(f"tikk: {cause.code.name}: {cause.details}", file=sys.stderr)
-        return EXIT_UNREACHABLE if exc.code is grpc.StatusCode.UNAVAILABLE else EXIT_REFUSED
+        return refused(exc.cause if isinstance(exc, ImportInterrupted) else exc)
     return EXIT_OK
 
 

@@ -5,27 +5,19 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import grpc
-
-from server.cli.client import client, lines, show, task_line
+from server.cli.client import client, lines, show, show_page, task_line
 from server.cli.options import client_options, paging
-from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
+from tikk.client import Client
+from tikk.v1 import tasks_pb2
 
 
-def _dead_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = history_pb2.ListDeadLettersRequest(
-        namespace=args.namespace,
-        queue=args.queue or "",
-        page_size=args.limit,
-        page_token=args.page_token,
-    )
-    resp = history_pb2_grpc.HistoryServiceStub(ch).ListDeadLetters(req, timeout=args.timeout)
-    show(args, resp, lambda: lines([task_line(t) for t in resp.tasks], resp.next_page_token))
+def _dead_list(args: argparse.Namespace, tikk: Client) -> None:
+    listing = tikk.list_dead_letters(queue=args.queue or "", page_size=args.limit)
+    show_page(args, listing.page(args.page_token), task_line)
 
 
-def _dead_redrive(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = history_pb2.RedriveTaskRequest(namespace=args.namespace, task_id=args.id)
-    t = history_pb2_grpc.HistoryServiceStub(ch).RedriveTask(req, timeout=args.timeout)
+def _dead_redrive(args: argparse.Namespace, tikk: Client) -> None:
+    t = tikk.redrive_task(args.id)
     show(args, t, lambda: task_line(t))
 
 
@@ -35,12 +27,11 @@ def _queue_line(q: tasks_pb2.QueueInfo) -> str:
     return f"{q.name:<32} {q.waiting:>9} {age:>10} {consumers:>9}"
 
 
-def _queues_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = tasks_pb2.ListQueuesRequest(page_size=args.limit, page_token=args.page_token)
-    resp = tasks_pb2_grpc.TaskServiceStub(ch).ListQueues(req, timeout=args.timeout)
+def _queues_list(args: argparse.Namespace, tikk: Client) -> None:
+    page = tikk.list_queues(page_size=args.limit).page(args.page_token)
     header = f"{'queue':<32} {'waiting':>9} {'oldest':>10} {'consumers':>9}"
-    rows = [header, *(_queue_line(q) for q in resp.queues)] if resp.queues else []
-    show(args, resp, lambda: lines(rows, resp.next_page_token))
+    rows = [header, *(_queue_line(q) for q in page.items)] if page.items else []
+    show(args, page.response, lambda: lines(rows, page.next_page_token))
 
 
 def register(sub: Any) -> None:

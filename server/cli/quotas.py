@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import argparse
 
-import grpc
-
 from server.cli.client import client, show
 from server.cli.options import client_options
+from tikk.client import Client
 from tikk.quotas import QUOTA_NAMES
-from tikk.v1 import admin_pb2, admin_pb2_grpc
+from tikk.v1 import admin_pb2
 
 
 def _quota_value(text: str) -> int | None:
@@ -39,35 +38,23 @@ def _report(resp: admin_pb2.NamespaceQuotasResponse) -> str:
     return "\n".join(rows)
 
 
-def _quota_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = admin_pb2.GetNamespaceQuotasRequest(namespace=args.namespace)
-    resp = admin_pb2_grpc.AdminServiceStub(ch).GetNamespaceQuotas(req, timeout=args.timeout)
+def _quota_get(args: argparse.Namespace, tikk: Client) -> None:
+    resp = tikk.get_namespace_quotas()
     show(args, resp, lambda: _report(resp))
 
 
-def _quota_set(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    """Change the quotas given on the command line; the others stay as they are."""
-    stub = admin_pb2_grpc.AdminServiceStub(ch)
-    current = stub.GetNamespaceQuotas(
-        admin_pb2.GetNamespaceQuotasRequest(namespace=args.namespace), timeout=args.timeout
-    )
-    quotas = admin_pb2.Quotas()
-    quotas.CopyFrom(current.quotas)
-    for name in QUOTA_NAMES:
-        if name not in args.changes:
-            continue
-        if args.changes[name] is None:
-            quotas.ClearField(name)
-        else:
-            setattr(quotas, name, args.changes[name])
-    req = admin_pb2.SetNamespaceQuotasRequest(namespace=args.namespace, quotas=quotas)
-    resp = stub.SetNamespaceQuotas(req, timeout=args.timeout)
+def _quota_set(args: argparse.Namespace, tikk: Client) -> None:
+    """Change the quotas given on the command line; the others stay as they are (read first,
+    then written whole)."""
+    own = tikk.get_namespace_quotas().quotas
+    quotas = {name: getattr(own, name) if own.HasField(name) else None for name in QUOTA_NAMES}
+    quotas.update(args.changes)
+    resp = tikk.set_namespace_quotas(**quotas)
     show(args, resp, lambda: _report(resp))
 
 
-def _quota_recount(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = admin_pb2.RecountNamespaceUsageRequest(namespace=args.namespace)
-    resp = admin_pb2_grpc.AdminServiceStub(ch).RecountNamespaceUsage(req, timeout=args.timeout)
+def _quota_recount(args: argparse.Namespace, tikk: Client) -> None:
+    resp = tikk.recount_namespace_usage()
     show(args, resp, lambda: _report(resp))
 
 

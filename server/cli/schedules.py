@@ -5,56 +5,42 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import grpc
-
-from server.cli.client import client, lines, show, task_line, ts
+from server.cli.client import client, instant, show, show_page, span, task_line, ts
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
-from tikk.timestamps import to_duration, to_timestamp
-from tikk.v1 import history_pb2, history_pb2_grpc, schedules_pb2, schedules_pb2_grpc
+from tikk.client import Client, Recurrence, ScheduleDefinition
+from tikk.v1 import history_pb2, schedules_pb2
 
 
-def _schedules(ch: grpc.Channel) -> Any:
-    return schedules_pb2_grpc.ScheduleServiceStub(ch)
+def _recurrence(args: argparse.Namespace) -> Recurrence:
+    """The recurrence of ``_spec_options`` (and of create's --phase, --start, --end,
+    --max-runs)."""
+    try:
+        return Recurrence(
+            cron=args.cron or "", every=span(args.every), phase=span(getattr(args, "phase", None)),
+            timezone=args.tz, start=instant(getattr(args, "start", None)),
+            end=instant(getattr(args, "end", None)), max_runs=getattr(args, "max_runs", 0) or 0,
+            jitter=span(args.jitter),
+        )  # fmt: skip
+    except ValueError as exc:  # an empty --cron: neither a cron nor an interval
+        raise SystemExit(f"tikk: {exc}") from None
 
 
-def _spec(args: argparse.Namespace) -> Any:
-    spec = schedules_pb2.ScheduleSpec(cron=args.cron or "", timezone=args.tz)
-    if args.every is not None:
-        spec.interval.CopyFrom(to_duration(args.every))
-    if getattr(args, "phase", None) is not None:
-        spec.phase.CopyFrom(to_duration(args.phase))
-    if args.jitter is not None:
-        spec.jitter.CopyFrom(to_duration(args.jitter))
-    for name in ("start", "end"):
-        if getattr(args, name, None) is not None:
-            getattr(spec, f"{name}_time").CopyFrom(to_timestamp(getattr(args, name)))
-    if getattr(args, "max_runs", None):
-        spec.max_runs = args.max_runs
-    return spec
-
-
-def _schedule_preview(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = schedules_pb2.PreviewScheduleRequest(count=args.count)
+def _schedule_preview(args: argparse.Namespace, tikk: Client) -> None:
     if args.id:
-        req.schedule.CopyFrom(_schedule_key(args))
+        target: str | Recurrence = args.id
     elif args.cron is None and args.every is None:
         raise SystemExit("tikk: give --cron, --every or --id")
     else:
-        req.spec.CopyFrom(_spec(args))
-    if args.after is not None:
-        req.after_time.CopyFrom(to_timestamp(args.after))
-    resp = _schedules(ch).PreviewSchedule(req, timeout=args.timeout)
+        target = _recurrence(args)
+    ahead = tikk.preview_schedule(target, after=instant(args.after), count=args.count)
 
     def table() -> str:
         rows = [f"{'local':<40} utc"]
-        rows += [f"{o.local_time:<40} {ts(o.fire_time)}" for o in resp.occurrences]
+        rows += [f"{o.local_time:<40} {ts(o.fire_time)}" for o in ahead]
         return "\n".join(rows)
 
-    show(args, resp, table)
-
-
-def _schedule_key(args: argparse.Namespace) -> Any:
-    return schedules_pb2.GetScheduleRequest(namespace=args.namespace, schedule_id=args.id)
+    # --json shows the answer as sent: rebuilt whole from what the client returns of it.
+    show(args, schedules_pb2.PreviewScheduleResponse(occurrences=ahead), table)
 
 
 def _schedule_text(s: Any) -> str:
@@ -67,90 +53,60 @@ def _schedule_text(s: Any) -> str:
     )
 
 
-def _schedule_create(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    policy = schedules_pb2.SchedulePolicy(
-        catch_up=f"CATCH_UP_POLICY_{args.catch_up.upper()}",
-        overlap=f"OVERLAP_POLICY_{args.overlap.upper()}",
-        pause_after_failures=args.pause_after_failures,
-    )
-    if args.catch_up_window is not None:
-        policy.catch_up_window.CopyFrom(to_duration(args.catch_up_window))
-    schedule = schedules_pb2.Schedule(
-        namespace=args.namespace, id=args.id, spec=_spec(args), queue=args.queue,
-        handler=args.handler, payload=(args.payload or "").encode(), policy=policy,
+def _schedule_create(args: argparse.Namespace, tikk: Client) -> None:
+    definition = ScheduleDefinition(
+        args.id, _recurrence(args), args.queue, args.handler, (args.payload or "").encode(),
+        catch_up=args.catch_up, catch_up_window=span(args.catch_up_window),
+        overlap=args.overlap, pause_after_failures=args.pause_after_failures,
     )  # fmt: skip
-    msg = schedules_pb2.CreateScheduleRequest(schedule=schedule)
-    s = _schedules(ch).CreateSchedule(msg, timeout=args.timeout)
+    s = tikk.create_schedule(definition)
     show(args, s, lambda: _schedule_text(s))
 
 
-def _schedule_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    s = _schedules(ch).GetSchedule(_schedule_key(args), timeout=args.timeout)
+def _schedule_get(args: argparse.Namespace, tikk: Client) -> None:
+    s = tikk.get_schedule(args.id)
     show(args, s, lambda: _schedule_text(s))
 
 
-def _schedule_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = schedules_pb2.ListSchedulesRequest(
-        namespace=args.namespace, page_size=args.limit, page_token=args.page_token
-    )
-    resp = _schedules(ch).ListSchedules(req, timeout=args.timeout)
-    rows = [_schedule_text(s) for s in resp.schedules]
-    show(args, resp, lambda: lines(rows, resp.next_page_token))
+def _schedule_list(args: argparse.Namespace, tikk: Client) -> None:
+    page = tikk.list_schedules(page_size=args.limit).page(args.page_token)
+    show_page(args, page, _schedule_text)
 
 
-def _schedule_pause(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = schedules_pb2.PauseScheduleRequest(
-        namespace=args.namespace, schedule_id=args.id, note=args.note
-    )
-    s = _schedules(ch).PauseSchedule(req, timeout=args.timeout)
+def _schedule_pause(args: argparse.Namespace, tikk: Client) -> None:
+    s = tikk.pause_schedule(args.id, note=args.note)
     show(args, s, lambda: _schedule_text(s))
 
 
-def _schedule_resume(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = schedules_pb2.ResumeScheduleRequest(namespace=args.namespace, schedule_id=args.id)
-    s = _schedules(ch).ResumeSchedule(req, timeout=args.timeout)
+def _schedule_resume(args: argparse.Namespace, tikk: Client) -> None:
+    s = tikk.resume_schedule(args.id)
     show(args, s, lambda: _schedule_text(s))
 
 
-def _schedule_trigger(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = schedules_pb2.TriggerScheduleRequest(namespace=args.namespace, schedule_id=args.id)
-    resp = _schedules(ch).TriggerSchedule(req, timeout=args.timeout)
-    show(args, resp, lambda: task_line(resp.task))
+def _schedule_trigger(args: argparse.Namespace, tikk: Client) -> None:
+    task = tikk.trigger_schedule(args.id)
+    show(args, schedules_pb2.TriggerScheduleResponse(task=task), lambda: task_line(task))
 
 
-def _schedule_backfill(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = schedules_pb2.BackfillScheduleRequest(
-        namespace=args.namespace,
-        schedule_id=args.id,
-        start_time=to_timestamp(args.start),
-        end_time=to_timestamp(args.end),
-    )
-    resp = _schedules(ch).BackfillSchedule(req, timeout=args.timeout)
-    show(args, resp, lambda: f"created {resp.created}, already there {resp.existing}")
+def _schedule_backfill(args: argparse.Namespace, tikk: Client) -> None:
+    done = tikk.backfill_schedule(args.id, instant(args.start), instant(args.end))
+    answer = schedules_pb2.BackfillScheduleResponse(created=done.created, existing=done.existing)
+    show(args, answer, lambda: f"created {done.created}, already there {done.existing}")
 
 
-def _schedule_delete(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = schedules_pb2.DeleteScheduleRequest(
-        namespace=args.namespace, schedule_id=args.id, expected_version=args.version or ""
-    )
-    resp = _schedules(ch).DeleteSchedule(req, timeout=args.timeout)
-    show(args, resp, lambda: f"deleted {args.id}")
+def _schedule_delete(args: argparse.Namespace, tikk: Client) -> None:
+    tikk.delete_schedule(args.id, expected_version=args.version or "")
+    show(args, schedules_pb2.DeleteScheduleResponse(), lambda: f"deleted {args.id}")
 
 
-def _schedule_occurrences(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = history_pb2.ListScheduleOccurrencesRequest(
-        namespace=args.namespace, schedule_id=args.id, page_size=args.limit,
-        page_token=args.page_token,
-    )  # fmt: skip
-    resp = history_pb2_grpc.HistoryServiceStub(ch).ListScheduleOccurrences(
-        req, timeout=args.timeout
-    )
+def _occurrence_line(o: history_pb2.ScheduleOccurrence) -> str:
+    outcome = history_pb2.OccurrenceOutcome.Name(o.outcome).removeprefix("OCCURRENCE_OUTCOME_")
+    return f"{ts(o.nominal_time)}  {outcome.lower():<15} {o.task_id}  {o.reason}".rstrip()
 
-    def line(o: Any) -> str:
-        outcome = history_pb2.OccurrenceOutcome.Name(o.outcome).removeprefix("OCCURRENCE_OUTCOME_")
-        return f"{ts(o.nominal_time)}  {outcome.lower():<15} {o.task_id}  {o.reason}".rstrip()
 
-    show(args, resp, lambda: lines([line(o) for o in resp.occurrences], resp.next_page_token))
+def _schedule_occurrences(args: argparse.Namespace, tikk: Client) -> None:
+    listing = tikk.list_schedule_occurrences(args.id, page_size=args.limit)
+    show_page(args, listing.page(args.page_token), _occurrence_line)
 
 
 def _spec_options(p: argparse.ArgumentParser, required: bool = True) -> None:

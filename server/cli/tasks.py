@@ -7,13 +7,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import grpc
-
-from server.cli.client import client, lines, show, task_line, ts
+from server.cli.client import client, instant, show, show_page, span, task_line, ts
 from server.cli.imports import register as register_import
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
-from tikk.timestamps import to_duration, to_timestamp
-from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
+from tikk.client import Client, RetryOptions, TaskSpec
+from tikk.v1 import history_pb2, tasks_pb2
 
 
 def _run_line(r: history_pb2.Run) -> str:
@@ -26,86 +24,55 @@ def _run_line(r: history_pb2.Run) -> str:
     return line + (f"  {r.error_type}: {r.error_message}" if r.error_type else "")
 
 
-def _task_create(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = tasks_pb2.CreateTaskRequest(
-        namespace=args.namespace,
-        task_id=args.id or "",
-        queue=args.queue,
-        handler=args.handler,
-        payload=(
-            Path(args.payload_file).read_bytes()
-            if args.payload_file
-            else (args.payload or "").encode()
-        ),
-        labels=dict(kv.split("=", 1) for kv in args.label),
+def _task_spec(args: argparse.Namespace) -> TaskSpec:
+    payload = (
+        Path(args.payload_file).read_bytes() if args.payload_file else (args.payload or "").encode()
     )
-    if args.at is not None:
-        req.run_at.CopyFrom(to_timestamp(args.at))
-    elif args.delay is not None:
-        req.delay.CopyFrom(to_duration(args.delay))
-    if args.max_attempts is not None:
-        req.retry_policy.max_attempts = args.max_attempts
-    if args.start_timeout is not None:
-        req.start_timeout.CopyFrom(to_duration(args.start_timeout))
-    resp = tasks_pb2_grpc.TaskServiceStub(ch).CreateTask(req, timeout=args.timeout)
-    show(args, resp, lambda: ("created " if resp.created else "exists  ") + task_line(resp.task))
+    retry = None if args.max_attempts is None else RetryOptions(max_attempts=args.max_attempts)
+    return TaskSpec(
+        args.queue, args.handler, payload, task_id=args.id or "", run_at=instant(args.at),
+        delay=span(args.delay), labels=dict(kv.split("=", 1) for kv in args.label),
+        retry=retry, start_timeout=span(args.start_timeout),
+    )  # fmt: skip
 
 
-def _task_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = tasks_pb2.GetTaskRequest(namespace=args.namespace, task_id=args.id)
-    t = tasks_pb2_grpc.TaskServiceStub(ch).GetTask(req, timeout=args.timeout)
+def _task_create(args: argparse.Namespace, tikk: Client) -> None:
+    made = tikk.create_task(_task_spec(args))
+    answer = tasks_pb2.CreateTaskResponse(task=made.task, created=made.created)
+    show(args, answer, lambda: ("created " if made.created else "exists  ") + task_line(made.task))
+
+
+def _task_get(args: argparse.Namespace, tikk: Client) -> None:
+    t = tikk.get_task(args.id)
     show(args, t, lambda: task_line(t))
 
 
-def _task_cancel(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = tasks_pb2.CancelTaskRequest(namespace=args.namespace, task_id=args.id)
-    t = tasks_pb2_grpc.TaskServiceStub(ch).CancelTask(req, timeout=args.timeout)
+def _task_cancel(args: argparse.Namespace, tikk: Client) -> None:
+    t = tikk.cancel_task(args.id)
     show(args, t, lambda: task_line(t))
 
 
-def _task_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    state = tasks_pb2.TaskState.Value("TASK_STATE_" + args.state.upper()) if args.state else 0
-    req = tasks_pb2.ListTasksRequest(
-        namespace=args.namespace,
-        queue=args.queue,
-        state=state,  # type: ignore[arg-type]
-        page_size=args.limit,
-        page_token=args.page_token,
-    )
-    resp = tasks_pb2_grpc.TaskServiceStub(ch).ListTasks(req, timeout=args.timeout)
-    show(args, resp, lambda: lines([task_line(t) for t in resp.tasks], resp.next_page_token))
+def _task_list(args: argparse.Namespace, tikk: Client) -> None:
+    listing = tikk.list_tasks(args.queue, state=args.state, page_size=args.limit)
+    show_page(args, listing.page(args.page_token), task_line)
 
 
-def _runs_task(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = history_pb2.ListTaskRunsRequest(
-        namespace=args.namespace,
-        task_id=args.id,
-        page_size=args.limit,
-        page_token=args.page_token,
-    )
-    resp = history_pb2_grpc.HistoryServiceStub(ch).ListTaskRuns(req, timeout=args.timeout)
-    show(args, resp, lambda: lines([_run_line(r) for r in resp.runs], resp.next_page_token))
+def _runs_task(args: argparse.Namespace, tikk: Client) -> None:
+    listing = tikk.list_task_runs(args.id, page_size=args.limit)
+    show_page(args, listing.page(args.page_token), _run_line)
 
 
-def _runs_list(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    status = history_pb2.RunStatus.Value("RUN_STATUS_" + args.status.upper()) if args.status else 0
+def _runs_list(args: argparse.Namespace, tikk: Client) -> None:
     now = int(datetime.now(tz=UTC).timestamp() * 1000)
-    req = history_pb2.ListRunsRequest(
-        namespace=args.namespace,
-        queue=args.queue,
-        status=status,  # type: ignore[arg-type]
-        start_time=to_timestamp(now - args.since),
-        end_time=to_timestamp(now + 1),
+    listing = tikk.list_runs(
+        args.queue, start=instant(now - args.since), end=instant(now + 1), status=args.status,
         page_size=args.limit,
-        page_token=args.page_token,
-    )
-    resp = history_pb2_grpc.HistoryServiceStub(ch).ListRuns(req, timeout=args.timeout)
-    show(args, resp, lambda: lines([_run_line(r) for r in resp.runs], resp.next_page_token))
+    )  # fmt: skip
+    show_page(args, listing.page(args.page_token), _run_line)
 
 
-def _runs_get(args: argparse.Namespace, ch: grpc.Channel) -> None:
-    req = history_pb2.GetRunRequest(namespace=args.namespace, run_id=args.run_id)
-    r = history_pb2_grpc.HistoryServiceStub(ch).GetRun(req, timeout=args.timeout)
+def _runs_get(args: argparse.Namespace, tikk: Client) -> None:
+    r = tikk.get_run(args.run_id)
     show(args, r, lambda: _run_line(r))
 
 

@@ -1,8 +1,8 @@
-"""Secured backends on the authenticated stack (``tikk stack up``, not ``--plain``): the right
-login works, and a wrong or missing password, or a certificate nobody trusts, fails ``start()``
-at once with ``BackendRefused`` naming the backend, host and user but never the password; a
-ZooKeeper client without tikk's credentials cannot read tikk's nodes; and the processes exit
-at start-up with that one line."""
+"""Secured backends on the authenticated stack (``python -m devtools stack up``, not
+``--plain``): the right login works, and a wrong or missing password, or a certificate nobody
+trusts, fails ``start()`` at once with ``BackendRefused`` naming the backend, host and user but
+never the password; a ZooKeeper client without tikk's credentials cannot read tikk's nodes;
+and the processes exit at start-up with that one line."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ WRONG = "not-the-password"
 @pytest.fixture(autouse=True)
 def authenticated() -> None:
     if stack.variant() != stack.AUTH:
-        pytest.skip("the stack runs without authentication (tikk stack up --plain)")
+        pytest.skip("the stack runs without authentication (python -m devtools stack up --plain)")
 
 
 @pytest.fixture

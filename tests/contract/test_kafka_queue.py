@@ -3,7 +3,7 @@ contiguous prefix of finished messages, rebalances, and poison counting in commi
 
 The shared contract is ``test_ready_queue.py``, and what both sides must agree on (the URL,
 names, headers) ``test_queue_contract.py``. The ledger tests need no broker; the others talk to
-the real one (``tikk stack up``).
+the real one (``python -m devtools stack up``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ what the producer counts as waiting.
 
 What needs no service (URL parsing, names, the backend switch) is in
 ``tests/unit/test_queue_contract.py``; these run the real embedded queue and the real Kafka of
-``tikk stack up`` (skipped without it).
+``python -m devtools stack up`` (skipped without it).
 """
 
 from __future__ import annotations

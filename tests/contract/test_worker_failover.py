@@ -3,7 +3,7 @@
 report its results (it leaves the groups, and joins again once its server is back).
 
 The server side is a real ``WorkerService`` on a loopback port (``tests.worker_server``); the
-queue is the real Kafka of ``tikk stack up``, under a topic prefix of each test's own.
+queue is the real Kafka of ``python -m devtools stack up``, under a topic prefix of each test's own.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def secured_server(tmp_path: Path) -> Iterator[tuple[str, str, str]]:
     """A ``tikk dev`` on SQLite with the authenticated stack's Kafka as its queue, given with
     an inline password in a config file: (address, password, queue URL with its file)."""
     if stack.variant() != stack.AUTH:
-        pytest.skip("the stack runs without authentication (tikk stack up --plain)")
+        pytest.skip("the stack runs without authentication (python -m devtools stack up --plain)")
     require("kafka", KAFKA)
     password = stack.secret_file("kafka").read_text().strip()
     with_file = with_login(f"kafka://{KAFKA}?prefix=secret{uuid.uuid4().hex[:6]}.&partitions=2")

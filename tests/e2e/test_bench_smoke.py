@@ -1,4 +1,4 @@
-"""``tikk bench --smoke``: the scale benchmark at a small size, run for real (server,
+"""``python -m devtools bench --smoke``: the scale benchmark at a small size, run for real (server,
 dispatcher and worker processes), checked for complete and sane output."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ _FIRE_KEYS = {"distinct", "duplicates", "missing", "queue_ms", "handler_ms",
 pytest.importorskip("matplotlib", reason="the bench's plots need the bench extra")
 
 
-def _tikk(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def _devtools(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "server.cli", *args],
+        [sys.executable, "-m", "devtools", *args],
         cwd=cwd, env=os.environ.copy(), capture_output=True, text=True, timeout=600,
         check=False,
     )  # fmt: skip
@@ -35,7 +35,7 @@ def _tikk(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     out = tmp_path_factory.mktemp("bench") / "results"
-    done = _tikk("bench", "--smoke", "--out", str(out))
+    done = _devtools("bench", "--smoke", "--out", str(out))
     assert done.returncode == 0, done.stdout + done.stderr
     return out, json.loads((out / "results.json").read_text())
 
@@ -47,7 +47,7 @@ def test_smoke_writes_every_output(smoke: tuple[Path, dict[str, Any]]) -> None:
     for png in ("lateness_cdf.png", "ingest_rate.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "### Fire phase" in (out / "results.md").read_text()
-    assert "--out" not in results["command"]  # a local path, kept out of the report
+    assert results["command"] == "python -m devtools bench --smoke"  # --out: a local path
     (run,) = results["runs"]
     assert run.keys() >= _RUN_KEYS
     assert run["fire"].keys() >= _FIRE_KEYS
@@ -89,7 +89,7 @@ def test_readme_section_is_regenerated_from_the_results(
 ) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(f"# t\n\nbefore\n{README_START}\nold\n{README_END}\nafter\n")
-    done = _tikk("bench-readme", str(smoke[0] / "results.json"), "--readme", str(readme))
+    done = _devtools("bench-readme", str(smoke[0] / "results.json"), "--readme", str(readme))
     assert done.returncode == 0, done.stdout + done.stderr
     text = readme.read_text()
     assert "old" not in text and "before" in text and "after" in text

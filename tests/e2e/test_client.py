@@ -24,14 +24,16 @@ from tikk.client import (
     ImportInterrupted,
     ImportResult,
     InvalidArgumentError,
+    Listing,
     NotFoundError,
+    Page,
     Recurrence,
     RetryOptions,
     ScheduleDefinition,
     TaskSpec,
     UnavailableError,
 )
-from tikk.v1 import history_pb2, tasks_pb2
+from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
 
 pytestmark = pytest.mark.e2e
 
@@ -106,6 +108,52 @@ async def test_queues_are_listed_by_the_asyncio_client(stack: Stack, ns: str) ->
         await tikk.create_task(later("q", queue="listed-async"))
         waiting = {q.name: q.waiting async for q in tikk.list_queues()}
     assert "listed-async" in waiting
+
+
+# One page at a time
+
+
+def test_a_listing_fetches_one_page_at_a_time_by_its_token(stack: Stack, ns: str) -> None:
+    with Client(stack.address, namespace=ns) as tikk:
+        for n in range(5):
+            tikk.create_task(later(f"p{n}"))
+        listing = tikk.list_tasks("parked", page_size=2)
+        assert isinstance(listing, Listing)
+        pages = [listing.page()]
+        while pages[-1].next_page_token and len(pages) < 5:
+            pages.append(listing.page(pages[-1].next_page_token))
+        # The iteration is the listing's own: fetching pages left it at the start.
+        walked = [t.id for t in listing]
+        again = listing.page(pages[1].next_page_token)
+        with pytest.raises(InvalidArgumentError, match="page"):
+            listing.page("not a token")
+    assert [len(p.items) for p in pages] == [2, 2, 1]
+    assert all(isinstance(p, Page) for p in pages)
+    assert [t.id for p in pages for t in p.items] == walked and sorted(walked) == [
+        "p0", "p1", "p2", "p3", "p4",
+    ]  # fmt: skip
+    assert again.items == pages[2].items and again.next_page_token == ""
+    # The whole answer, as the server sent it.
+    assert isinstance(pages[0].response, tasks_pb2.ListTasksResponse)
+    assert list(pages[0].response.tasks) == pages[0].items
+    assert pages[0].response.next_page_token == pages[0].next_page_token
+
+
+async def test_an_asyncio_listing_fetches_one_page_at_a_time(stack: Stack, ns: str) -> None:
+    async with AsyncClient(stack.address, namespace=ns) as tikk:
+        for name in ("x", "y", "z"):
+            await tikk.create_schedule(ScheduleDefinition(name, HOURLY, "e2e", "record"))
+        listing = tikk.list_schedules(page_size=2)
+        first = await listing.page()
+        last = await listing.page(first.next_page_token)
+        walked = [s.id async for s in listing]
+        empty = await tikk.list_dead_letters(queue="nothing-here").page()
+    assert [s.id for s in first.items] == ["x", "y"] and first.next_page_token
+    assert [s.id for s in last.items] == ["z"] and last.next_page_token == ""
+    assert isinstance(last.response, schedules_pb2.ListSchedulesResponse)
+    assert walked == ["x", "y", "z"]
+    assert (empty.items, empty.next_page_token) == ([], "")
+    assert isinstance(empty.response, history_pb2.ListDeadLettersResponse)
 
 
 # Run history and dead letters

@@ -1,5 +1,5 @@
-"""End to end on the production stack: Cassandra, Kafka and ZooKeeper (``tikk stack up``)
-with separate processes: one server, two dispatchers, two workers."""
+"""End to end on the production stack: Cassandra, Kafka and ZooKeeper (``python -m devtools
+stack up``) with separate processes: one server, two dispatchers, two workers."""
 
 from __future__ import annotations
 

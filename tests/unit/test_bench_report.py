@@ -1,5 +1,6 @@
-"""The pure parts of ``tikk bench``: percentiles, the report's tables, the README section,
-and the parsing of what processes report (``/proc`` lines, the dispatcher's read totals)."""
+"""The pure parts of ``python -m devtools bench``: percentiles, the report's tables, the README
+section, and the parsing of what processes report (``/proc`` lines, the dispatcher's read
+totals)."""
 
 from __future__ import annotations
 
@@ -111,15 +112,17 @@ def test_readme_section_replaces_only_between_the_markers() -> None:
 
 def test_results_of_separate_runs_merge_into_one_report() -> None:
     embedded = {
-        "command": "tikk bench --backends embedded",
+        "command": "python -m devtools bench --backends embedded",
         "started_utc": "a",
         "runs": [_run("embedded", 10, p99=1, reads=1.0, cpu=1.0, rss=1.0)],
     }
-    stack = {"command": "tikk bench --backends stack", "started_utc": "b",
+    stack = {"command": "python -m devtools bench --backends stack", "started_utc": "b",
              "runs": [_run("stack", 10, p99=1, reads=1.0, cpu=1.0, rss=1.0)]}  # fmt: skip
     merged = merge_results([embedded, stack])
     assert [r["backend"] for r in merged["runs"]] == ["embedded", "stack"]
-    assert merged["command"] == "tikk bench --backends embedded; tikk bench --backends stack"
+    assert merged["command"] == (
+        "python -m devtools bench --backends embedded; python -m devtools bench --backends stack"
+    )
     section = readme_section(merged, ["docs/bench/lateness_cdf.png"])
     assert "| stack |" in section and "![lateness cdf](docs/bench/lateness_cdf.png)" in section
     with pytest.raises(ValueError):

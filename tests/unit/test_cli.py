@@ -1,17 +1,22 @@
-"""CLI parsing, the worker import rule, and the commands that need the source checkout."""
+"""CLI parsing, the worker import rule, and the developer tools beside the CLI
+(``python -m devtools``)."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from devtools.__main__ import build_parser as build_devtools_parser
+from devtools.__main__ import command_line
 from server.cli import main
-from server.cli.devtools import import_devtools
 from server.cli.options import EXIT_USAGE, parse_duration_ms, parse_time_ms
-from server.cli.processes import load_worker
+from server.cli.workers import load_worker
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 
@@ -54,35 +59,70 @@ def test_worker_targets() -> None:
             load_worker(bad)
 
 
-def _forget_devtools(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in [m for m in sys.modules if m == "devtools" or m.startswith("devtools.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setattr(sys, "path", list(sys.path))  # whatever the import adds goes again
+def test_no_module_of_the_server_imports_the_devtools() -> None:
+    # The installed tikk has no devtools package: the developer tools sit on top of it.
+    importing = []
+    for path in sorted((CHECKOUT / "server").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            if any(n == "devtools" or n.startswith("devtools.") for n in names):
+                importing.append(f"{path.relative_to(CHECKOUT)}:{node.lineno}")
+    assert importing == []
 
 
-def test_devtools_commands_without_the_checkout_say_what_they_need(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # As in an installed tikk: the devtools package cannot be imported.
-    _forget_devtools(monkeypatch)
-    monkeypatch.setitem(sys.modules, "devtools", None)
-    for argv, example in [
-        (["stack", "up"], "stack up"),
-        (["bench", "--backends", "embedded"], "bench"),
-        (["bench-schedules", "--schedules", "10"], "bench-schedules"),
-    ]:
-        assert main(argv) == EXIT_USAGE
-        err = capsys.readouterr().err
-        assert err.startswith(f"tikk {argv[0]}: this command needs the tikk source checkout")
-        assert "devtools package is not part of the installed tikk" in err
-        assert f"run it from the checkout, e.g. `.venv/bin/tikk {example}` there" in err
+def test_the_developer_tools_are_not_tikk_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ("stack", "bench", "bench-readme", "bench-schedules"):
+        with pytest.raises(SystemExit) as exit_:
+            main([command, "--help"])
+        assert exit_.value.code == EXIT_USAGE
+        assert f"invalid choice: '{command}'" in capsys.readouterr().err
 
 
-def test_devtools_are_found_in_the_checkout_the_server_package_comes_from(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # As with `.venv/bin/tikk` of an editable install: the checkout itself is not on the path.
-    _forget_devtools(monkeypatch)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if Path(p or ".").resolve() != CHECKOUT])
-    import_devtools("stack")
-    assert Path(sys.modules["devtools.stack"].__file__ or "") == CHECKOUT / "devtools" / "stack.py"
+def test_the_developer_tools_keep_their_options() -> None:
+    parser = build_devtools_parser()
+    bench = parser.parse_args(["bench", "--smoke", "--server-arg=--processes", "--tls"])
+    assert (bench.smoke, bench.server_arg, bench.tls, bench.backends) == (
+        True, ["--processes"], True, "embedded,stack",
+    )  # fmt: skip
+    stack = parser.parse_args(["stack", "up", "kafka", "--plain", "--fresh"])
+    assert (stack.action, stack.services, stack.plain, stack.fresh) == ("up", ["kafka"], True, True)
+    timed = parser.parse_args(["bench-schedules", "--store", "cassandra://h/k", "--lead", "5"])
+    assert (timed.store, timed.lead, timed.schedules) == ("cassandra://h/k", 5.0, 10_000)
+    readme = parser.parse_args(["bench-readme", "a.json", "b.json", "--plots", "docs/bench"])
+    assert (readme.results, readme.plots, readme.readme) == (["a.json", "b.json"], "docs/bench",
+                                                             "README.md")  # fmt: skip
+    with pytest.raises(SystemExit):
+        parser.parse_args(["stack", "sideways"])
+
+
+def test_the_bench_report_names_the_command_as_run_without_its_output_folder() -> None:
+    argv = ["bench", "--backends", "embedded", "--out", "x", "--out=y", "--tasks", "10"]
+    assert command_line(argv) == "python -m devtools bench --backends embedded --tasks 10"
+
+
+def _devtools(*args: str, stack_dir: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TIKK_STACK_DIR": str(stack_dir), "TIKK_STACK_PORT_OFFSET": "500"}
+    return subprocess.run(
+        [sys.executable, "-m", "devtools", *args], cwd=CHECKOUT, env=env, capture_output=True,
+        text=True, timeout=60, check=False, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_the_developer_tools_run_as_python_m_devtools(tmp_path: Path) -> None:
+    # A stack folder of its own, where nothing runs: status says so, down stops nothing.
+    status = _devtools("stack", "status", stack_dir=tmp_path)
+    assert status.returncode == 1, status.stderr
+    assert [line.split()[:2] for line in status.stdout.splitlines()[1:]] == [
+        ["zookeeper", "down"], ["kafka", "down"], ["cassandra", "down"],
+    ]  # fmt: skip
+    down = _devtools("stack", "down", stack_dir=tmp_path)
+    assert down.returncode == 0 and "zookeeper  stopped" in down.stdout, down.stderr
+    usage = _devtools("bench-schedules", "--shards", "many", stack_dir=tmp_path)
+    assert usage.returncode == 2 and "python -m devtools bench-schedules" in usage.stderr
+    passed_on = _devtools("faults", "--mode", "soak", stack_dir=tmp_path)
+    assert passed_on.returncode == 2 and "--mode soak needs --duration" in passed_on.stderr

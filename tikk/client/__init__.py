@@ -13,7 +13,11 @@ asyncio (``AsyncClient``)::
 
 Arguments are Python values (``specs``); single objects come back as their tikk.v1 messages
 (``Task``, ``Run``, ``Schedule``), composite answers as small dataclasses (``results``), and
-failures as the ``errors`` tree.
+failures as the ``errors`` tree. Listings (``listings``) walk every page lazily, or fetch one
+``Page`` at a time::
+
+    first = tikk.list_tasks("email", page_size=50).page()
+    more = tikk.list_tasks("email", page_size=50).page(first.next_page_token)
 """
 
 from tikk.client.async_client import AsyncClient
@@ -31,7 +35,8 @@ from tikk.client.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from tikk.client.results import Backfilled, ImportResult, TaskCreated
+from tikk.client.listings import AsyncListing, Listing
+from tikk.client.results import Backfilled, ImportResult, Page, TaskCreated
 from tikk.client.specs import Recurrence, RetryOptions, ScheduleDefinition, TaskSpec
 from tikk.client.sync_client import Client
 from tikk.client.transport import Transport, TransportError
@@ -39,6 +44,7 @@ from tikk.client.transport import Transport, TransportError
 __all__ = [
     "AlreadyExistsError",
     "AsyncClient",
+    "AsyncListing",
     "Backfilled",
     "Client",
     "ClientError",
@@ -48,7 +54,9 @@ __all__ = [
     "ImportInterrupted",
     "ImportResult",
     "InvalidArgumentError",
+    "Listing",
     "NotFoundError",
+    "Page",
     "PermissionDeniedError",
     "Recurrence",
     "ResourceExhaustedError",

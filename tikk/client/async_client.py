@@ -3,7 +3,7 @@ the ``Client`` method of the same name documents."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -19,6 +19,7 @@ from tikk.client.bulk_import import (
 )
 from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
+from tikk.client.listings import AsyncListing
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
 from tikk.client.transport import Transport, TransportError
@@ -31,7 +32,8 @@ T = TypeVar("T")
 class AsyncClient:
     """An asyncio client of one tikk server, in one namespace, over one channel; the options
     are those of ``Client``. Create it inside the event loop that uses it. Listings and
-    imports are async iterators: ``async for task in client.list_tasks("q")``."""
+    imports are async iterators: ``async for task in client.list_tasks("q")``; a listing's
+    ``await listing.page(token)`` fetches one page."""
 
     def __init__(
         self,
@@ -85,7 +87,7 @@ class AsyncClient:
 
     def list_tasks(
         self, queue: str, *, state: str | int | None = None, page_size: int = 100
-    ) -> AsyncIterator[tasks_pb2.Task]:
+    ) -> AsyncListing[tasks_pb2.Task]:
         return self._paged(self._calls.list_tasks(queue, state, page_size))
 
     def import_tasks(
@@ -119,7 +121,7 @@ class AsyncClient:
         if feed.input_error is not None:
             raise feed.input_error
 
-    def list_queues(self, *, page_size: int = 100) -> AsyncIterator[tasks_pb2.QueueInfo]:
+    def list_queues(self, *, page_size: int = 100) -> AsyncListing[tasks_pb2.QueueInfo]:
         return self._paged(self._calls.list_queues(page_size))
 
     # Run history and dead letters
@@ -129,7 +131,7 @@ class AsyncClient:
 
     def list_task_runs(
         self, task_id: str, *, page_size: int = 100
-    ) -> AsyncIterator[history_pb2.Run]:
+    ) -> AsyncListing[history_pb2.Run]:
         return self._paged(self._calls.list_task_runs(task_id, page_size))
 
     def list_runs(
@@ -140,12 +142,12 @@ class AsyncClient:
         end: datetime | None = None,
         status: str | int | None = None,
         page_size: int = 100,
-    ) -> AsyncIterator[history_pb2.Run]:
+    ) -> AsyncListing[history_pb2.Run]:
         return self._paged(self._calls.list_runs(queue, start, end, status, page_size))
 
     def list_dead_letters(
         self, *, queue: str = "", page_size: int = 100
-    ) -> AsyncIterator[tasks_pb2.Task]:
+    ) -> AsyncListing[tasks_pb2.Task]:
         return self._paged(self._calls.list_dead_letters(queue, page_size))
 
     async def redrive_task(self, task_id: str) -> tasks_pb2.Task:
@@ -159,7 +161,7 @@ class AsyncClient:
     async def get_schedule(self, schedule_id: str) -> schedules_pb2.Schedule:
         return await self._unary(self._calls.get_schedule(schedule_id))
 
-    def list_schedules(self, *, page_size: int = 100) -> AsyncIterator[schedules_pb2.Schedule]:
+    def list_schedules(self, *, page_size: int = 100) -> AsyncListing[schedules_pb2.Schedule]:
         return self._paged(self._calls.list_schedules(page_size))
 
     async def update_schedule(
@@ -202,7 +204,7 @@ class AsyncClient:
         end: datetime | None = None,
         outcome: str | int | None = None,
         page_size: int = 100,
-    ) -> AsyncIterator[history_pb2.ScheduleOccurrence]:
+    ) -> AsyncListing[history_pb2.ScheduleOccurrence]:
         call = self._calls.list_schedule_occurrences(schedule_id, start, end, outcome, page_size)
         return self._paged(call)
 
@@ -243,12 +245,5 @@ class AsyncClient:
             raise error_from_rpc(exc) from exc
         return call.unwrap(answer)
 
-    async def _paged(self, call: Paged[T]) -> AsyncIterator[T]:
-        token = ""
-        while True:
-            page = await self._unary(call.page(token))
-            for item in call.items(page):
-                yield item
-            token = page.next_page_token
-            if not token:
-                return
+    def _paged(self, call: Paged[T]) -> AsyncListing[T]:
+        return AsyncListing(lambda token: self._unary(call.page(token)))

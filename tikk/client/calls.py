@@ -1,6 +1,7 @@
 """Every unary and paged call of the client as data: which RPC, what it sends, how its answer
 becomes the result. The blocking and the asyncio client both run these, so the two cannot
-drift apart; each only knows how to send one call and how to walk pages."""
+drift apart; each only knows how to send one call. A listing's pages are calls of its own
+(``Paged.page``), which the listings (``listings``) walk or fetch one at a time."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from tikk.client.results import Backfilled, TaskCreated
+from tikk.client.results import Backfilled, Page, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
 from tikk.client.wire import (
     enum_name,
@@ -61,19 +62,22 @@ class Unary(Generic[R]):
 
 @dataclass(frozen=True)
 class Paged(Generic[T]):
-    """A listing RPC walked page by page until the server returns no next token."""
+    """A listing RPC: ``request`` without its page token, and the ``items`` of an answer."""
 
     service: Service
     method: str
     request: Any
     items: Callable[[Any], Iterable[T]]
 
-    def page(self, token: str) -> Unary[Any]:
+    def page(self, token: str) -> Unary[Page[T]]:
         """The call that fetches the page at ``token`` ("" for the first)."""
         request = type(self.request)()
         request.CopyFrom(self.request)
         request.page_token = token
-        return Unary(self.service, self.method, request)
+        return Unary(self.service, self.method, request, self._page)
+
+    def _page(self, answer: Any) -> Page[T]:
+        return Page(list(self.items(answer)), answer.next_page_token, answer)
 
 
 @dataclass(frozen=True)

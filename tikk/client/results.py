@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 import grpc
 
 from tikk.v1 import tasks_pb2
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -45,3 +48,15 @@ class ImportResult:
     @property
     def ok(self) -> bool:
         return self.code is grpc.StatusCode.OK
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing: its ``items`` in the server's order, the ``next_page_token``
+    that fetches the page after it (empty: this is the last), and the server's whole answer
+    as ``response`` (e.g. a ``ListTasksResponse``), for a caller that shows or forwards it as
+    it came."""
+
+    items: list[T]
+    next_page_token: str
+    response: Any

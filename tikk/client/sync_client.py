@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -18,6 +18,7 @@ from tikk.client.bulk_import import (
 )
 from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
+from tikk.client.listings import Listing
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
 from tikk.client.transport import Transport, TransportError
@@ -36,8 +37,9 @@ class Client:
     call; ``timeout`` (seconds) bounds each unary call and each page of a listing, not an
     import stream. ``namespace`` empty means the server's default namespace.
 
-    Every call raises a ``tikk.client.ClientError`` subclass when it fails. Listings are lazy:
-    they fetch the next page when the previous one is used up. Safe to share between threads.
+    Every call raises a ``tikk.client.ClientError`` subclass when it fails. Listings
+    (``Listing``) are lazy: they fetch the next page when the previous one is used up, and
+    ``page(token)`` fetches one page with the token to the next. Safe to share between threads.
     """
 
     def __init__(
@@ -97,7 +99,7 @@ class Client:
 
     def list_tasks(
         self, queue: str, *, state: str | int | None = None, page_size: int = 100
-    ) -> Iterator[tasks_pb2.Task]:
+    ) -> Listing[tasks_pb2.Task]:
         """Every task of ``queue`` (in ``state``, e.g. ``"scheduled"``, when given)."""
         return self._paged(self._calls.list_tasks(queue, state, page_size))
 
@@ -142,7 +144,7 @@ class Client:
         if feed.input_error is not None:
             raise feed.input_error
 
-    def list_queues(self, *, page_size: int = 100) -> Iterator[tasks_pb2.QueueInfo]:
+    def list_queues(self, *, page_size: int = 100) -> Listing[tasks_pb2.QueueInfo]:
         """Every ready queue the server knows of, with what waits in it (all namespaces)."""
         return self._paged(self._calls.list_queues(page_size))
 
@@ -152,7 +154,7 @@ class Client:
         """One run record; ``NotFoundError`` if there is none."""
         return self._unary(self._calls.get_run(run_id))
 
-    def list_task_runs(self, task_id: str, *, page_size: int = 100) -> Iterator[history_pb2.Run]:
+    def list_task_runs(self, task_id: str, *, page_size: int = 100) -> Listing[history_pb2.Run]:
         """Every run of one task, newest first."""
         return self._paged(self._calls.list_task_runs(task_id, page_size))
 
@@ -164,14 +166,14 @@ class Client:
         end: datetime | None = None,
         status: str | int | None = None,
         page_size: int = 100,
-    ) -> Iterator[history_pb2.Run]:
+    ) -> Listing[history_pb2.Run]:
         """Runs of ``queue`` that finished in [start, end) (by default the last hour), newest
         first; ``status`` (e.g. ``"failed"``) filters."""
         return self._paged(self._calls.list_runs(queue, start, end, status, page_size))
 
     def list_dead_letters(
         self, *, queue: str = "", page_size: int = 100
-    ) -> Iterator[tasks_pb2.Task]:
+    ) -> Listing[tasks_pb2.Task]:
         """Dead-lettered tasks, of one queue or of all."""
         return self._paged(self._calls.list_dead_letters(queue, page_size))
 
@@ -188,7 +190,7 @@ class Client:
     def get_schedule(self, schedule_id: str) -> schedules_pb2.Schedule:
         return self._unary(self._calls.get_schedule(schedule_id))
 
-    def list_schedules(self, *, page_size: int = 100) -> Iterator[schedules_pb2.Schedule]:
+    def list_schedules(self, *, page_size: int = 100) -> Listing[schedules_pb2.Schedule]:
         return self._paged(self._calls.list_schedules(page_size))
 
     def update_schedule(
@@ -238,7 +240,7 @@ class Client:
         end: datetime | None = None,
         outcome: str | int | None = None,
         page_size: int = 100,
-    ) -> Iterator[history_pb2.ScheduleOccurrence]:
+    ) -> Listing[history_pb2.ScheduleOccurrence]:
         """What became of each occurrence with a nominal time in [start, end) (by default
         the last 30 days), newest first; ``outcome`` (e.g. ``"fired"``) filters."""
         call = self._calls.list_schedule_occurrences(schedule_id, start, end, outcome, page_size)
@@ -281,11 +283,5 @@ class Client:
             raise error_from_rpc(exc) from exc
         return call.unwrap(answer)
 
-    def _paged(self, call: Paged[T]) -> Iterator[T]:
-        token = ""
-        while True:
-            page = self._unary(call.page(token))
-            yield from call.items(page)
-            token = page.next_page_token
-            if not token:
-                return
+    def _paged(self, call: Paged[T]) -> Listing[T]:
+        return Listing(lambda token: self._unary(call.page(token)))

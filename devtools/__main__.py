@@ -1,71 +1,34 @@
-"""``stack``, ``bench``, ``bench-readme`` and ``bench-schedules``: tools for developing tikk.
+"""``python -m devtools COMMAND``: the tools for developing tikk, run from the checkout.
 
-They run ``devtools.stack``, ``devtools.bench`` (with ``devtools.bench_report``) and
-``devtools.bench_schedules``, which are not part of the installed package (they need
-``infra/`` and the rest of the source checkout). A tikk installed from a checkout in editable
-mode finds them there; elsewhere these commands say so and exit with code 2.
+``stack`` starts and stops the local Cassandra + Kafka + ZooKeeper; ``bench``,
+``bench-readme`` and ``bench-schedules`` measure tikk and write the README's figures;
+``faults`` and ``fuzz`` are ``python -m devtools.faults`` and ``python -m devtools.fuzz``.
+They need the checkout (``infra/``, ``examples/``, the tests), so they are not commands of the
+installed ``tikk``. Exit codes: 0 ok, 1 refused or failed, 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import importlib
+import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, backend_options, settings
+from tikk.errors import InvalidArgument
 
-Command = Callable[[argparse.Namespace], int]
-# server/cli/devtools.py → the root of the checkout it comes from, if it is one.
-_CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def needs_checkout(command: str, example: str) -> str:
-    """What a devtools command says when it runs without the source checkout."""
-    return (
-        f"tikk {command}: this command needs the tikk source checkout (its devtools package "
-        f"is not part of the installed tikk); run it from the checkout, e.g. "
-        f"`.venv/bin/tikk {example}` there"
-    )
-
-
-def import_devtools(module: str) -> None:
-    """Import ``devtools.<module>``; when it is not on the path but the checkout this package
-    runs from has it (an editable install run as ``.venv/bin/tikk``), from there."""
-    name = f"devtools.{module}"
-    try:
-        importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        here = str(_CHECKOUT)
-        if exc.name not in ("devtools", name) or here in sys.path:
-            raise
-        if not (_CHECKOUT / "devtools" / "__init__.py").is_file():
-            raise
-        sys.path.append(here)
-        importlib.import_module(name)
-
-
-def _from_checkout(module: str, example: str, run: Command) -> Command:
-    """``run`` once ``devtools.<module>`` is imported; without it, exit code 2 and why."""
-
-    @functools.wraps(run)
-    def checked(args: argparse.Namespace) -> int:
-        try:
-            import_devtools(module)
-        except ModuleNotFoundError as exc:
-            if exc.name not in ("devtools", f"devtools.{module}"):
-                raise
-            print(needs_checkout(args.command, example), file=sys.stderr)
-            return EXIT_USAGE
-        return run(args)
-
-    return checked
+PROG = "python -m devtools"
+# Commands with a parser of their own: the rest of the line is theirs.
+_PASSED_ON = {
+    "faults": "the fault-injection suite (python -m devtools.faults --help)",
+    "fuzz": "the API fuzzer (python -m devtools.fuzz --help)",
+}
 
 
 def _bench_configs(args: argparse.Namespace) -> list[Any]:
@@ -100,14 +63,14 @@ def _run_bench(args: argparse.Namespace) -> int:
         print(f"bench: {cfg.backend}: {cfg.stored:,} stored, {cfg.tasks:,} fired at {what} ...",
               flush=True)  # fmt: skip
         runs.append(run_one(cfg))
-    results = results_of(runs, _command_line(sys.argv[1:]), f"{started:%Y-%m-%dT%H:%M:%SZ}")
+    results = results_of(runs, command_line(args.argv), f"{started:%Y-%m-%dT%H:%M:%SZ}")
     write_outputs(results, out)
     print(render_markdown(results))
     print(f"bench: results in {out}/")
     return EXIT_OK
 
 
-def _command_line(argv: list[str]) -> str:
+def command_line(argv: list[str]) -> str:
     """The command as run, for the report, without ``--out``: where the results went is
     a local detail, not part of how the figures were made."""
     kept: list[str] = []
@@ -119,7 +82,7 @@ def _command_line(argv: list[str]) -> str:
             skip = True
         else:
             kept.append(arg)
-    return " ".join(["tikk", *kept])
+    return " ".join([PROG, *kept])
 
 
 def _run_bench_readme(args: argparse.Namespace) -> int:
@@ -141,7 +104,7 @@ def _run_bench_readme(args: argparse.Namespace) -> int:
         section = readme_section(results, shown)
         text = replace_section(readme.read_text(encoding="utf-8"), section)
     except (OSError, ValueError, KeyError) as exc:
-        print(f"tikk bench-readme: {exc}", file=sys.stderr)
+        print(f"{PROG} bench-readme: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     readme.write_text(text, encoding="utf-8")
     print(f"bench-readme: {readme} regenerated from {', '.join(args.results)}")
@@ -169,33 +132,24 @@ def _run_stack(args: argparse.Namespace) -> int:
         else:
             return EXIT_OK if stack.status() else EXIT_REFUSED
     except stack.StackError as exc:
-        print(f"tikk stack: {exc}", file=sys.stderr)
+        print(f"{PROG} stack: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     return EXIT_OK
 
 
-def register(sub: Any) -> None:
-    """``bench``, ``bench-readme``, ``bench-schedules`` and ``stack``."""
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _stack_command(sub)
     _bench_command(sub)
+    _bench_readme_command(sub)
+    _bench_schedules_command(sub)
+    for name, text in _PASSED_ON.items():
+        sub.add_parser(name, help=text, add_help=False)
+    return parser
 
-    p = sub.add_parser(
-        "bench-readme", help="regenerate the README's performance section from a results.json"
-    )
-    p.add_argument("results", nargs="+", help="results.json files written by tikk bench")
-    p.add_argument("--plots", help="also draw the plots of all runs into this folder and show "
-                   "them in the section (e.g. docs/bench)")  # fmt: skip
-    p.add_argument("--readme", default="README.md")
-    p.set_defaults(func=_from_checkout("bench_report", "bench-readme", _run_bench_readme))
 
-    p = sub.add_parser(
-        "bench-schedules", help="N schedules firing at one instant: step rate and lateness"
-    )
-    backend_options(p)
-    p.add_argument("--schedules", type=int, default=10_000)
-    p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
-    run = _from_checkout("bench_schedules", "bench-schedules", _run_bench_schedules)
-    p.set_defaults(func=run)
-
+def _stack_command(sub: Any) -> None:
     p = sub.add_parser("stack", help="the local Cassandra + Kafka + ZooKeeper stack")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("services", nargs="*", help="cassandra, kafka, zookeeper (default: all)")
@@ -205,7 +159,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="start the services without authentication or TLS (default: both on)",
     )
-    p.set_defaults(func=_from_checkout("stack", "stack up", _run_stack))
+    p.set_defaults(func=_run_stack)
 
 
 def _bench_command(sub: Any) -> None:
@@ -245,4 +199,49 @@ def _bench_command(sub: Any) -> None:
         "--smoke", action="store_true",
         help="a one-minute check: embedded, 2,000 stored, 500 fired at 50/s, 1 worker",
     )  # fmt: skip
-    p.set_defaults(func=_from_checkout("bench", "bench", _run_bench))
+    p.set_defaults(func=_run_bench)
+
+
+def _bench_readme_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench-readme", help="regenerate the README's performance section from a results.json"
+    )
+    p.add_argument("results", nargs="+", help=f"results.json files written by {PROG} bench")
+    p.add_argument("--plots", help="also draw the plots of all runs into this folder and show "
+                   "them in the section (e.g. docs/bench)")  # fmt: skip
+    p.add_argument("--readme", default="README.md")
+    p.set_defaults(func=_run_bench_readme)
+
+
+def _bench_schedules_command(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench-schedules", help="N schedules firing at one instant: step rate and lateness"
+    )
+    backend_options(p)
+    p.add_argument("--schedules", type=int, default=10_000)
+    p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
+    p.set_defaults(func=_run_bench_schedules)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in _PASSED_ON:
+        tool = importlib.import_module(f"devtools.{args[0]}.__main__")
+        code: int = tool.main(args[1:])
+        return code
+    logging.basicConfig(
+        level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    parsed = build_parser().parse_args(args)
+    parsed.argv = args  # the command as given, for the bench's report
+    try:
+        done: int = parsed.func(parsed)
+    except InvalidArgument as exc:  # a bad option value found while starting (a URL)
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return done
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
