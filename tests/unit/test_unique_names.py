@@ -26,11 +26,13 @@ SHARED_NAMES = {
 # A module that may define a name another module defines too, with the reason.
 _CLIENT_OWN = (
     "the Python client imports nothing of the domain (tikk/client/ may import only grpc and "
-    "tikk.v1), so it spells out the schedule policy's choices for its callers itself"
+    "tikk.v1), so it spells out the schedule policy's choices and its own page of a listing "
+    "for its callers itself"
 )
 OWN_COPIES = {
     ("tikk/client/specs.py", "CatchUp"): _CLIENT_OWN,
     ("tikk/client/specs.py", "Overlap"): _CLIENT_OWN,
+    ("tikk/client/results.py", "Page"): _CLIENT_OWN,
 }
 # A type variable only links the types in the signatures of its own module: each module that
 # needs one declares it, and the same letter in two modules is two unrelated variables.
