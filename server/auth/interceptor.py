@@ -13,15 +13,21 @@ reason; the caller gets UNAUTHENTICATED or PERMISSION_DENIED with the same reaso
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
 from server.api.status import Ctx, code_of
 from server.auth.authenticator import CredentialView, bearer_token, certificate_subject
 from server.auth.policy import Rule, is_open, rule_of
-from server.interceptors.handlers import CallKind, RpcHandler, answers, rewrapped
+from server.interceptors.handlers import (
+    CallKind,
+    MethodInterceptor,
+    RpcHandler,
+    answers,
+    rewrapped,
+)
 from tikk.credentials import Credential
 from tikk.errors import PermissionDenied, TikkError
 from tikk.settings import Settings
@@ -29,30 +35,16 @@ from tikk.store.credentials import CredentialStore
 
 log = logging.getLogger("tikk.server.auth")
 
-if TYPE_CHECKING:
-    # Generic only in the type stubs; the class itself takes no parameters.
-    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
-else:
-    _Interceptor = grpc.aio.ServerInterceptor
-
-
-class AuthInterceptor(_Interceptor):
+class AuthInterceptor(MethodInterceptor):
     """Authenticates each call with ``view`` and authorizes it by the policy table."""
 
     def __init__(self, view: CredentialView) -> None:
         self._view = view
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> RpcHandler:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or is_open(method):
+    def wrap(self, handler: RpcHandler, method: str) -> RpcHandler:
+        if is_open(method):
             return handler
-        guard = _Guard(self._view, method, rule_of(method))
-        return guard.wrap(handler)
+        return _Guard(self._view, method, rule_of(method)).wrap(handler)
 
 
 class _Guard:

@@ -11,13 +11,18 @@ served (``server.api.status.bounded``, ``idle_bounded``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from server.api.status import Ctx, over_limit
-from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, rewrapped
+from server.interceptors.handlers import (
+    Behaviour,
+    CallKind,
+    MethodInterceptor,
+    RpcHandler,
+    rewrapped,
+)
 from tikk.settings import Deadlines
 
 # How long before the caller's deadline a call that is still waiting for a backend gives up,
@@ -29,20 +34,14 @@ _CALLER_DEADLINE = (
 )
 
 
-class CallDeadlines(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+class CallDeadlines(MethodInterceptor):
     """Bounds every unary call of every service (see the module)."""
 
     def __init__(self, deadlines: Deadlines) -> None:
         self._limit_s = deadlines.call_ms / 1000
 
-    # Returns None for a method no service has, though the stubs say otherwise.
-    async def intercept_service(  # type: ignore[override]
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> RpcHandler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming or handler.response_streaming:
+    def wrap(self, handler: RpcHandler, method: str) -> RpcHandler:
+        if handler.request_streaming or handler.response_streaming:
             return handler
         return rewrapped(handler, self._bounded)
 

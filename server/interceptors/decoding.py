@@ -9,7 +9,7 @@ before it as usual (their answers are sent), then the call ends with INVALID_ARG
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +17,13 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from server.api.status import Ctx
-from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, rewrapped
+from server.interceptors.handlers import (
+    Behaviour,
+    CallKind,
+    MethodInterceptor,
+    RpcHandler,
+    rewrapped,
+)
 
 _Parse = Callable[[bytes], Any]
 
@@ -29,17 +35,11 @@ class _Malformed:
     type_name: str
 
 
-class MalformedRequests(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+class MalformedRequests(MethodInterceptor):
     """Wraps every method handler; see the module docstring."""
 
-    # Returns None for a method no service has, though the stubs say otherwise.
-    async def intercept_service(  # type: ignore[override]
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> RpcHandler | None:
-        handler = await continuation(handler_call_details)
-        if handler is None or handler.request_deserializer is None:
+    def wrap(self, handler: RpcHandler, method: str) -> RpcHandler:
+        if handler.request_deserializer is None:
             return handler
         return _guarded(handler)
 

@@ -1,23 +1,26 @@
 """Rebuilding a gRPC method handler around its behaviour, for the interceptors.
 
 A grpc.aio interceptor sees a call's handler before the call runs; to act around the call it
-returns a new handler of the same kind whose behaviour wraps the old one. ``rewrapped`` does
-that for the four kinds of call, so each interceptor only says what to wrap a behaviour in.
+returns a new handler of the same kind whose behaviour wraps the old one. ``MethodInterceptor``
+hands each method's handler to ``wrap``, and ``rewrapped`` rebuilds a handler for the four
+kinds of call, so each interceptor only says what to wrap a behaviour in.
 """
 
 from __future__ import annotations
 
 import enum
 import inspect
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
 if TYPE_CHECKING:  # generic in the type stubs only
     RpcHandler = grpc.RpcMethodHandler[Any, Any]
+    _Interceptor = grpc.aio.ServerInterceptor[Any, Any]
 else:
     RpcHandler = grpc.RpcMethodHandler
+    _Interceptor = grpc.aio.ServerInterceptor
 # The aio server runs async behaviours, which grpc's (synchronous) type stubs do not describe.
 Behaviour = Any
 
@@ -72,3 +75,20 @@ async def answers(result: Any) -> AsyncIterator[Any]:
             yield answer
     else:
         await result
+
+
+class MethodInterceptor(_Interceptor):
+    """An interceptor that may wrap the handler of each method a service has."""
+
+    # Returns None for a method no service has, though the stubs say otherwise.
+    async def intercept_service(  # type: ignore[override]
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> RpcHandler | None:
+        handler = await continuation(handler_call_details)
+        return None if handler is None else self.wrap(handler, handler_call_details.method)
+
+    def wrap(self, handler: RpcHandler, method: str) -> RpcHandler:
+        """``handler`` of ``method`` (``/package.Service/Method``), or a handler around it."""
+        raise NotImplementedError

@@ -9,33 +9,31 @@ Health checks and reflection are not traced (a load balancer's probes would fill
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
-
 from server.api.status import Ctx
-from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, answers, rewrapped
+from server.interceptors.handlers import (
+    Behaviour,
+    CallKind,
+    MethodInterceptor,
+    RpcHandler,
+    answers,
+    rewrapped,
+)
 from tikk.telemetry import Telemetry
 
 _TRACED = "/tikk.v1."
 
 
-class CallSpans(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+class CallSpans(MethodInterceptor):
     """A server span around each tikk.v1 call (see the module)."""
 
     def __init__(self, telemetry: Telemetry) -> None:
         self._telemetry = telemetry
 
-    # Returns None for a method no service has, though the stubs say otherwise.
-    async def intercept_service(  # type: ignore[override]
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> RpcHandler | None:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or not method.startswith(_TRACED):
+    def wrap(self, handler: RpcHandler, method: str) -> RpcHandler:
+        if not method.startswith(_TRACED):
             return handler
         name = method.removeprefix("/")
         return rewrapped(handler, lambda inner, kind: self._traced(inner, kind, name))

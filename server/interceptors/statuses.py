@@ -8,27 +8,26 @@ error (how far it got) catches it itself.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
-
 from server.api.status import Ctx, code_of
-from server.interceptors.handlers import Behaviour, CallKind, RpcHandler, answers, rewrapped
+from server.interceptors.handlers import (
+    Behaviour,
+    CallKind,
+    MethodInterceptor,
+    RpcHandler,
+    answers,
+    rewrapped,
+)
 from tikk.errors import TikkError
 
 
-class ErrorStatuses(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+class ErrorStatuses(MethodInterceptor):
     """Maps what every servicer raises to its status (see the module)."""
 
-    # Returns None for a method no service has, though the stubs say otherwise.
-    async def intercept_service(  # type: ignore[override]
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[RpcHandler | None]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> RpcHandler | None:
-        handler = await continuation(handler_call_details)
-        return None if handler is None else rewrapped(handler, _mapped)
+    def wrap(self, handler: RpcHandler, method: str) -> RpcHandler:
+        return rewrapped(handler, _mapped)
 
 
 def _mapped(inner: Behaviour, kind: CallKind) -> Behaviour:
