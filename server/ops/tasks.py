@@ -85,15 +85,16 @@ class TaskOps:
         store fails part-way (what was written stays, and a repeat creates nothing twice
         under client ids)."""
         refused = await self._prepare_each({t.queue for t in tasks})
-        outcomes: list[Created | None] = [refused.get(t.queue) for t in tasks]
-        kept = [i for i, outcome in enumerate(outcomes) if outcome is None]
+        outcomes: dict[int, Created] = {
+            i: refused[t.queue] for i, t in enumerate(tasks) if t.queue in refused
+        }
+        kept = [i for i in range(len(tasks)) if i not in outcomes]
         async with self._quotas.creating(Counter(tasks[i].namespace for i in kept)):
             for assigned in (False, True):
                 chosen = [i for i in kept if tasks[i].id_assigned is assigned]
                 written = await self._write([tasks[i] for i in chosen], new_ids=assigned)
-                for i, outcome in zip(chosen, written, strict=True):
-                    outcomes[i] = outcome
-        return [o for o in outcomes if o is not None]
+                outcomes.update(zip(chosen, written, strict=True))
+        return [outcomes[i] for i in range(len(tasks))]
 
     async def _write(self, tasks: Sequence[Task], *, new_ids: bool) -> list[Created]:
         if not tasks:
