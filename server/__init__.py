@@ -1,1 +1,2 @@
-"""The tikk server: gRPC services, validation, status mapping, backend wiring and the CLI."""
+"""The tikk server: the operations (``ops``), the gRPC services over them (``api``), the
+interceptors every call goes through, backend wiring, and the ``tikk`` command (``cli``)."""
