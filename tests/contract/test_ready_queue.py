@@ -36,7 +36,7 @@ async def fetch_until(
     while len(got) < want and time.monotonic() < deadline:
         got += await consumer.fetch(max_messages)
         if len(got) < want:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # the poll interval of this wait
     return got
 
 
@@ -252,7 +252,7 @@ async def test_extend_keeps_the_lease(queue_pair: QueuePair) -> None:
     await queue_pair.producer.publish([delivery("a")])
     (msg,) = await holder.fetch(1)
     for _ in range(4):
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.15)  # half a lease passes: only the extensions keep it held
         await holder.extend([msg])
         assert await other.fetch(1) == []
     await holder.commit(msg)

@@ -12,8 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.e2e.conftest import Stack, eventually
+from tests.e2e.conftest import Stack
 from tests.e2e.test_cli import tikk
+from tests.waiting import eventually
 from tikk.client import (
     AlreadyExistsError,
     AsyncClient,

@@ -19,7 +19,8 @@ import grpc
 import pytest
 
 from server.certs import DevPki, make_dev_pki
-from tests.e2e.conftest import ROOT, Process, eventually
+from tests.e2e.conftest import ROOT, Process
+from tests.waiting import eventually
 from tikk.client import AsyncClient, Client, Transport, TransportError
 from tikk.v1 import tasks_pb2, worker_pb2
 

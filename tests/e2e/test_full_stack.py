@@ -15,8 +15,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.e2e.conftest import Process, eventually
+from tests.e2e.conftest import Process, read_executions
 from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require, with_login
+from tests.waiting import eventually
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import (
     history_pb2,
@@ -85,11 +86,7 @@ class FullStack:
         return self.spawn(["worker", "tests.e2e.worker_app:worker", "--server", self.address])
 
     def executions(self) -> list[dict[str, Any]]:
-        import json
-
-        if not self.log.exists():
-            return []
-        return [json.loads(x) for x in self.log.read_text().splitlines() if x.strip()]
+        return read_executions(self.log)
 
     def close(self) -> None:
         self.channel.close()
@@ -234,7 +231,7 @@ def test_dispatchers_down_past_the_catch_up_window_record_the_missed(full: FullS
     for d in full.dispatchers:
         if d.proc.poll() is None:
             d.kill9()
-    time.sleep(8)
+    time.sleep(8)  # the outage itself: longer than the 2 s catch-up window
     fresh = full.spawn(["dispatcher", *full.backend])
     fresh.wait_for(re.compile("dispatcher running"), timeout=60)
     outcomes = eventually(
