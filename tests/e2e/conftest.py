@@ -44,8 +44,11 @@ class Process:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
+        # Closed here, at its end (the process and any child holding it gone): nothing else
+        # reads it, and a pipe left to the garbage collector is a ResourceWarning.
+        with self.proc.stdout as out:
+            for line in out:
+                self.lines.append(line.rstrip())
 
     def wait_for(self, pattern: re.Pattern[str], timeout: float = 30.0) -> re.Match[str]:
         deadline = time.monotonic() + timeout
