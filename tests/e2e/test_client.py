@@ -372,6 +372,7 @@ def test_an_import_cut_by_a_server_kill_resumes_and_creates_nothing_twice(own: S
     assert stored == {f"k-{n}" for n in range(count)}
 
 
+@pytest.mark.timeout(300)
 def test_a_quarter_million_tasks_in_one_stream_come_back_by_id(stack: Stack, ns: str) -> None:
     count = 250_000
     with Client(stack.address, namespace=ns) as tikk:

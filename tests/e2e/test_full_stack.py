@@ -28,7 +28,8 @@ from tikk.v1 import (
     tasks_pb2_grpc,
 )
 
-pytestmark = pytest.mark.e2e
+# Each test waits minutes at most for the stack (its own bounds say how long).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 SHARDS = "32"
 SESSION_TIMEOUT_S = 4
 NS = "full"
@@ -120,6 +121,7 @@ def load(full: FullStack, due_times: list[int]) -> dict[str, int]:
     return {r.task_id: due_times[r.index] for r in resp.results}
 
 
+@pytest.mark.timeout(600)  # a minute of fires, then up to 4 minutes for the last to run
 def test_ten_thousand_tasks_fire_on_time_through_a_dispatcher_kill(full: FullStack) -> None:
     start = time.time_ns() // 1_000_000 + 20_000
     t0 = time.monotonic()
