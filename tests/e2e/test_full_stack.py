@@ -131,23 +131,11 @@ def test_ten_thousand_tasks_fire_on_time_through_a_dispatcher_kill(full: FullSta
     eventually(lambda: time.time_ns() // 1_000_000 > start + 20_000, timeout=120, every=0.5)
     killed_at = time.time_ns() // 1_000_000
     full.dispatchers[0].kill9()
-    mine = [e for e in full.executions() if e["namespace"] == NS]
-    eventually(
-        lambda: (
-            len({e["task_id"] for e in full.executions() if e["namespace"] == NS} & set(dues))
-            == len(dues)
-        ),
-        timeout=240,
-        every=1.0,
-    )
+    eventually(lambda: dues.keys() <= _ran(full), timeout=240, every=1.0)
     mine = [e for e in full.executions() if e["namespace"] == NS and e["task_id"] in dues]
     early = [e for e in mine if e["started_ms"] < dues[e["task_id"]]]
     assert early == []
-    first_start: dict[str, int] = {}
-    first_fired: dict[str, int] = {}
-    for e in mine:
-        first_start[e["task_id"]] = min(first_start.get(e["task_id"], 2**62), e["started_ms"])
-        first_fired[e["task_id"]] = min(first_fired.get(e["task_id"], 2**62), e["fired_ms"])
+    first_start, first_fired = _earliest(mine, "started_ms"), _earliest(mine, "fired_ms")
     started = sorted(first_start[t] - due for t, due in dues.items())
     fired = sorted(first_fired[t] - due for t, due in dues.items())
     runs = Counter(e["task_id"] for e in mine)
@@ -164,6 +152,19 @@ def test_ten_thousand_tasks_fire_on_time_through_a_dispatcher_kill(full: FullSta
     # failover does not cause.)
     after_kill = [first_fired[t] - due for t, due in dues.items() if due >= killed_at]
     assert max(after_kill) <= (SESSION_TIMEOUT_S + 5) * 1000
+
+
+def _ran(full: FullStack) -> set[str]:
+    """The tasks of this module's namespace that started at least once."""
+    return {e["task_id"] for e in full.executions() if e["namespace"] == NS}
+
+
+def _earliest(executions: list[dict[str, Any]], field: str) -> dict[str, int]:
+    """task id -> the earliest ``field`` (a time in ms) among its executions."""
+    first: dict[str, int] = {}
+    for e in executions:
+        first[e["task_id"]] = min(first.get(e["task_id"], 2**62), e[field])
+    return first
 
 
 def test_worker_killed_mid_task_is_redelivered_and_completed(full: FullStack) -> None:
