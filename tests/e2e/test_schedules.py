@@ -36,7 +36,7 @@ def _nominal(execution: dict[str, Any]) -> int:
 def _settled(stack: Stack, ns: str, sid: str) -> bool:
     """Whether every task the schedule created has finished (run, or dead-lettered): an
     occurrence already on its way when the schedule stopped has landed."""
-    req = tasks_pb2.ListTasksRequest(namespace=ns, page_size=1000)
+    req = tasks_pb2.ListTasksRequest(namespace=ns, queue="e2e", page_size=1000)
     unfinished = (tasks_pb2.TASK_STATE_SCHEDULED, tasks_pb2.TASK_STATE_DISPATCHED)
     tasks = stack.tasks.ListTasks(req, timeout=10).tasks
     return not [t for t in tasks if t.id.startswith(f"{sid}@") and t.state in unfinished]
