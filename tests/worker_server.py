@@ -8,7 +8,6 @@ per call: finish the call cleanly or abort it after some results.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -111,12 +110,3 @@ class WorkerServer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
                 if action == "abort":
                     await context.abort(grpc.StatusCode.UNAVAILABLE, "scripted abort")
                 return
-
-
-async def wait_until(check: Any, timeout_s: float, every_s: float = 0.02) -> None:
-    """Poll ``check()`` until it is true; fail after ``timeout_s``."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {timeout_s} s")
-        await asyncio.sleep(every_s)

@@ -133,10 +133,14 @@ class Providers:
 
     tracer_provider: Any
     meter_provider: Any
+    # The file the console exporters write to, if any: closed once they have flushed.
+    out: IO[str] | None = None
 
     def shutdown(self) -> None:
         self.tracer_provider.shutdown()
         self.meter_provider.shutdown()
+        if self.out is not None:
+            self.out.close()
 
 
 def build_providers(spec: str, service_name: str) -> Providers | None:
@@ -155,9 +159,12 @@ def build_providers(spec: str, service_name: str) -> Providers | None:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError as exc:  # pragma: no cover - depends on the installed extras
         raise ImportError("telemetry needs the otel extra: pip install 'tikk[otel]'") from exc
-    span_exporter, metric_exporter = (
-        _console_exporters(target) if kind == "console" else _otlp_exporters(target)
-    )
+    out: IO[str] | None = None
+    if kind == "console":
+        out = open(target, "a", encoding="utf-8", buffering=1) if target else None  # noqa: SIM115
+        span_exporter, metric_exporter = _console_exporters(out or sys.stdout)
+    else:
+        span_exporter, metric_exporter = _otlp_exporters(target)
     resource = Resource.create({"service.name": service_name})
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
@@ -165,16 +172,15 @@ def build_providers(spec: str, service_name: str) -> Providers | None:
         metric_exporter, export_interval_millis=_EXPORT_INTERVAL_MS
     )
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader])
-    return Providers(tracer_provider, meter_provider)
+    return Providers(tracer_provider, meter_provider, out)
 
 
-def _console_exporters(path: str) -> tuple[Any, Any]:
+def _console_exporters(out: IO[str]) -> tuple[Any, Any]:
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
     from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-    # One JSON document per line, so a file of them can be read back line by line. The file
-    # stays open for the life of the process, as stdout would.
-    out: IO[str] = open(path, "a", encoding="utf-8", buffering=1) if path else sys.stdout  # noqa: SIM115
+    # One JSON document per line, so a file of them can be read back line by line. A file
+    # stays open until the providers shut down, as stdout would.
     spans = ConsoleSpanExporter(out=out, formatter=lambda s: s.to_json(indent=None) + "\n")
     metrics = ConsoleMetricExporter(out=out, formatter=lambda m: m.to_json(indent=None) + "\n")
     return spans, metrics

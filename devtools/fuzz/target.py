@@ -177,8 +177,9 @@ class ServerProcess:
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            self.lines.append(line.rstrip())
+        with self._proc.stdout as out:  # closed at its end, not left to the garbage collector
+            for line in out:
+                self.lines.append(line.rstrip())
 
     def address(self, timeout_s: float = 60.0) -> str:
         """``127.0.0.1:<port>`` once the server says it listens."""

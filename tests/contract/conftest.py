@@ -237,7 +237,7 @@ async def _kafka_settle(
         union = frozenset().union(*owned)
         if all(owned) and sum(map(len, owned)) == len(union) == partitions * len(topics):
             return
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(0.02)  # the poll interval of this wait
     raise AssertionError(f"consumer group did not settle: {owned}")
 
 

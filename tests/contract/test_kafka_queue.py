@@ -159,7 +159,7 @@ async def topic_partitions(url: str, topics: list[str]) -> dict[str, int]:
         found = await _described(url, topics)
         if len(found) == len(topics) or asyncio.get_running_loop().time() > deadline:
             return found
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.2)  # the poll interval of this wait
 
 
 async def _described(url: str, topics: list[str]) -> dict[str, int]:

@@ -29,6 +29,7 @@ from dispatcher.ownership.assignment import assign
 from dispatcher.ownership.zk_connection import parse_zk_url
 from dispatcher.ownership.zookeeper import ZkOwnership, ZkState
 from tests.services import ZOOKEEPER, require, with_login, zk_login
+from tests.waiting import eventually_async
 from tikk.errors import BackendUnavailable, InvalidArgument, StaleOwner
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import advance_cursor
@@ -41,14 +42,11 @@ SOON_S = 3.0
 ROOT = Path(__file__).resolve().parents[2]
 
 
-async def eventually(check: Callable[[], bool], within_s: float, what: str) -> float:
+async def seconds_until(check: Callable[[], bool], within_s: float, what: str) -> float:
     """Seconds until ``check()`` held, polling like a dispatcher tick; fails after
     ``within_s``."""
     start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within_s:
-            pytest.fail(f"not within {within_s}s: {what}")
-        await asyncio.sleep(0.01)
+    await eventually_async(check, within_s, every_s=0.01, what=what)
     return time.monotonic() - start
 
 
@@ -124,7 +122,7 @@ def make_owner(request: pytest.FixtureRequest) -> Iterator[Callable[[], Ownershi
 async def started_alone(make: Callable[[], Ownership]) -> Ownership:
     owner = make()
     await owner.start()
-    await eventually(lambda: len(owner.owned()) == SHARDS, SOON_S, "a lone owner owns all")
+    await seconds_until(lambda: len(owner.owned()) == SHARDS, SOON_S, "a lone owner owns all")
     return owner
 
 
@@ -171,7 +169,7 @@ async def test_a_successor_fences_its_predecessor_in_the_store(
 async def test_two_members_split_the_shards_evenly(zk: ZkGroup) -> None:
     a, b = await zk.join("a"), await zk.join("b")
     expected = assign(SHARDS, ["a", "b"])
-    await eventually(lambda: shards_of([a, b]) == expected, SOON_S, "an even split")
+    await seconds_until(lambda: shards_of([a, b]) == expected, SOON_S, "an even split")
     assert len(a.owned()) == len(b.owned()) == SHARDS // 2
     assert set(a.owned()).isdisjoint(b.owned())
     assert set(a.owned()) | set(b.owned()) == set(range(SHARDS))
@@ -189,7 +187,9 @@ def overlaps(owners: list[ZkOwnership]) -> set[int]:
 
 async def test_a_joining_member_rebalances_with_no_shard_owned_twice(zk: ZkGroup) -> None:
     a, b = await zk.join("a"), await zk.join("b")
-    await eventually(lambda: shards_of([a, b]) == assign(SHARDS, ["a", "b"]), SOON_S, "two split")
+    await seconds_until(
+        lambda: shards_of([a, b]) == assign(SHARDS, ["a", "b"]), SOON_S, "two split"
+    )
     c = await zk.join("c")
     seen: set[int] = set()
 
@@ -197,7 +197,7 @@ async def test_a_joining_member_rebalances_with_no_shard_owned_twice(zk: ZkGroup
         seen.update(overlaps([a, b, c]))
         return shards_of([a, b, c]) == assign(SHARDS, ["a", "b", "c"])
 
-    took = await eventually(balanced, SOON_S, "a three-way split")
+    took = await seconds_until(balanced, SOON_S, "a three-way split")
     assert seen == set()
     assert took < SOON_S
 
@@ -206,9 +206,11 @@ async def test_a_stopped_member_hands_its_shards_over_without_waiting_for_expiry
     zk: ZkGroup,
 ) -> None:
     a, b = await zk.join("a", session_s=10.0), await zk.join("b", session_s=10.0)
-    await eventually(lambda: shards_of([a, b]) == assign(SHARDS, ["a", "b"]), SOON_S, "two split")
+    await seconds_until(
+        lambda: shards_of([a, b]) == assign(SHARDS, ["a", "b"]), SOON_S, "two split"
+    )
     await b.close()
-    took = await eventually(lambda: len(a.owned()) == SHARDS, SOON_S, "a takes over")
+    took = await seconds_until(lambda: len(a.owned()) == SHARDS, SOON_S, "a takes over")
     assert took < 10.0 / 2  # far below the session timeout: b released, nothing expired
 
 
@@ -229,7 +231,7 @@ async def main() -> None:
         if dict(own.owned()) != last:
             last = dict(own.owned())
             print(json.dumps(last), flush=True)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # how often the child looks at what it owns
 
 asyncio.run(main())
 """
@@ -268,7 +270,7 @@ async def test_a_killed_member_loses_its_shards_once_its_session_expires(zk: ZkG
     child = await ChildMember.start(zk.url(), "b")
     try:
         expected = assign(SHARDS, ["a", "b"])
-        await eventually(
+        await seconds_until(
             lambda: shards_of([a]) == {"a": expected["a"]} and sorted(child.owned) == expected["b"],
             SOON_S + 2,  # the child's interpreter has to start first
             "a split with the child",
@@ -276,7 +278,7 @@ async def test_a_killed_member_loses_its_shards_once_its_session_expires(zk: ZkG
         lost = dict(child.owned)
     finally:
         await child.kill()
-    took = await eventually(lambda: len(a.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
+    took = await seconds_until(lambda: len(a.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
     print(f"failover after kill -9 with a {SESSION_S}s session: {took:.2f}s")
     # The owner nodes outlived the process until its session expired...
     assert took > SESSION_S / 2
@@ -365,16 +367,16 @@ async def test_suspended_empties_owned_at_once_and_same_session_reverifies(
     zk: ZkGroup, proxy: LinkProxy
 ) -> None:
     a = await zk.join("a", via=proxy.address, session_s=4.0)
-    await eventually(lambda: len(a.owned()) == SHARDS, SOON_S, "a owns all")
+    await seconds_until(lambda: len(a.owned()) == SHARDS, SOON_S, "a owns all")
     before = dict(a.owned())
     proxy.cut()
-    took = await eventually(lambda: a.owned() == {}, 0.5, "owned() empty on SUSPENDED")
+    took = await seconds_until(lambda: a.owned() == {}, 0.5, "owned() empty on SUSPENDED")
     assert a.state is ZkState.SUSPENDED
     print(f"owned() empty {took * 1000:.0f} ms after the link was cut")
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # time passes while SUSPENDED: nothing is owned again meanwhile
     assert a.owned() == {}
     proxy.restore()
-    await eventually(lambda: a.state is ZkState.ACTIVE, SOON_S, "reconnected and verified")
+    await seconds_until(lambda: a.state is ZkState.ACTIVE, SOON_S, "reconnected and verified")
     # The same session kept the same owner nodes: same epochs, nothing moved.
     assert dict(a.owned()) == before
 
@@ -386,14 +388,14 @@ async def test_a_stale_owner_is_fenced_after_failover_and_rejoins_with_a_new_ses
     await store.start()
     a, b = await zk.join("a", via=proxy.address), await zk.join("b")
     expected = assign(SHARDS, ["a", "b"])
-    await eventually(lambda: shards_of([a, b]) == expected, SOON_S, "two split")
+    await seconds_until(lambda: shards_of([a, b]) == expected, SOON_S, "two split")
     stale = dict(a.owned())
     shard = expected["a"][0]
     await advance_cursor(store, shard, 10, stale[shard])
 
     proxy.cut()
-    assert await eventually(lambda: a.owned() == {}, 0.5, "a stops at once") < 0.5
-    took = await eventually(lambda: len(b.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
+    assert await seconds_until(lambda: a.owned() == {}, 0.5, "a stops at once") < 0.5
+    took = await seconds_until(lambda: len(b.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
     print(f"failover after a cut link with a {SESSION_S}s session: {took:.2f}s")
     successor = dict(b.owned())
     assert all(successor[s] > e for s, e in stale.items())
@@ -403,7 +405,7 @@ async def test_a_stale_owner_is_fenced_after_failover_and_rejoins_with_a_new_ses
         await advance_cursor(store, shard, 30, stale[shard])
 
     proxy.restore()  # a's old session is gone (LOST): it rejoins with a new one
-    await eventually(lambda: shards_of([a, b]) == expected, SESSION_S + SOON_S, "rejoined")
+    await seconds_until(lambda: shards_of([a, b]) == expected, SESSION_S + SOON_S, "rejoined")
     assert all(a.owned()[s] > successor[s] for s in expected["a"])
     assert (await store.get_cursor(shard)).second == 20
     await store.close()

@@ -37,7 +37,7 @@ async def fetch_until(
     while len(got) < want and time.monotonic() < deadline:
         got += await consumer.fetch(max_messages)
         if len(got) < want:
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # the poll interval of this wait
     return got
 
 

@@ -9,23 +9,25 @@ queue is the real Kafka of ``python -m devtools stack up``, under a topic prefix
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import itertools
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.contract.conftest import QueuePair
 from tests.contract.test_ready_queue import delivery, fetch_until
-from tests.e2e.conftest import Process
+from tests.e2e.conftest import Process, read_executions
 from tests.factories import make_task
 from tests.services import KAFKA, require
-from tests.worker_server import WorkerServer, wait_until
+from tests.waiting import eventually_async
+from tests.worker_server import WorkerServer
 from tikk.model import Delivery
 from worker_sdk import TaskContext, Worker
 
@@ -61,11 +63,9 @@ async def publish(pair: QueuePair, prefix: str, count: int, queue: str) -> dict[
 # A worker process killed with -9: its partitions go to the other member of the group.
 
 
-def starts(log: Path) -> list[dict[str, object]]:
-    """The handler starts logged so far by ``tests.e2e.worker_app`` (complete lines only: the
-    workers are appending)."""
-    text = log.read_text() if log.exists() else ""
-    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+def starts(log: Path) -> list[dict[str, Any]]:
+    """The handler starts logged so far by ``tests.e2e.worker_app``."""
+    return read_executions(log)
 
 
 @pytest.fixture
@@ -90,8 +90,8 @@ async def test_a_killed_workers_partitions_move_within_the_session(
         victim, survivor = await _both_consuming(pair, processes, log, server)
         victim.kill9()  # no LeaveGroup: the broker notices only when the session runs out
         dues = await publish(pair, "after-", 24, "e2e")  # some on each member's partitions
-        await wait_until(lambda: dues.keys() <= {s["task_id"] for s in starts(log)}, BOUND_S)
-        await wait_until(functools.partial(recorded, server, dues), 10)
+        await eventually_async(lambda: dues.keys() <= {s["task_id"] for s in starts(log)}, BOUND_S)
+        await eventually_async(functools.partial(recorded, server, dues), 10)
         first: dict[str, int] = {}
         for s in starts(log):
             if s["task_id"] in dues:
@@ -113,7 +113,7 @@ async def _both_consuming(
     deadline = time.monotonic() + 40
     for round_ in itertools.count():
         dues = await publish(pair, f"warm{round_}-", 16, "e2e")
-        await wait_until(functools.partial(recorded, server, dues), 15)
+        await eventually_async(functools.partial(recorded, server, dues), 15)
         seen = {str(s["worker"]) for s in starts(log)}
         if len(seen) == 2 or time.monotonic() > deadline:
             break
@@ -148,6 +148,10 @@ class Runs:
     def ran(self, name: str) -> set[str]:
         return {task for who, task in self.by if who == name}
 
+    def each_ran(self, names: set[str], tasks: Iterable[str]) -> bool:
+        """Whether each of ``names`` ran one of ``tasks`` at least."""
+        return all(self.ran(name) & set(tasks) for name in names)
+
 
 async def test_a_worker_that_cannot_report_steps_aside_and_comes_back(
     pair: QueuePair, caplog: pytest.LogCaptureFixture
@@ -168,15 +172,15 @@ async def test_a_worker_that_cannot_report_steps_aside_and_comes_back(
         batch = await publish(pair, "gone-", 24, "heal")
         # w1 runs what its partitions hold, cannot report, and after the report timeout leaves
         # the group: w2 gets every partition, with what w1 never committed.
-        await wait_until(functools.partial(recorded, healthy, batch), BOUND_S)
+        await eventually_async(functools.partial(recorded, healthy, batch), BOUND_S)
         print(f"all recorded by the other worker {time.monotonic() - stopped:.1f} s after")
         assert "pausing" in caplog.text
         stranded = runs.ran("w1") & batch.keys()
         assert stranded, "w1 held partitions, so it ran part of the batch"
         assert stranded <= runs.ran("w2")  # delivered again to the healthy worker
         await gone.start()  # same port: w1 reports what it ran, and consumes again
-        await wait_until(functools.partial(recorded, gone, stranded), 10)
-        await wait_until(lambda: "resuming" in caplog.text, 10)
+        await eventually_async(functools.partial(recorded, gone, stranded), 10)
+        await eventually_async(lambda: "resuming" in caplog.text, 10)
         await _until_ran(pair, runs, "back", {"w1"})
         print(f"w1 consuming again {time.monotonic() - stopped:.1f} s after its server went")
     finally:
@@ -188,14 +192,18 @@ async def test_a_worker_that_cannot_report_steps_aside_and_comes_back(
 
 
 async def _until_ran(pair: QueuePair, runs: Runs, prefix: str, workers: set[str]) -> None:
-    """Publish rounds to queue ``heal`` until each of ``workers`` ran one of them."""
+    """Publish rounds to queue ``heal`` until each of ``workers`` ran one of them. A round
+    may all go to the others (a worker not yet assigned partitions): after a second without
+    success, the next round is published."""
     deadline = time.monotonic() + 40
     for round_ in itertools.count():
         batch = await publish(pair, f"{prefix}{round_}-", 16, "heal")
-        await asyncio.sleep(1.0)
-        if all(runs.ran(w) & batch.keys() for w in workers) or time.monotonic() > deadline:
+        each_ran = functools.partial(runs.each_ran, workers, batch.keys())
+        with contextlib.suppress(AssertionError):
+            await eventually_async(each_ran, 1.0)
+        if each_ran() or time.monotonic() > deadline:
             break
-    assert all(runs.ran(w) & batch.keys() for w in workers), runs.by[-40:]
+    assert each_ran(), runs.by[-40:]
 
 
 # What a worker that steps aside relies on, on every backend.

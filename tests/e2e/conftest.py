@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +44,11 @@ class Process:
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
+        # Closed here, at its end (the process and any child holding it gone): nothing else
+        # reads it, and a pipe left to the garbage collector is a ResourceWarning.
+        with self.proc.stdout as out:
+            for line in out:
+                self.lines.append(line.rstrip())
 
     def wait_for(self, pattern: re.Pattern[str], timeout: float = 30.0) -> re.Match[str]:
         deadline = time.monotonic() + timeout
@@ -55,7 +58,7 @@ class Process:
                     return m
             if self.proc.poll() is not None:
                 break
-            time.sleep(0.05)
+            time.sleep(0.05)  # the poll interval of this wait
         raise AssertionError(f"{self.args} never printed {pattern.pattern!r}:\n" + self.output())
 
     def output(self) -> str:
@@ -73,6 +76,15 @@ class Process:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(10)
+
+
+def read_executions(log: Path) -> list[dict[str, Any]]:
+    """The runs the e2e workers logged, one JSON line each. A worker may be writing a line
+    while it is read: a last line without its newline is not complete yet, so is left out."""
+    if not log.exists():
+        return []
+    text = log.read_text()
+    return [json.loads(line) for line in text[: text.rfind("\n") + 1].splitlines() if line]
 
 
 class Stack:
@@ -126,9 +138,7 @@ class Stack:
         return history_pb2_grpc.HistoryServiceStub(self._channel)
 
     def executions(self) -> list[dict[str, Any]]:
-        if not self.log.exists():
-            return []
-        return [json.loads(line) for line in self.log.read_text().splitlines() if line]
+        return read_executions(self.log)
 
     def runs(self, namespace: str, task_id: str) -> list[history_pb2.Run]:
         req = history_pb2.ListTaskRunsRequest(namespace=namespace, task_id=task_id)
@@ -146,18 +156,6 @@ class Stack:
             self.server.stop()
         if self._channel is not None:
             self._channel.close()
-
-
-def eventually(check: Callable[[], Any], timeout: float = 20.0, every: float = 0.1) -> Any:
-    """Poll ``check`` until it returns a truthy value; fail with its last value otherwise."""
-    deadline = time.monotonic() + timeout
-    value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.e2e.auth_stack import AuthStack, bearer, code_of, tampered
-from tests.e2e.conftest import eventually
 from tests.unit.test_auth_policy import service_methods
+from tests.waiting import eventually
 from tikk.client import Client, PermissionDeniedError, Transport, UnauthenticatedError
 from tikk.v1 import (
     history_pb2,

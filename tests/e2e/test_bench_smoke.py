@@ -14,7 +14,8 @@ import pytest
 
 from devtools.bench_report import README_END, README_START
 
-pytestmark = pytest.mark.e2e
+# The first test runs the whole benchmark (its fixture).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 ROOT = Path(__file__).resolve().parents[2]
 _RUN_KEYS = {"backend", "mode", "stored", "fired", "ceiling", "load", "fire_ingest", "fire",
              "cdf", "processes", "disk", "ingest_ratio"}  # fmt: skip

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import ROOT, Process, eventually
+from tests.e2e.conftest import ROOT, Process
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 

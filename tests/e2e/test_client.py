@@ -12,8 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.e2e.conftest import Stack, eventually
+from tests.e2e.conftest import Stack
 from tests.e2e.test_cli import tikk
+from tests.waiting import eventually
 from tikk.client import (
     AlreadyExistsError,
     AsyncClient,
@@ -419,6 +420,7 @@ def test_an_import_cut_by_a_server_kill_resumes_and_creates_nothing_twice(own: S
     assert stored == {f"k-{n}" for n in range(count)}
 
 
+@pytest.mark.timeout(300)
 def test_a_quarter_million_tasks_in_one_stream_come_back_by_id(stack: Stack, ns: str) -> None:
     count = 250_000
     with Client(stack.address, namespace=ns) as tikk:

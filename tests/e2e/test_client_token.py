@@ -19,7 +19,8 @@ import grpc
 import pytest
 
 from server.certs import DevPki, make_dev_pki
-from tests.e2e.conftest import ROOT, Process, eventually
+from tests.e2e.conftest import ROOT, Process
+from tests.waiting import eventually
 from tikk.client import AsyncClient, Client, Transport, TransportError
 from tikk.v1 import tasks_pb2, worker_pb2
 
@@ -46,6 +47,10 @@ class Recorder:
 
 
 def _handlers(recorder: Recorder) -> list[grpc.GenericRpcHandler[Any, Any]]:
+    return [_task_service(recorder), _worker_service(recorder)]
+
+
+def _task_service(recorder: Recorder) -> grpc.GenericRpcHandler[Any, Any]:
     def get_task(request: tasks_pb2.GetTaskRequest, context: grpc.ServicerContext) -> Any:
         recorder.record("GetTask", context)
         return tasks_pb2.Task(id=request.task_id, queue="q", handler="h")
@@ -53,15 +58,6 @@ def _handlers(recorder: Recorder) -> list[grpc.GenericRpcHandler[Any, Any]]:
     def create_tasks(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
         recorder.record("CreateTasks", context)
         return tasks_pb2.CreateTasksResponse(accepted=sum(1 for _ in requests))
-
-    def worker_config(request: Any, context: grpc.ServicerContext) -> Any:
-        recorder.record("GetWorkerConfig", context)
-        context.abort(grpc.StatusCode.UNAVAILABLE, "not serving workers here")
-
-    def report(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
-        recorder.record("ReportResultBatches", context)
-        for _ in requests:
-            yield worker_pb2.ResultAckBatch()
 
     tasks = {
         "GetTask": grpc.unary_unary_rpc_method_handler(
@@ -73,6 +69,19 @@ def _handlers(recorder: Recorder) -> list[grpc.GenericRpcHandler[Any, Any]]:
             tasks_pb2.CreateTasksResponse.SerializeToString,
         ),
     }
+    return grpc.method_handlers_generic_handler("tikk.v1.TaskService", tasks)
+
+
+def _worker_service(recorder: Recorder) -> grpc.GenericRpcHandler[Any, Any]:
+    def worker_config(request: Any, context: grpc.ServicerContext) -> Any:
+        recorder.record("GetWorkerConfig", context)
+        context.abort(grpc.StatusCode.UNAVAILABLE, "not serving workers here")
+
+    def report(requests: Iterator[Any], context: grpc.ServicerContext) -> Iterator[Any]:
+        recorder.record("ReportResultBatches", context)
+        for _ in requests:
+            yield worker_pb2.ResultAckBatch()
+
     worker = {
         "GetWorkerConfig": grpc.unary_unary_rpc_method_handler(
             worker_config,
@@ -85,10 +94,7 @@ def _handlers(recorder: Recorder) -> list[grpc.GenericRpcHandler[Any, Any]]:
             worker_pb2.ResultAckBatch.SerializeToString,
         ),
     }
-    return [
-        grpc.method_handlers_generic_handler("tikk.v1.TaskService", tasks),
-        grpc.method_handlers_generic_handler("tikk.v1.WorkerService", worker),
-    ]
+    return grpc.method_handlers_generic_handler("tikk.v1.WorkerService", worker)
 
 
 @dataclass

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import Stack, eventually
+from tests.e2e.conftest import Stack
+from tests.waiting import eventually
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import tasks_pb2
 

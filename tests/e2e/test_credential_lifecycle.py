@@ -14,8 +14,9 @@ import pytest
 from server.certs import DevPki
 from tests.contract.cassandra_keyspace import REPLICATION
 from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, code_of, tikk
-from tests.e2e.conftest import Process, eventually
+from tests.e2e.conftest import Process
 from tests.services import CASSANDRA, require, with_login
+from tests.waiting import eventually
 from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
 from tikk.store.cassandra.schema import STORE_MIGRATIONS
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc

@@ -26,6 +26,7 @@ from server.runtime import serve
 from server.wiring import migrate
 from tests.contract.cassandra_keyspace import REPLICATION
 from tests.services import CASSANDRA, require, with_login
+from tests.waiting import eventually_async
 from tests.worker_server import free_port
 from tikk import delivery_codec
 from tikk.delivery_tokens import load_keys, new_keys, save_keys
@@ -74,13 +75,15 @@ class Rig:
 
     async def take(self, task_id: str) -> worker_pb2.Delivery:
         """The delivery of ``task_id`` as the dispatcher published it (committed off the queue)."""
-        deadline = time.monotonic() + 30
-        while task_id not in self.taken:
-            assert time.monotonic() < deadline, f"task {task_id} was never dispatched"
+
+        async def arrived() -> bool:
             for message in await self.consumer.fetch(16):
                 await self.consumer.commit(message)
                 self.taken[message.delivery.task_id] = message.delivery
-            await asyncio.sleep(0.05)
+            return task_id in self.taken
+
+        if task_id not in self.taken:
+            await eventually_async(arrived, 30, every_s=0.05, what=f"task {task_id} dispatched")
         return self.taken[task_id]
 
     async def report(
@@ -104,10 +107,10 @@ class Rig:
         return ack
 
     async def dispatched(self, task_id: str) -> None:
-        deadline = time.monotonic() + 30
-        while (await self.state(task_id))[0] != tasks_pb2.TASK_STATE_DISPATCHED:
-            assert time.monotonic() < deadline, f"task {task_id} was never dispatched"
-            await asyncio.sleep(0.05)
+        async def reached() -> bool:
+            return (await self.state(task_id))[0] == tasks_pb2.TASK_STATE_DISPATCHED
+
+        await eventually_async(reached, 30, every_s=0.05, what=f"task {task_id} dispatched")
 
     async def state(self, task_id: str) -> tuple[int, int, int, list[str]]:
         """What a forged result must not change: state, attempt, due time, and the runs."""

@@ -22,8 +22,9 @@ from typing import Any, TypeVar
 import grpc
 import pytest
 
-from tests.e2e.conftest import ROOT, Process, Stack, eventually
+from tests.e2e.conftest import ROOT, Process, Stack
 from tests.services import KAFKA, kafka_options, require, with_login
+from tests.waiting import eventually
 from tikk.v1 import schedules_pb2, schedules_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import ROOT, Process, eventually
+from tests.e2e.conftest import ROOT, Process
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.e2e
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import Stack, eventually
+from tests.e2e.conftest import Stack
 from tests.e2e.test_cli import tikk, tikk_json
+from tests.waiting import eventually
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, schedules_pb2, schedules_pb2_grpc, tasks_pb2
 
@@ -30,6 +31,15 @@ def _runs_of(stack: Stack, ns: str, sid: str) -> list[dict[str, Any]]:
 
 def _nominal(execution: dict[str, Any]) -> int:
     return int(execution["key"].rsplit("@", 1)[1])
+
+
+def _settled(stack: Stack, ns: str, sid: str) -> bool:
+    """Whether every task the schedule created has finished (run, or dead-lettered): an
+    occurrence already on its way when the schedule stopped has landed."""
+    req = tasks_pb2.ListTasksRequest(namespace=ns, queue="e2e", page_size=1000)
+    unfinished = (tasks_pb2.TASK_STATE_SCHEDULED, tasks_pb2.TASK_STATE_DISPATCHED)
+    tasks = stack.tasks.ListTasks(req, timeout=10).tasks
+    return not [t for t in tasks if t.id.startswith(f"{sid}@") and t.state in unfinished]
 
 
 def _outcomes(stack: Stack, ns: str, sid: str) -> list[str]:
@@ -59,9 +69,9 @@ def test_every_second_schedule_runs_each_second_once(stack: Stack, ns: str) -> N
     paused = tikk_json(stack.address, "schedule", "pause", "beat", "--note", "deploy",
                        "--namespace", ns)  # fmt: skip
     assert paused["paused"] is True and paused["pause_note"] == "deploy"
-    time.sleep(1.5)
+    eventually(lambda: _settled(stack, ns, "beat"), 20)
     count = len(_runs_of(stack, ns, "beat"))
-    time.sleep(3)
+    time.sleep(3)  # three occurrences pass: none of them runs
     assert len(_runs_of(stack, ns, "beat")) == count
     assert "OCCURRENCE_OUTCOME_SKIPPED_PAUSED" in _outcomes(stack, ns, "beat")
     tikk_json(stack.address, "schedule", "resume", "beat", "--namespace", ns)
@@ -69,9 +79,9 @@ def test_every_second_schedule_runs_each_second_once(stack: Stack, ns: str) -> N
 
     deleted = tikk(stack.address, "schedule", "delete", "beat", "--namespace", ns)
     assert deleted.returncode == 0, deleted.stderr
-    time.sleep(1.5)
+    eventually(lambda: _settled(stack, ns, "beat"), 20)
     count = len(_runs_of(stack, ns, "beat"))
-    time.sleep(2.5)
+    time.sleep(2.5)  # occurrences of the deleted schedule pass: none of them runs
     assert len(_runs_of(stack, ns, "beat")) == count
     gone = tikk(stack.address, "schedule", "get", "beat", "--namespace", ns)
     assert gone.returncode == 1 and "NOT_FOUND" in gone.stderr
@@ -196,9 +206,9 @@ def test_pause_after_consecutive_failures(stack: Stack, ns: str) -> None:
     paused = eventually(lambda: (s := _get(stack, ns, "failing")).paused and s, 30)
     assert paused.consecutive_failures == 2
     assert paused.pause_note.startswith("paused after 2 consecutive failed occurrences")
-    time.sleep(1.5)
+    eventually(lambda: _settled(stack, ns, "failing"), 20)
     count = len(_runs_of(stack, ns, "failing"))
-    time.sleep(2.5)
+    time.sleep(2.5)  # occurrences pass while paused: none of them runs
     assert len(_runs_of(stack, ns, "failing")) == count
     resumed = tikk_json(stack.address, "schedule", "resume", "failing", "--namespace", ns)
     assert not resumed.get("paused") and resumed.get("consecutive_failures", 0) == 0

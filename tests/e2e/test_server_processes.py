@@ -7,7 +7,6 @@ and a member serves a connection when one of its file descriptors is that socket
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import uuid
@@ -18,7 +17,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.e2e.conftest import Process, eventually
+from tests.e2e.conftest import Process, read_executions
+from tests.waiting import eventually
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 pytestmark = pytest.mark.e2e
@@ -66,10 +66,7 @@ class Group:
         return tasks_pb2_grpc.TaskServiceStub(channel)
 
     def executed(self, namespace: str) -> set[str]:
-        if not self.log.exists():
-            return set()
-        lines = [json.loads(line) for line in self.log.read_text().splitlines() if line]
-        return {e["task_id"] for e in lines if e["namespace"] == namespace}
+        return {e["task_id"] for e in read_executions(self.log) if e["namespace"] == namespace}
 
     def close(self) -> int:
         for channel in self.channels:

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from server.certs import DevPki, make_dev_pki
-from tests.e2e.conftest import ROOT, Process, eventually
+from tests.e2e.conftest import ROOT, Process
+from tests.waiting import eventually
 from tikk.client import AsyncClient, Client, NotFoundError, TaskSpec, Transport, UnavailableError
 from tikk.v1 import tasks_pb2
 

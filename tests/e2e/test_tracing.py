@@ -14,8 +14,9 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.e2e.conftest import Process, eventually
+from tests.e2e.conftest import Process
 from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require, with_login
+from tests.waiting import eventually
 from tikk.timestamps import to_timestamp
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.e2e.conftest import Process, Stack, eventually
+from tests.e2e.conftest import Process, Stack
+from tests.waiting import eventually
 from tests.worker_server import free_port
 from tikk.timestamps import to_timestamp
 from tikk.v1 import tasks_pb2
@@ -87,16 +88,23 @@ def succeeded(stack: Stack) -> set[str]:
             return done
 
 
+def failed_attempts(worker: Process) -> int:
+    """How many times ``worker`` said its server did not answer."""
+    return sum("did not answer" in line for line in list(worker.lines))
+
+
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 def test_a_worker_started_before_its_server_waits_for_it(fixed: FixedPortStack) -> None:
     patient, stopped = fixed.start_worker(), fixed.start_worker()
-    patient.wait_for(re.compile("did not answer"), timeout=15)
+    for worker in (patient, stopped):  # both running, their stop signals handled
+        worker.wait_for(re.compile("did not answer"), timeout=15)
     stopped.proc.send_signal(signal.SIGTERM)  # waiting for the server, yet it stops at once
     assert stopped.proc.wait(5) == 0, stopped.output()
-    time.sleep(2.0)  # a few more attempts fail
+    tried = failed_attempts(patient)
+    eventually(lambda: failed_attempts(patient) >= tried + 2)  # a few more attempts fail
     assert patient.proc.poll() is None, patient.output()
     fixed.start_server()
     dues = spread("early", 20, now_ms() + 200, 10)
@@ -120,7 +128,7 @@ def test_kill9_of_the_server_heals_without_restarting_the_worker(fixed: FixedPor
         assert fixed.server is not None
         fixed.server.kill9()  # mid-flow: results streaming, deliveries queued, some not sent
         killed_at = time.monotonic()
-        time.sleep(0.5)
+        time.sleep(0.5)  # the outage itself: the worker keeps trying meanwhile
         fixed.start_server()  # same data directory, same port
         print(f"crash {crash}: server back after {time.monotonic() - killed_at:.1f} s")
     after = spread("after", 100, now_ms() + 200, 10)

@@ -70,6 +70,6 @@ async def reject(ctx: TaskContext, payload: bytes) -> bytes:
 @worker.handler("slow")
 async def slow(ctx: TaskContext, payload: bytes) -> bytes:
     _log(ctx, "start")
-    await asyncio.sleep(float(payload))
+    await asyncio.sleep(float(payload))  # a run that takes as many seconds as it is told
     _log(ctx, "end")
     return b"slept"

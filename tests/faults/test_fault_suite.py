@@ -24,6 +24,8 @@ from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require
 pytestmark = pytest.mark.e2e
 
 
+# About 3.5 minutes; the suite gives up by itself after 10 (the mode's timeout_s).
+@pytest.mark.timeout(900)
 def test_ci_fault_suite_loses_nothing_and_runs_nothing_early(tmp_path: Path) -> None:
     addresses = {
         "cassandra": require("cassandra", CASSANDRA),

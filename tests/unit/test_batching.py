@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from server.ops.coalescing import Coalescer
+from tests.waiting import eventually_async
 from tikk.errors import BackendUnavailable
 
 
@@ -43,7 +44,7 @@ async def test_batches_are_capped_and_slots_run_side_by_side() -> None:
     store = Store()
     c = Coalescer(store.write, max_items=2, in_flight=2)
     subs = [asyncio.create_task(c.submit(i)) for i in range(5)]
-    await asyncio.sleep(0.01)
+    await eventually_async(lambda: len(store.batches) >= 2, 10, what="both slots writing")
     assert store.batches == [[0, 1], [2, 3]]
     store.release.set()
     await asyncio.gather(*subs)

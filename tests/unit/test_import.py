@@ -93,7 +93,8 @@ async def test_a_batch_sent_again_after_a_broken_stream_creates_nothing_twice(
 
 async def test_no_request_is_read_while_the_window_is_unanswered() -> None:
     pulled: list[int] = []
-    release = asyncio.Event()
+    stored: list[int] = []
+    window_full, release = asyncio.Event(), asyncio.Event()
 
     async def requests() -> AsyncIterator[int]:
         for n in range(100):
@@ -101,13 +102,19 @@ async def test_no_request_is_read_while_the_window_is_unanswered() -> None:
             yield n
 
     async def slow_store(n: int) -> int:
+        stored.append(n)
+        if len(stored) == 3:
+            window_full.set()
         await release.wait()
         return n
 
     answers = answer_in_order(requests(), slow_store, window=3)
     first = asyncio.ensure_future(anext(answers))
-    await asyncio.sleep(0.1)
-    assert pulled == [0, 1, 2]  # the store holds all three: nothing more is read
+    async with asyncio.timeout(10):
+        await window_full.wait()
+    assert pulled == [0, 1, 2]  # the store holds all three: the fourth is not read
+    await asyncio.sleep(0.1)  # time for a wrong reader to read on regardless
+    assert pulled == [0, 1, 2]
     release.set()
     assert await first == 0
     assert [n async for n in answers] == list(range(1, 100))

@@ -46,7 +46,7 @@ async def fetch_until(consumer: QueueConsumer, want: int, timeout_s: float = 5.0
     deadline = time.monotonic() + timeout_s
     while len(got) < want and time.monotonic() < deadline:
         got += await consumer.fetch(want - len(got))
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # the poll interval of this wait
     return got
 
 

@@ -19,6 +19,7 @@ import pytest
 from server.wiring import Backends
 from tests.contract import cassandra_keyspace
 from tests.embedded_api import embedded_api, embedded_settings
+from tests.waiting import eventually_async
 from tikk.client import AsyncClient, ResourceExhaustedError, TaskSpec
 from tikk.clock import ManualClock
 from tikk.quotas import NamespaceQuotas, NamespaceUsage
@@ -140,6 +141,12 @@ async def import_all(api: Api, *batches: tasks_pb2.ImportTasksRequest) -> list[A
     return [answer async for answer in api.tasks.ImportTasks(iter(batches))]
 
 
+async def admitted(api: Api, task_id: str) -> bool:
+    """Whether a stream importing ``task_id`` alone was given a slot (and stored it)."""
+    [answer] = await import_all(api, batch([task_id]))
+    return bool(answer.accepted == 1)
+
+
 # --- tasks stored --------------------------------------------------------------------------
 
 
@@ -252,9 +259,8 @@ async def test_import_streams_at_once(api: Api) -> None:
     assert "quota import_streams of namespace 'tenant' is 1" in second.message
     await held.put(None)
     assert await first.read() is grpc.aio.EOF  # type: ignore[attr-defined]
-    await asyncio.sleep(0.1)  # the server ends its side of the stream
-    [third] = await import_all(api, batch(["c"]))
-    assert third.accepted == 1
+    # The server ends its side of the stream, then gives the slot back.
+    await eventually_async(lambda: admitted(api, "c"), 10, what="the slot given back")
     assert await stored(api) == {"a", "c"}
 
 
@@ -271,15 +277,7 @@ async def test_a_cancelled_import_stream_gives_its_slot_back(api: Api) -> None:
     [refused_batch] = await import_all(api, batch(["b"]))
     assert refused_batch.code == EXHAUSTED.value[0]
     first.cancel()  # the client goes away mid-stream
-
-    async def admitted() -> bool:
-        [answer] = await import_all(api, batch(["c"]))
-        return bool(answer.accepted)
-
-    for _ in range(50):
-        if await admitted():
-            break
-        await asyncio.sleep(0.1)
+    await eventually_async(lambda: admitted(api, "c"), 10, what="the slot given back")
     assert await stored(api) == {"a", "c"}
 
 

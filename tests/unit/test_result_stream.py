@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from tests.worker_server import WorkerServer, wait_until
+from tests.waiting import eventually_async
+from tests.worker_server import WorkerServer
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.results import Backoff, ResultStream
 
@@ -95,7 +96,7 @@ async def test_a_write_after_the_call_finished_reconnects(
         stream.start()
         try:
             reports = asyncio.gather(*(stream.report(r) for r in results))
-            await wait_until(lambda: "RPC already finished" in caplog.text, 30)
+            await eventually_async(lambda: "RPC already finished" in caplog.text, 30)
             server.script.clear()  # from now on the server acknowledges
             async with asyncio.timeout(10):
                 acks = await reports
@@ -138,7 +139,7 @@ async def test_waiting_counts_from_the_later_of_the_oldest_wait_and_the_last_ack
         await server.stop()
         now[0] = 105.0
         first = asyncio.ensure_future(stream.report(result()))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # time passes with no server: the result stays unanswered
         assert not first.done()
         now[0] = 110.0
         assert stream.waiting_s() == 5.0  # since the oldest wait (105), not the ack (100)

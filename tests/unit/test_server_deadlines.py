@@ -42,7 +42,7 @@ class SlowStore(SqliteTaskStore):
 
     async def _stall(self) -> None:
         try:
-            await asyncio.sleep(self.delay_s)
+            await asyncio.sleep(self.delay_s)  # the slow disk itself
         except asyncio.CancelledError:
             self.interrupted += 1
             raise

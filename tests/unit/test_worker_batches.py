@@ -14,7 +14,8 @@ import pytest
 from dispatcher.ready_queue.local import LocalReadyQueue
 from tests.contract.test_ready_queue import delivery, fetch_until, waiting
 from tests.factories import T0
-from tests.worker_server import WorkerServer, wait_until
+from tests.waiting import eventually_async
+from tests.worker_server import WorkerServer
 from tikk.clock import ManualClock
 from worker_sdk import TaskContext, Worker
 from worker_sdk.commits import CommitBatcher
@@ -40,11 +41,11 @@ async def server(queue: LocalReadyQueue, tmp_path: Path) -> AsyncIterator[Worker
 
 async def until_waiting(queue: LocalReadyQueue, count: int, timeout_s: float = 10) -> None:
     """Poll the backlog until ``count`` messages of queue ``q`` wait; fail after ``timeout_s``."""
-    for _ in range(int(timeout_s / 0.02)):
-        if waiting(await queue.backlog())["q"][0] == count:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"never {count} waiting: {waiting(await queue.backlog())}")
+
+    async def reached() -> bool:
+        return waiting(await queue.backlog())["q"][0] == count
+
+    await eventually_async(reached, timeout_s, what=f"{count} waiting")
 
 
 def recording_worker(ran: Counter[str], **options: float) -> Worker:
@@ -80,7 +81,7 @@ async def test_a_result_the_server_never_acknowledged_is_never_committed(
     worker = recording_worker(ran, shutdown_timeout_s=0.2)
     stop = asyncio.Event()
     running = asyncio.create_task(worker.run(server.address, stop=stop))
-    await wait_until(lambda: len(ran) == 5 and server.calls > 3, 30)
+    await eventually_async(lambda: len(ran) == 5 and server.calls > 3, 30)
     stop.set()
     async with asyncio.timeout(30):
         assert await running == 0
