@@ -35,6 +35,7 @@ from tikk.store.credentials import CredentialStore
 
 log = logging.getLogger("tikk.server.auth")
 
+
 class AuthInterceptor(MethodInterceptor):
     """Authenticates each call with ``view`` and authorizes it by the policy table."""
 
