@@ -39,6 +39,7 @@ from server.ops.late_writes import LateWriteGuard
 from server.ops.quotas import QuotaGate
 from server.ops.results import ResultRecorder
 from server.ops.schedules import ScheduleOps
+from server.ops.start_timeouts import StartTimeouts
 from server.ops.tasks import TaskOps
 from server.transport_security import check_transport, server_credentials
 from server.wiring import Backends
@@ -205,9 +206,10 @@ class Operations:
         schedules = ScheduleOps(
             b.schedules, b.store, b.history, clock, settings.limits, queue=b.queue, quotas=quotas
         )
+        expiry = StartTimeouts(b.store, b.history, b.queue, telemetry)
         results = ResultRecorder(
-            b.store, b.history, b.queue, clock, guard=guard, keys=keys, limits=settings.limits,
-            rng=rng, telemetry=telemetry, schedules=schedules,
+            b.store, b.history, b.queue, clock, guard=guard, expiry=expiry, keys=keys,
+            limits=settings.limits, rng=rng, telemetry=telemetry, schedules=schedules,
         )  # fmt: skip
         tasks = TaskOps(b.store, b.queue, clock, guard=guard, quotas=quotas)
         admin = AdminOps(b.quotas, quotas, clock)

@@ -43,7 +43,6 @@ from server.ops.refusals import (
     refuse_unless_dispatched,
     same_attempt,
 )
-from server.ops.start_timeouts import StartTimeouts
 from tikk.backoff import retry_delay_ms
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys, TokenRefused
@@ -62,6 +61,7 @@ from tikk.model import (
 )
 from tikk.ready_queue import ReadyQueue
 from tikk.settings import Limits
+from tikk.start_expiry import StartExpiry
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import Telemetry
 
@@ -95,6 +95,7 @@ class ResultRecorder:
         clock: Clock,
         *,
         guard: LateWriteGuard,
+        expiry: StartExpiry,
         keys: DeliveryKeys,
         limits: Limits,
         rng: random.Random | None = None,
@@ -111,7 +112,7 @@ class ResultRecorder:
         self._rng = rng or random.Random()
         self._telemetry = telemetry or Telemetry()
         self._schedules = schedules
-        self._expiry = StartTimeouts(store, history, queue, self._telemetry)
+        self._expiry = expiry
         # Successes of every stream are written together.
         self._successes = Coalescer(self._write_successes)
 

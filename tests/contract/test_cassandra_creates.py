@@ -22,6 +22,7 @@ from history.sqlite import SqliteRunHistory
 from server.ops.late_writes import LateWriteGuard
 from server.ops.refusals import ResultRefused
 from server.ops.results import ResultRecorder
+from server.ops.start_timeouts import StartTimeouts
 from server.wiring import TASK_STORES, Drivers
 from tests.contract import cassandra_keyspace
 from tests.contract.conftest import open_backend
@@ -248,7 +249,10 @@ async def test_a_run_delivered_again_completes_a_retry_whose_reporter_died(
     await queue.start()
     clock, keys = ManualClock(task.due_ms + 2_000), new_keys()
     guard = LateWriteGuard(cstore, clock, grace_ms=5_000)
-    results = ResultRecorder(cstore, history, queue, clock, guard=guard, keys=keys, limits=Limits())
+    expiry = StartTimeouts(cstore, history, queue)
+    results = ResultRecorder(
+        cstore, history, queue, clock, guard=guard, expiry=expiry, keys=keys, limits=Limits()
+    )
     try:
         delivered = keys.signed(Delivery(task.entry(), task.due_ms))
         again = RunReport("run-2", delivered, kind, task.due_ms, clock.now_ms(), "w")

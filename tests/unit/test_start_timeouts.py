@@ -72,7 +72,8 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     clock, keys = ManualClock(T0), new_keys()
     results = ResultRecorder(
         store, history, queue, clock, guard=LateWriteGuard(store, clock, grace_ms=5_000),
-        keys=keys, limits=Limits(), rng=random.Random(1),
+        expiry=StartTimeouts(store, history, queue), keys=keys, limits=Limits(),
+        rng=random.Random(1),
     )  # fmt: skip
     await queue.start()
     yield Rig(store, history, queue, results, keys, clock, tmp_path)
