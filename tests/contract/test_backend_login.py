@@ -161,6 +161,33 @@ async def test_kafka_with_an_untrusted_certificate_is_refused_at_start() -> None
     assert "not trusted" in str(caught.value)
 
 
+# Event loops closed the moment their check returns: before the check waited for its TLS
+# connection to close, the garbage collector found it still open, which a warning-strict
+# test then tripped on.
+_LOGIN_CHECKS = """
+import asyncio, gc, sys
+from tikk.drivers.kafka import check_login
+from tikk.queue_contract import KafkaQueueUrl
+
+for _ in range(10):
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(check_login(KafkaQueueUrl.from_url(sys.argv[1])))
+    loop.close()
+    gc.collect()
+"""
+
+
+def test_a_login_check_leaves_no_connection_open_when_its_loop_ends() -> None:
+    """A process (or a test) may end its event loop right after checking its login; over TLS
+    closing the connection needs the loop, so the check waits for it."""
+    run = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", _LOGIN_CHECKS, _kafka_url()],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "unclosed" not in run.stderr
+
+
 def test_a_kafka_user_without_a_password_is_a_clear_setting_error() -> None:
     url = _kafka_url().replace(f"password_file={stack.secret_file('kafka')}", "x=1")
     with pytest.raises(InvalidArgument, match="has no password"):

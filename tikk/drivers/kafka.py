@@ -19,6 +19,7 @@ of ``tikk`` beyond the stubs, the errors, the clock and the queue contract).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from tikk.queue_contract import KafkaQueueUrl
 
 try:
     from aiokafka.admin import NewTopic
-    from aiokafka.conn import create_conn
+    from aiokafka.conn import AIOKafkaConnection
     from aiokafka.errors import (
         IllegalSaslStateError,
         InvalidTopicError,
@@ -53,6 +54,8 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 # One login attempt per broker takes at most this long.
 _LOGIN_TIMEOUT_S = 10.0
+# Waiting for a broker to acknowledge the end of a TLS session takes at most this long.
+_CLOSE_TIMEOUT_S = 2.0
 # A request of ours (a topic creation, a commit, an offset or backlog read) that takes longer
 # fails, rather than holding up a create or a worker's fetch.
 REQUEST_TIMEOUT_S = 10.0
@@ -61,6 +64,15 @@ _REFUSALS: tuple[type[BaseException], ...] = (
     UnsupportedSaslMechanismError,
     IllegalSaslStateError,
 )
+
+
+async def _closed(conn: Any) -> None:
+    """Close a connection and wait until its socket is released: over TLS the close is a
+    shutdown exchange that needs the event loop, and a loop that ends first (a short-lived
+    process, a test) would leave the socket open."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+            await conn.close()
 
 
 async def check_login(config: KafkaQueueUrl) -> None:
@@ -73,11 +85,12 @@ async def check_login(config: KafkaQueueUrl) -> None:
         host, _, port = broker.rpartition(":")
         try:
             async with asyncio.timeout(_LOGIN_TIMEOUT_S):
-                conn = await create_conn(host, int(port), **options)
+                conn = AIOKafkaConnection(host, int(port), **options)
+                await conn.connect()  # the login; a connection it refuses is closed there
                 try:
-                    await conn.send(MetadataRequest([]))  # the first request after the login
+                    await conn.send(MetadataRequest([]))  # the first request after it
                 finally:
-                    conn.close()
+                    await _closed(conn)
         except _REFUSALS as exc:
             raise _refused(config, broker, f"login failed ({type(exc).__name__})") from None
         except ssl.SSLCertVerificationError as exc:
