@@ -162,29 +162,39 @@ async def test_kafka_with_an_untrusted_certificate_is_refused_at_start() -> None
 
 
 # Event loops closed the moment their check returns: before the check waited for its TLS
-# connection to close, the garbage collector found it still open, which a warning-strict
-# test then tripped on.
+# connection to close (refused or not), the garbage collector found it still open, which a
+# warning-strict test then tripped on.
 _LOGIN_CHECKS = """
 import asyncio, gc, sys
 from tikk.drivers.kafka import check_login
+from tikk.errors import BackendRefused
 from tikk.queue_contract import KafkaQueueUrl
 
 for _ in range(10):
     loop = asyncio.new_event_loop()
-    loop.run_until_complete(check_login(KafkaQueueUrl.from_url(sys.argv[1])))
+    try:
+        loop.run_until_complete(check_login(KafkaQueueUrl.from_url(sys.argv[1])))
+        print("in")
+    except BackendRefused:
+        print("refused")
     loop.close()
     gc.collect()
 """
 
 
-def test_a_login_check_leaves_no_connection_open_when_its_loop_ends() -> None:
+@pytest.mark.parametrize("login", ["right", "wrong"])
+def test_a_login_check_leaves_no_connection_open_when_its_loop_ends(
+    login: str, wrong_password: str
+) -> None:
     """A process (or a test) may end its event loop right after checking its login; over TLS
-    closing the connection needs the loop, so the check waits for it."""
+    closing the connection needs the loop, so the check waits for it, refused or not."""
+    url = _kafka_url() if login == "right" else _with_password_file(_kafka_url(), wrong_password)
     run = subprocess.run(
-        [sys.executable, "-W", "always::ResourceWarning", "-c", _LOGIN_CHECKS, _kafka_url()],
+        [sys.executable, "-W", "always::ResourceWarning", "-c", _LOGIN_CHECKS, url],
         capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["in" if login == "right" else "refused"] * 10
     assert "unclosed" not in run.stderr
 
 

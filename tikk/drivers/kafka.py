@@ -75,6 +75,22 @@ async def _closed(conn: Any) -> None:
             await conn.close()
 
 
+async def _log_in(host: str, port: int, options: dict[str, Any]) -> None:
+    """One login and the first request after it; the connection is closed either way."""
+    conn = AIOKafkaConnection(host, port, **options)
+    try:
+        await conn.connect()
+    except (*_REFUSALS, KafkaConnectionError):
+        # The broker refused a connection it had opened: connect closed it, and its socket
+        # must be let go before the loop may end. (One never opened has nothing to wait for.)
+        await _closed(conn)
+        raise
+    try:
+        await conn.send(MetadataRequest([]))
+    finally:
+        await _closed(conn)
+
+
 async def check_login(config: KafkaQueueUrl) -> None:
     """Log in to the first broker that answers and disconnect. Raises ``BackendRefused`` if a
     broker refuses the login, ``BackendUnavailable`` if none answers."""
@@ -85,12 +101,7 @@ async def check_login(config: KafkaQueueUrl) -> None:
         host, _, port = broker.rpartition(":")
         try:
             async with asyncio.timeout(_LOGIN_TIMEOUT_S):
-                conn = AIOKafkaConnection(host, int(port), **options)
-                await conn.connect()  # the login; a connection it refuses is closed there
-                try:
-                    await conn.send(MetadataRequest([]))  # the first request after it
-                finally:
-                    await _closed(conn)
+                await _log_in(host, int(port), options)
         except _REFUSALS as exc:
             raise _refused(config, broker, f"login failed ({type(exc).__name__})") from None
         except ssl.SSLCertVerificationError as exc:
