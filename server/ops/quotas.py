@@ -10,8 +10,11 @@ process applies everywhere within that, without a restart.
   connections over the processes evenly), so the group admits about the rate. A batch
   larger than one second's share can never pass: it is refused, saying so.
 - tasks_stored: the store's count of unfinished tasks (``tikk.store.quotas``), plus the
-  creates this process admitted and is still writing, plus the request. Creates running at
-  the same moment on other processes can pass the quota together by their own sizes.
+  creates this process admitted and is still writing, plus the request. A write that ends
+  while the count is being read may or may not be in what the read returns, so it is added
+  too (at the quota's edge this can refuse a request the count alone would admit, never
+  the other way). Creates running at the same moment on other processes can pass the
+  quota together by their own sizes.
 - schedules: counted from the schedule listing (up to the quota) before a create.
 - import_streams: ImportTasks streams open at once in each process, per namespace they
   carry tasks of (a stream claims a namespace with its first batch of it). Each process of
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
 
 from tikk.clock import Clock
@@ -63,6 +66,7 @@ class QuotaGate:
         self._cache: dict[str, _Cached] = {}
         self._buckets: dict[str, _Bucket] = {}
         self._writing: Counter[str] = Counter()
+        self._ended = _EndedWrites()
         self._streams: Counter[str] = Counter()
 
     async def quotas(self, namespace: str) -> NamespaceQuotas:
@@ -97,12 +101,15 @@ class QuotaGate:
             yield
         finally:
             self._writing.subtract(wanted)
+            self._ended.add(wanted)
 
     async def _check_stored(self, namespace: str, adding: int, quota: int | None) -> None:
         if quota is None:
             return
-        usage = await self._store.usage(namespace)
-        if usage.tasks_stored + self._writing[namespace] + adding > quota:
+        with self._ended.during_read(namespace) as ended:
+            usage = await self._store.usage(namespace)
+        pending = self._writing[namespace] + ended.count
+        if usage.tasks_stored + pending + adding > quota:
             raise _over(
                 "tasks_stored", quota, namespace,
                 f"{usage.tasks_stored:,} stored and not finished, {adding:,} more asked",
@@ -174,6 +181,36 @@ class QuotaGate:
 
     def release_import_streams(self, claimed: set[str]) -> None:
         self._streams.subtract(claimed)
+
+
+@dataclass(eq=False)  # each read's own tally, told apart by identity
+class _Tally:
+    count: int = 0
+
+
+class _EndedWrites:
+    """The creates that ended while a usage count was being read: the read may have seen
+    them or not, and they no longer count as being written, so the check adds them."""
+
+    def __init__(self) -> None:
+        self._reads: dict[str, list[_Tally]] = {}
+
+    @contextlib.contextmanager
+    def during_read(self, namespace: str) -> Iterator[_Tally]:
+        tally = _Tally()
+        reads = self._reads.setdefault(namespace, [])
+        reads.append(tally)
+        try:
+            yield tally
+        finally:
+            reads.remove(tally)
+            if not reads:
+                del self._reads[namespace]
+
+    def add(self, written: Mapping[str, int]) -> None:
+        for namespace, n in written.items():
+            for tally in self._reads.get(namespace, ()):
+                tally.count += n
 
 
 def _over(quota: str, value: int, namespace: str, detail: str) -> ResourceExhausted:
