@@ -105,6 +105,7 @@ class Dispatcher:
         self._clock = clock
         self._settings = settings or DispatchSettings()
         self._shards: dict[int, ShardState] = {}
+        self._fenced: dict[int, int] = {}  # shard → epoch refused: not taken again at it
         # (fire at, sequence, row): the due instant, or a queue's retry time after a failure.
         self._held: list[tuple[int, int, DueEntry]] = []
         self._seq = itertools.count()
@@ -175,7 +176,7 @@ class Dispatcher:
         for shard in [s for s, st in self._shards.items() if owned.get(s) != st.epoch]:
             del self._shards[shard]
         for shard, epoch in owned.items():
-            if shard not in self._shards:
+            if shard not in self._shards and self._fenced.get(shard) != epoch:
                 self._shards[shard] = ShardState.at(await self._store.get_cursor(shard), epoch)
 
     def _scan_due(self, st: ShardState, now_ms: int) -> bool:
@@ -438,9 +439,11 @@ class Dispatcher:
         # One write for every owned shard: cheap even when it is a consensus round.
         refused = await self._store.advance_cursors(moves)
         self._last_flush_ms = now_ms
+        if refused:  # once: a shard fenced at its epoch is not owned again until that changes
+            log.warning("%d shard(s) taken over by a newer owner; dropping them", len(refused))
         for shard, move in moves.items():
             if shard in refused:
-                log.warning("shard %d taken over by a newer owner; dropping it", shard)
+                self._fenced[shard] = move.epoch
                 del self._shards[shard]
             else:
                 self._shards[shard].flushed_cursor = move.second

@@ -33,6 +33,7 @@ from server.interceptors.deadlines import CallDeadlines
 from server.interceptors.decoding import MalformedRequests
 from server.interceptors.spans import CallSpans
 from server.interceptors.statuses import ErrorStatuses
+from server.listen_address import address_taken
 from server.ops.admin import AdminOps
 from server.ops.history import HistoryOps
 from server.ops.late_writes import LateWriteGuard
@@ -74,7 +75,8 @@ _SERVICES = [
 
 class ApiServer:
     """The tikk API on one port. ``start`` binds and returns the port actually bound.
-    ``reuse_port``: other processes bind the same port and the kernel spreads connections."""
+    ``reuse_port``: the other members of a group bind the same port and the kernel spreads
+    connections; without it, the port is this server's alone."""
 
     def __init__(
         self,
@@ -113,10 +115,9 @@ class ApiServer:
 
     async def start(self) -> int:
         check_transport(self.settings)
-        await self._ops.guard.start()
+        # Bound before anything starts: an address in use is refused with nothing to undo.
         self.port = self._bind()
-        if self.port == 0:
-            raise OSError(f"cannot listen on {self.settings.listen}")
+        await self._ops.guard.start()
         await self._server.start()
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         if self._report_backlog is not None:
@@ -124,11 +125,20 @@ class ApiServer:
         return self.port
 
     def _bind(self) -> int:
-        """The port, TLS when the settings give a certificate (``server.transport_security``)."""
-        tls = self.settings.security.tls
-        if tls is None:
-            return self._server.add_insecure_port(self.settings.listen)
-        return self._server.add_secure_port(self.settings.listen, server_credentials(tls))
+        """The port, TLS when the settings give a certificate (``server.transport_security``);
+        ``FailedPrecondition`` naming the address when it cannot be bound (in use, most
+        often: ``server.listen_address``)."""
+        listen, tls = self.settings.listen, self.settings.security.tls
+        try:
+            if tls is None:
+                port = self._server.add_insecure_port(listen)
+            else:
+                port = self._server.add_secure_port(listen, server_credentials(tls))
+        except RuntimeError as exc:  # gRPC's "Failed to bind to address ..."
+            raise address_taken(listen, str(exc)) from None
+        if port == 0:  # how gRPC said it before it raised
+            raise address_taken(listen, "no address could be bound")
+        return port
 
     async def stop(self, grace_s: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -159,7 +169,7 @@ def interceptor_chain(
     )
     return [
         MalformedRequests(),
-        *auth_interceptors(settings, credentials),
+        *auth_interceptors(settings, credentials, telemetry),
         *traced,
         CallDeadlines(settings.deadlines),
         ErrorStatuses(),
@@ -174,10 +184,10 @@ def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int
         ("grpc.max_receive_message_length", settings.limits.max_request_bytes),
         ("grpc.max_send_message_length", send),
     ]
-    if reuse_port:
-        # gRPC sets SO_REUSEPORT on Linux by default; several processes on one port rely on
-        # it, so it is asked for rather than assumed.
-        options.append(("grpc.so_reuseport", 1))
+    # gRPC sets SO_REUSEPORT on Linux by default, with which a second server on this address
+    # would start without error and take a share of its callers. Only the members of one
+    # group share a port (their supervisor checked it was free: ``server.listen_address``).
+    options.append(("grpc.so_reuseport", 1 if reuse_port else 0))
     return options
 
 

@@ -12,7 +12,9 @@ import contextlib
 import logging
 import random
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any
 
 from dispatcher.ownership import Ownership
 from dispatcher.scanner import Dispatcher
@@ -24,6 +26,7 @@ from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
 from tikk.delivery_tokens import DeliveryKeys, keys_for
 from tikk.settings import Settings
+from tikk.store.sqlite.owner_lock import OwnerLock
 from tikk.telemetry import Telemetry
 from worker_sdk import Worker
 
@@ -37,6 +40,27 @@ def install_stop_signals(stop: asyncio.Event) -> None:
             loop.add_signal_handler(sig, stop.set)
 
 
+def store_owner(settings: Settings) -> contextlib.AbstractContextManager[object]:
+    """The owner lock of the embedded task store, taken now, to hold while this process
+    dispatches from it as the one owner of every shard (``tikk.store.sqlite.owner_lock``);
+    ``FailedPrecondition`` naming the pid of the process holding it. Nothing to hold with
+    ZooKeeper ownership (the dispatchers divide the shards) or a store that is not a SQLite
+    file. A ``tikk server`` dispatches nothing, so it shares the files with their owner."""
+    directory = _single_owner_store(settings)
+    return OwnerLock.take(directory) if directory is not None else contextlib.nullcontext()
+
+
+def _single_owner_store(settings: Settings) -> Path | None:
+    """The directory of the SQLite task store a dispatcher of ``settings`` would own alone."""
+    if settings.ownership_url:
+        return None
+    # A URL that does not parse is refused with its own message when the store opens.
+    scheme, sep, path = settings.store_url.partition("://")
+    if scheme != "sqlite" or not sep or path in ("", ":memory:"):
+        return None
+    return Path(path).resolve().parent
+
+
 async def run_dispatcher(
     settings: Settings,
     stop: asyncio.Event,
@@ -46,27 +70,31 @@ async def run_dispatcher(
     telemetry: Telemetry | None = None,
     drivers: Drivers | None = None,
     keys: DeliveryKeys | None = None,
+    lock_store: bool = True,
 ) -> None:
     """Dispatch until ``stop``. Backends of its own (SQLite connections of its own), on the
     driver sessions of a server in the same process if given (``drivers``). Deliveries are
-    signed with ``keys``, by default those of ``settings.security.delivery_keys_file``."""
+    signed with ``keys``, by default those of ``settings.security.delivery_keys_file``.
+    ``lock_store``: hold the store's owner lock meanwhile (``store_owner``); False when the
+    caller holds it."""
     clock = clock or SystemClock()
-    keys = keys or keys_for(settings.security.delivery_keys_file)
-    backends = await open_backends(settings, drivers)
-    try:
-        ownership = await open_ownership(settings, epoch=clock.now_ms())
+    dispatch = dispatch or DispatchSettings(late_write_grace_s=settings.late_write_grace_ms // 1000)
+    with store_owner(settings) if lock_store else contextlib.nullcontext():
+        backends = await open_backends(settings, drivers)
         try:
-            dispatch = dispatch or DispatchSettings(
-                late_write_grace_s=settings.late_write_grace_ms // 1000
-            )
-            await _dispatch(
-                backends, ownership, stop, clock, dispatch=dispatch, telemetry=telemetry,
-                keys=keys,
-            )  # fmt: skip
+            # Read after the backends opened: they make the data dir private (0700), and the
+            # keys file (``<data-dir>/delivery-keys`` by default) would make it open to all.
+            keys = keys or keys_for(settings.security.delivery_keys_file)
+            ownership = await open_ownership(settings, epoch=clock.now_ms())
+            try:
+                await _dispatch(
+                    backends, ownership, stop, clock, dispatch=dispatch, telemetry=telemetry,
+                    keys=keys,
+                )  # fmt: skip
+            finally:
+                await ownership.close()
         finally:
-            await ownership.close()
-    finally:
-        await backends.close()
+            await backends.close()
 
 
 async def _dispatch(
@@ -98,24 +126,45 @@ async def serve(
     clock: Clock | None = None,
     telemetry: Telemetry | None = None,
     reuse_port: bool = False,
+    lock_store: bool = True,
 ) -> None:
     """Serve the API (and optionally dispatch and run workers in-process) until ``stop``.
-    ``reuse_port``: other processes serve on the same port (see ``server.supervisor``)."""
+    ``reuse_port``: other processes serve on the same port (see ``server.supervisor``).
+    ``lock_store``: a process that dispatches holds the store's owner lock (``store_owner``),
+    taken before anything opens; False for a group's member, whose supervisor holds it."""
     clock = clock or SystemClock()
-    # One keyring for the server and its in-process dispatcher: they agree with no file.
-    keys = keys_for(settings.security.delivery_keys_file)
     drivers = Drivers()
-    backends = await open_backends(settings, drivers)
-    rng = random.Random()
-    api = ApiServer(settings, backends, clock, rng, telemetry, reuse_port=reuse_port, keys=keys)
-    port = await api.start()
-    background: list[asyncio.Task[object]] = []
+    with store_owner(settings) if dispatcher and lock_store else contextlib.nullcontext():
+        backends = await open_backends(settings, drivers)
+        try:
+            # Read after the backends opened: they make the data dir private (0700), and the
+            # keys file (``<data-dir>/delivery-keys`` by default) would make it open to all.
+            # One keyring for the server and its in-process dispatcher: no file needed.
+            keys = keys_for(settings.security.delivery_keys_file)
+            api = ApiServer(
+                settings, backends, clock, random.Random(), telemetry, reuse_port=reuse_port,
+                keys=keys,
+            )  # fmt: skip
+            port = await api.start()
+            parts = [
+                run_dispatcher(settings, stop, clock=clock, telemetry=telemetry,
+                               drivers=drivers, keys=keys, lock_store=False)
+            ] if dispatcher else []  # fmt: skip
+            await _serve_until_stopped(
+                api, port, stop, parts=parts, workers=workers, on_ready=on_ready
+            )
+        finally:
+            await backends.close()
+
+
+async def _serve_until_stopped(
+    api: ApiServer, port: int, stop: asyncio.Event, *, parts: list[Coroutine[Any, Any, None]],
+    workers: Sequence[Worker], on_ready: Callable[[int], None],
+) -> None:  # fmt: skip
+    """Run ``parts`` (the dispatcher) and ``workers`` beside the started ``api`` until
+    ``stop``, then stop them before the API (the order in this module's docstring)."""
+    background: list[asyncio.Task[object]] = [asyncio.create_task(p) for p in parts]
     worker_stop = asyncio.Event()
-    if dispatcher:
-        dispatching = run_dispatcher(
-            settings, stop, clock=clock, telemetry=telemetry, drivers=drivers, keys=keys
-        )
-        background.append(asyncio.create_task(dispatching))
     address = f"127.0.0.1:{port}"
     background += [asyncio.create_task(w.run(address, stop=worker_stop)) for w in workers]
     on_ready(port)
@@ -126,7 +175,6 @@ async def serve(
         stop.set()
         await asyncio.gather(*background, return_exceptions=True)
         await api.stop()
-        await backends.close()
 
 
 async def _until_stopped(stop: asyncio.Event, background: list[asyncio.Task[object]]) -> None:

@@ -18,6 +18,8 @@ The protocol between the supervisor and one server process (a *member*):
 
 The supervisor's states:
 
+* **checking**: an address another process listens on is refused before any member starts
+  (``server.listen_address``).
 * **starting**: a member that fails now (a bad setting, a store that refuses) stops the others
   and the supervisor exits with that member's exit code: a restart would fail the same way.
 * **serving**: a member that exits is logged and started again with the same role after a
@@ -38,6 +40,8 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
+
+from server.listen_address import refuse_if_taken
 
 log = logging.getLogger("tikk.supervisor")
 T = TypeVar("T")
@@ -137,7 +141,17 @@ class Supervisor:
     async def run(self, stop: asyncio.Event, on_serving: Callable[[str], None]) -> None:
         """Start the members, call ``on_serving("host:port")`` once all serve, keep them
         running until ``stop``, then stop them all. Raises ``StartFailed`` (after stopping the
-        others) if a member exits before it serves."""
+        others) if a member exits before it serves, and ``FailedPrecondition`` before starting
+        any if another process listens on the address."""
+        # The members bind with SO_REUSEPORT to share the port, and the kernel lets any other
+        # socket of this user that asks for it share it too (another group's). A bind without
+        # it fails while anyone listens, so an address already served is refused here; a
+        # server alone binds without it, so neither joins the other. Not covered: a group
+        # whose first member binds between this check and our first member's bind (the second
+        # or so it takes to start), or while every member of ours is down and restarting,
+        # shares the port with ours unnoticed; a server alone binding then makes our members
+        # fail to start instead.
+        refuse_if_taken(self._listen)
         try:
             address = await _unless_stopped(self._start_all(), stop)
             if address is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import sys
@@ -28,6 +29,7 @@ from server.cli.workers import load_worker, trace_worker
 from tikk.errors import InvalidArgument, TikkError
 from tikk.settings import Settings
 from tikk.telemetry import open_telemetry
+from tikk.text_rules import bound_log_text
 from tikk.urls import redact
 
 if TYPE_CHECKING:
@@ -90,8 +92,8 @@ def _wildcard(host: str) -> bool:
 
 
 def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | None) -> int:
-    """Serve in this process: alone (``member`` None) or as one member of a group, where only
-    the first member runs the in-process parts and the supervisor announces the address."""
+    """Serve in this process: alone (``member`` None) or as a group's member, where only the
+    first runs the in-process parts and the supervisor announces and holds the owner lock."""
     from server.runtime import install_stop_signals, serve
 
     in_process_parts = member is None or member.role.first
@@ -125,6 +127,7 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
         await serve(
             config, stop, dispatcher=dispatcher and in_process_parts, workers=workers,
             on_ready=ready, telemetry=telemetry, reuse_port=member is not None,
+            lock_store=member is None,
         )  # fmt: skip
 
     return run_process(args.command, main, telemetry)
@@ -185,8 +188,13 @@ def _announce(command: str, config: Settings, port: int, dev_pki: DevPki | None 
 
 
 def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
-    """``--processes N``: N members on one port, run by a supervisor in this process."""
-    from server.runtime import install_stop_signals
+    """``--processes N``: N members on one port, run by a supervisor in this process. With
+    the dispatcher (``tikk dev``) the supervisor holds the store's owner lock for the group,
+    whose first member dispatches (and is started again under the same lock). A member
+    outlives a ``kill -9`` of its supervisor only until it notices
+    (``Member.stop_with_supervisor``); an owner started in that moment fences the member's
+    dispatcher by its epoch."""
+    from server.runtime import install_stop_signals, store_owner
     from server.supervisor import StartFailed, Supervisor
 
     config = settings(args)
@@ -200,13 +208,17 @@ def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
-        await group.run(stop, serving)
+        with store_owner(config) if dispatcher else contextlib.nullcontext():
+            await group.run(stop, serving)
 
     try:
         asyncio.run(main())
     except StartFailed as failed:
         print(f"tikk {args.command}: {failed}; no process serves", file=sys.stderr)
         return failed.code
+    except TikkError as exc:  # the store owned by another process, the address in use
+        print(f"tikk {args.command}: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     return EXIT_OK
 
 
@@ -217,6 +229,7 @@ def _serve_member(args: argparse.Namespace, dispatcher: bool, member: Member) ->
         level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    bound_log_text()
     try:
         code = _serve_process(args, dispatcher, member)
     except InvalidArgument as exc:  # a bad option value found while starting

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -44,13 +46,13 @@ class SqliteRunner:
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(self._executor, self._open)
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, OSError) as exc:
             raise BackendUnavailable(f"sqlite: cannot open {self._path!r}: {exc}") from exc
 
     def _open(self) -> None:
         path = self._path
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(path))
         conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
         for pragma in PRAGMAS:
             conn.execute(pragma)
@@ -87,6 +89,16 @@ class SqliteRunner:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _create_private(path: Path) -> None:
+    """Create ``path``'s folder (0700) and the file itself (0600), each only if missing: they
+    hold tenant data (payloads, delivery tokens, credential hashes). SQLite creates a
+    database's -wal and -shm files with the database file's mode, so they follow. An existing
+    file or folder keeps its mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
 
 
 def _add_missing_columns(conn: sqlite3.Connection, added: Mapping[str, Mapping[str, str]]) -> None:
