@@ -17,9 +17,15 @@ Metrics (units in the names' descriptions):
   reads of the due index and the rows they returned (follow what is due, not what is stored)
 - ``tikk.retries``, ``tikk.dead_letters``  counters per queue, counted by the server
 - ``tikk.results.refused``  counter of run results the server refused, by ``reason`` (a bad
-  delivery token: ``missing``, ``malformed``, ``unknown_key``, ``mismatch``; or a task not
-  running that attempt: ``not_dispatched``, ``stale_attempt``). Not by queue: a refused
-  result's queue is whatever the sender wrote.
+  delivery token: ``missing``, ``malformed``, ``unknown_key``, ``mismatch``, or one that ran
+  out: ``token_expired``; a task not running that attempt: ``not_dispatched``,
+  ``stale_attempt``; or a finished attempt that took its share of further runs:
+  ``too_many_runs``). Not by queue: a refused result's queue is whatever the sender wrote.
+- ``tikk.results.duplicates``  counter per queue of runs recorded for an attempt that had
+  already succeeded (duplicate deliveries: at-least-once)
+- ``tikk.auth.refused``  counter of calls (or messages of a stream) the server's
+  authentication refused, by ``method`` and ``code`` (``unauthenticated``,
+  ``permission_denied``; ``unavailable`` when the credential store did not answer)
 - ``tikk.queue.waiting``, ``tikk.queue.oldest_age_ms``  gauges per ready queue, reported by
   the server: tasks handed to the queue and not yet consumed for good, and the age of the
   oldest of them (a queue nobody consumes grows both)
@@ -119,6 +125,14 @@ class Telemetry:
 
     def result_refused(self, reason: str) -> None:
         """The server refused one run result (see ``tikk.results.refused``)."""
+
+    def duplicate_run(self, queue: str) -> None:
+        """The server recorded another run of an attempt that had already succeeded (see
+        ``tikk.results.duplicates``)."""
+
+    def auth_refused(self, method: str, code: str) -> None:
+        """The server refused a call of ``method``, or a message of its stream, with the
+        status ``code`` (see ``tikk.auth.refused``)."""
 
     def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
         """Schedule occurrences were decided (fired, missed, skipped...)."""
@@ -250,6 +264,12 @@ class OtelTelemetry(Telemetry):
         self._refused = meter.create_counter(
             "tikk.results.refused", description="Run results refused by the server, by reason"
         )
+        self._duplicates = meter.create_counter(
+            "tikk.results.duplicates", description="Further runs of a succeeded attempt recorded"
+        )
+        self._auth_refused = meter.create_counter(
+            "tikk.auth.refused", description="Calls and stream messages refused by auth, by code"
+        )
         self._occurrences = meter.create_counter(
             "tikk.schedule.occurrences",
             description="Schedule occurrences decided, by outcome",
@@ -376,6 +396,12 @@ class OtelTelemetry(Telemetry):
 
     def result_refused(self, reason: str) -> None:
         self._refused.add(1, {"reason": reason})
+
+    def duplicate_run(self, queue: str) -> None:
+        self._duplicates.add(1, {"queue": queue})
+
+    def auth_refused(self, method: str, code: str) -> None:
+        self._auth_refused.add(1, {"method": method, "code": code})
 
     def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
         for outcome, n in Counter(r.outcome for r in records).items():

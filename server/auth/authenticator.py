@@ -6,6 +6,9 @@ calls keep using the last one; a call never uses a view older than ``max_age_s``
 a reload instead, and is UNAVAILABLE if the store does not answer). So a revocation written by
 any process applies on every server within ``max_age_s`` plus one store read, with no message
 between them, and an idle server checks its first call against the store as it is now.
+The same bound holds for each message of a stream: an ``Admission`` remembers the snapshot its
+credential was found in, and the caller is authenticated again only when the view holds a
+newer one (so a token is hashed once per reload per stream, not once per message).
 
 Only credentials that are not revoked are in the view. A bearer token, when present, decides
 (a bad token is refused even over an mTLS connection); otherwise a verified client
@@ -50,6 +53,24 @@ class CredentialSnapshot:
         return cls({c.credential_id: c for c in live}, by_subject)
 
 
+@dataclass(frozen=True)
+class Presented:
+    """What a call offers to prove who it is: the token of its ``authorization`` metadata
+    (never shown) and the common name of its verified client certificate, either None."""
+
+    token: str | None = field(default=None, repr=False)
+    subject: str | None = None
+
+
+@dataclass(frozen=True)
+class Admission:
+    """A caller's credential and the snapshot it was found in: while the view holds that
+    snapshot, the credential stands as found, without checking the token again."""
+
+    credential: Credential
+    snapshot: CredentialSnapshot = field(repr=False, compare=False)
+
+
 class CredentialView:
     """Token or certificate subject → the caller's ``Credential``."""
 
@@ -70,20 +91,19 @@ class CredentialView:
 
     async def authenticate(self, token: str | None, subject: str | None) -> Credential:
         """The credential of ``token`` (the text after ``Bearer``) or, without one, of the
-        client certificate's ``subject``. Raises ``Unauthenticated``, or
-        ``BackendUnavailable`` when the view is too old and the store does not answer."""
+        client certificate's ``subject``. Raises as ``admit`` does."""
+        return (await self.admit(Presented(token, subject))).credential
+
+    async def admit(self, presented: Presented, known: Admission | None = None) -> Admission:
+        """The credential ``presented`` stands for in the current snapshot. ``known``, an
+        earlier admission of the same caller, is returned as it is while the view still
+        holds its snapshot. Raises ``Unauthenticated`` (also for a credential revoked since
+        ``known``), or ``BackendUnavailable`` when the view is too old and the store does not
+        answer."""
         snapshot = await self._current()
-        if token is not None:
-            return _by_token(snapshot, token)
-        if subject:
-            found = snapshot.by_subject.get(subject)
-            if found is None:
-                raise Unauthenticated("no credential maps to the client certificate's subject")
-            return found
-        raise Unauthenticated(
-            "a credential is required: metadata 'authorization: Bearer <token>' "
-            "or a client certificate"
-        )
+        if known is not None and known.snapshot is snapshot:
+            return known
+        return Admission(_find(snapshot, presented), snapshot)
 
     async def _current(self) -> CredentialSnapshot:
         age = None if self._loaded_at is None else self._monotonic() - self._loaded_at
@@ -113,6 +133,21 @@ class CredentialView:
             raise BackendUnavailable("the credential store did not answer") from exc
         finally:
             self._loading = None
+
+
+def _find(snapshot: CredentialSnapshot, presented: Presented) -> Credential:
+    """The credential of ``presented`` in ``snapshot``: by token if there is one, else by
+    certificate subject; ``Unauthenticated`` if none."""
+    if presented.token is not None:
+        return _by_token(snapshot, presented.token)
+    if presented.subject:
+        found = snapshot.by_subject.get(presented.subject)
+        if found is None:
+            raise Unauthenticated("no credential maps to the client certificate's subject")
+        return found
+    raise Unauthenticated(
+        "a credential is required: metadata 'authorization: Bearer <token>' or a client certificate"
+    )
 
 
 def _by_token(snapshot: CredentialSnapshot, token: str) -> Credential:

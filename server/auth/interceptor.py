@@ -3,11 +3,16 @@
 It wraps each method's handler rather than deciding from the call's details alone, because a
 client certificate is only visible on the servicer context, and because a request stream is
 checked message by message: the servicer reads messages through a filter that lets one pass
-only once its namespaces (or queues) are covered, and ends the call with PERMISSION_DENIED at
-the first that is not. Messages before it were authorized and stay processed.
+only once the caller is authenticated again as its credential stands now (the view's bound,
+as for a unary call: a revocation reaches a stream already open) and the message's namespaces
+(or queues) are covered by the credential's current grants. The first message that fails ends
+the call with UNAUTHENTICATED (revoked) or PERMISSION_DENIED (not covered); messages before it
+were authorized and stay processed.
 
-Refusals are logged with the method, the credential's id (never a token or hash) and the
-reason; the caller gets UNAUTHENTICATED or PERMISSION_DENIED with the same reason.
+Refusals are logged at WARNING with the method, the credential's id (never a token or hash)
+and the reason, and counted (``tikk.auth.refused`` by status); the caller gets the status
+with the same reason. Each refusal is one line, as each refused result is: a caller that
+floods the server with refused calls is also what the operator needs to see.
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ from typing import Any
 import grpc
 
 from server.api.status import Ctx, code_of
-from server.auth.authenticator import CredentialView, bearer_token, certificate_subject
+from server.auth.authenticator import (
+    Admission,
+    CredentialView,
+    Presented,
+    bearer_token,
+    certificate_subject,
+)
 from server.auth.policy import Rule, is_open, rule_of
 from server.interceptors.handlers import (
     CallKind,
@@ -32,6 +43,7 @@ from tikk.credentials import Credential
 from tikk.errors import PermissionDenied, TikkError
 from tikk.settings import Settings
 from tikk.store.credentials import CredentialStore
+from tikk.telemetry import Telemetry
 
 log = logging.getLogger("tikk.server.auth")
 
@@ -39,64 +51,79 @@ log = logging.getLogger("tikk.server.auth")
 class AuthInterceptor(MethodInterceptor):
     """Authenticates each call with ``view`` and authorizes it by the policy table."""
 
-    def __init__(self, view: CredentialView) -> None:
+    def __init__(self, view: CredentialView, telemetry: Telemetry | None = None) -> None:
         self._view = view
+        self._telemetry = telemetry or Telemetry()
 
     def wrap(self, handler: RpcHandler, method: str) -> RpcHandler:
         if is_open(method):
             return handler
-        return _Guard(self._view, method, rule_of(method)).wrap(handler)
+        return _Guard(self._view, method, rule_of(method), self._telemetry).wrap(handler)
 
 
 class _Guard:
     """The checks of one call of ``method``."""
 
-    def __init__(self, view: CredentialView, method: str, rule: Rule | None) -> None:
+    def __init__(
+        self, view: CredentialView, method: str, rule: Rule | None, telemetry: Telemetry
+    ) -> None:
         self._view, self._method, self._rule = view, method, rule
-        self._refusal: PermissionDenied | None = None
+        self._telemetry = telemetry
+        # What the call presented when it opened: each message of a stream presents it again.
+        self._presented = Presented()
+        self._refusal: TikkError | None = None
 
-    async def admit(self, context: Ctx, message: Any = None) -> Credential:
+    async def admit(self, context: Ctx, message: Any = None) -> Admission:
         """Authenticate the caller; then authorize ``message`` (unary) or the role alone (a
         stream, before its first message). Aborts the call if either fails."""
+        admission: Admission | None = None
         try:
-            credential = await self._view.authenticate(
+            self._presented = Presented(
                 bearer_token(context.invocation_metadata() or ()),
                 certificate_subject(context.auth_context()),
             )
-            if self._rule is None:
-                raise PermissionDenied(f"{self._method} has no authorization rule; refused")
-            if message is None:
-                self._rule.check_role(credential)
-            else:
-                self._rule.check(credential, message)
+            admission = await self._view.admit(self._presented)
+            self._authorize(admission.credential, message)
         except TikkError as exc:
-            await self._refuse(context, exc, None)
+            await self._refuse(context, exc, None if admission is None else admission.credential)
             raise AssertionError("unreachable: abort raises") from exc
-        return credential
+        return admission
+
+    def _authorize(self, credential: Credential, message: Any) -> None:
+        if self._rule is None:
+            raise PermissionDenied(f"{self._method} has no authorization rule; refused")
+        if message is None:
+            self._rule.check_role(credential)
+        else:
+            self._rule.check(credential, message)
 
     async def messages(
-        self, requests: AsyncIterator[Any], credential: Credential
+        self, requests: AsyncIterator[Any], admission: Admission
     ) -> AsyncIterator[Any]:
-        """``requests``, each passed on only after it is authorized. A refused one ends the
-        stream with ``PermissionDenied``, recorded for ``abort_if_refused``."""
+        """``requests``, each passed on only after the caller is authenticated again (as its
+        credential stands in the view now) and the message is authorized by the credential's
+        current grants. A refused one ends the stream with its ``Unauthenticated`` or
+        ``PermissionDenied`` (``BackendUnavailable`` when the view cannot be brought up to
+        date), recorded for ``abort_if_refused``."""
         assert self._rule is not None  # admit refused a method without one
         async for message in requests:
             try:
-                self._rule.check(credential, message)
-            except PermissionDenied as exc:
-                self._log(exc, credential)
+                admission = await self._view.admit(self._presented, admission)
+                self._rule.check(admission.credential, message)
+            except TikkError as exc:
+                self._log(exc, admission.credential)
                 self._refusal = exc
                 raise
             yield message
 
-    def ours(self, exc: PermissionDenied) -> None:
+    def ours(self, exc: TikkError) -> None:
         """Re-raise ``exc`` unless it is the refusal of a message of this call."""
         if exc is not self._refusal:
             raise exc
 
     async def abort_if_refused(self, context: Ctx) -> None:
-        """End the call with PERMISSION_DENIED if a message was refused. Done here, in the
-        call's own task once the servicer let go: an abort from a task of the servicer's
+        """End the call with the refusal's status if a message was refused. Done here, in
+        the call's own task once the servicer let go: an abort from a task of the servicer's
         that reads the stream can collide with an answer being sent and be lost."""
         if self._refusal is not None:
             await context.abort(code_of(self._refusal), str(self._refusal))
@@ -106,8 +133,11 @@ class _Guard:
         await context.abort(code_of(exc), str(exc))
 
     def _log(self, exc: TikkError, credential: Credential | None) -> None:
+        """One line at WARNING (the default level shows it) and a count, by status."""
         who = f"credential {credential.credential_id}" if credential else "caller"
-        log.info("refused %s for %s: %s", self._method, who, exc)
+        code = code_of(exc)
+        log.warning("refused %s for %s (%s): %s", self._method, who, code.name, exc)
+        self._telemetry.auth_refused(self._method, code.name.lower())
 
     def wrap(self, handler: RpcHandler) -> RpcHandler:
         """``handler`` with the checks in front of its behaviour."""
@@ -127,11 +157,11 @@ class _Guard:
 
     def _stream_in(self, inner: Any) -> Any:
         async def behavior(requests: AsyncIterator[Any], context: Ctx) -> Any:
-            credential = await self.admit(context)
+            admission = await self.admit(context)
             answer = None
             try:
-                answer = await inner(self.messages(requests, credential), context)
-            except PermissionDenied as exc:
+                answer = await inner(self.messages(requests, admission), context)
+            except TikkError as exc:
                 self.ours(exc)
             await self.abort_if_refused(context)
             return answer
@@ -148,12 +178,12 @@ class _Guard:
 
     def _stream_in_stream_out(self, inner: Any) -> Any:
         async def behavior(requests: AsyncIterator[Any], context: Ctx) -> AsyncIterator[Any]:
-            credential = await self.admit(context)
-            checked = self.messages(requests, credential)
+            admission = await self.admit(context)
+            checked = self.messages(requests, admission)
             try:
                 async for answer in answers(inner(checked, context)):
                     yield answer
-            except PermissionDenied as exc:
+            except TikkError as exc:
                 self.ours(exc)
             await self.abort_if_refused(context)
 
@@ -161,12 +191,13 @@ class _Guard:
 
 
 def auth_interceptors(
-    settings: Settings, credentials: CredentialStore | None
+    settings: Settings, credentials: CredentialStore | None, telemetry: Telemetry | None = None
 ) -> list[grpc.aio.ServerInterceptor[Any, Any]]:
     """The interceptors of a server: the check of every call when ``settings`` turn
-    authentication on (``credentials`` is then the opened store), else none."""
+    authentication on (``credentials`` is then the opened store; refusals are counted in
+    ``telemetry``), else none."""
     if not settings.security.auth:
         return []
     if credentials is None:
         raise ValueError("authentication is on but no credential store was opened")
-    return [AuthInterceptor(CredentialView(credentials))]
+    return [AuthInterceptor(CredentialView(credentials), telemetry)]
