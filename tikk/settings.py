@@ -25,7 +25,18 @@ class Limits:
     max_queue_length: int = MAX_QUEUE_NAME_LENGTH
     max_handler_length: int = 256
     max_labels: int = 64
+    # Characters of a label's key (A-Z a-z 0-9 . _ / -, starting alphanumeric) and value.
+    max_label_key_length: int = 63
     max_label_value_length: int = 256
+    # A worker's result (``server.api.result_fields``). Its run id and worker id are short
+    # identifiers; its error and output are stored in the run history and shown in listings,
+    # so each has a cap: a result over one is refused, never trimmed. The worker SDK trims an
+    # error to fit and fails a run whose output is over the cap, so its results always fit.
+    max_run_id_length: int = 128
+    max_worker_id_length: int = 128
+    max_error_type_length: int = 256
+    max_error_message_length: int = 8 * 1024
+    max_output_bytes: int = 64 * 1024
     max_schedule_ahead_ms: int = TEN_YEARS_MS
     max_backoff_ms: int = ONE_YEAR_MS
     max_attempts: int = 1000
@@ -40,6 +51,21 @@ class Limits:
     import_window: int = 4
     # Results in one ReportResultBatches message.
     max_result_batch: int = 5_000
+    # What one delivery's token takes (``server.ops.results``; refused, not INVALID_ARGUMENT).
+    # Runs a finished attempt records besides the one that finished it: duplicate deliveries
+    # (at-least-once; the soak run saw about one per hundred tasks, and a crash rarely hands
+    # one attempt out more than twice), with room for a few crashes around one attempt, while
+    # a captured token buys no more than this many records.
+    max_extra_runs: int = 8
+    # How long after its attempt ended a token still takes a result: repeats of a report
+    # whose acknowledgement was lost, and runs of duplicate deliveries (handed out again
+    # after a lease of 60 s or a Kafka session timeout, then run). A running attempt's token
+    # never runs out here: the worker renews its lease for as long as the handler runs.
+    result_grace_ms: int = 3_600_000
+    # No token is taken this long after its delivery was fired, before anything is read: the
+    # Cassandra store keeps a task 30 days past its due time and the history a run 30 days,
+    # so no later result could find what it reports on.
+    max_delivery_age_ms: int = 30 * DAY_MS
     # Bytes of one request message (gRPC's receive limit): a larger one is RESOURCE_EXHAUSTED
     # before the server reads it. Never below what a task of the largest payload needs.
     max_request_bytes: int = 16 * 1024 * 1024

@@ -26,7 +26,15 @@ Handler = (
     Callable[[TaskContext, bytes], Awaitable[bytes | None]]
     | Callable[[TaskContext, bytes], bytes | None]
 )
+# What a result may carry, within the server's caps (``tikk.settings.Limits``: 256 characters
+# of error type, 8,192 of error message, 64 KiB of output), which refuse a result over one.
+# A failure must still be reported, so its error is cut to fit here, saying so; an output
+# cannot be cut without changing it, so a run whose output is over the cap fails instead.
+_ERROR_TYPE_LIMIT = 256
 _ERROR_MESSAGE_LIMIT = 4096
+_OUTPUT_LIMIT = 64 * 1024
+# Characters kept free for the mark of a cut text, however long the text was.
+_MARK_ROOM = 48
 
 
 async def call_handler(
@@ -44,6 +52,11 @@ async def call_handler(
             output = await asyncio.get_running_loop().run_in_executor(pool, call)
         if output is not None and not isinstance(output, bytes):
             raise TypeError(f"handler returned {type(output).__name__}, expected bytes|None")
+        if output is not None and len(output) > _OUTPUT_LIMIT:
+            raise ValueError(
+                f"handler returned {len(output):,} bytes of output; a result holds at most "
+                f"{_OUTPUT_LIMIT:,}"
+            )
         result.kind = worker_pb2.RESULT_KIND_SUCCEEDED
         result.output = output or b""
     except Retry as exc:
@@ -78,10 +91,19 @@ def task_context(message: Message, run_id: str, worker_id: str) -> TaskContext:
 
 
 def set_failure(result: worker_pb2.RunResult, kind: int, error_type: str, message: str) -> None:
-    """Record a failed run of ``kind``; the message is cut to a bounded length."""
+    """Record a failed run of ``kind``; its type and message are cut to fit (``_cut``)."""
     result.kind = kind  # type: ignore[assignment]
-    result.error_type = error_type
-    result.error_message = message[:_ERROR_MESSAGE_LIMIT]
+    result.error_type = _cut(error_type, _ERROR_TYPE_LIMIT)
+    result.error_message = _cut(message, _ERROR_MESSAGE_LIMIT)
+
+
+def _cut(text: str, most: int) -> str:
+    """``text`` if it has at most ``most`` characters, else its start and a mark saying how
+    much was cut, at most ``most`` characters in all."""
+    if len(text) <= most:
+        return text
+    kept = most - _MARK_ROOM
+    return f"{text[:kept]}…({len(text) - kept:,} more characters cut)"
 
 
 def _dt(ts: Any) -> datetime:

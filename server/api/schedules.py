@@ -36,7 +36,7 @@ def schedule_spec(msg: schedules_pb2.ScheduleSpec, limits: Limits, now_ms: int) 
     """The validated domain spec of ``msg``; ``InvalidArgument`` names the API field."""
     spec = ScheduleSpec(
         cron=msg.cron,
-        interval_ms=validation.duration_ms(msg.interval, "spec.interval", TEN_YEARS_MS),
+        interval_ms=_interval_ms(msg, limits),
         phase_ms=validation.duration_ms(msg.phase, "spec.phase", TEN_YEARS_MS),
         timezone=msg.timezone or "UTC",
         start_ms=validation.optional_timestamp_ms(msg, "start_time", "spec.start_time"),
@@ -53,6 +53,18 @@ def schedule_spec(msg: schedules_pb2.ScheduleSpec, limits: Limits, now_ms: int) 
         )
     except InvalidArgument as exc:
         raise InvalidArgument(_API_FIELDS.get(exc.field, exc.field), exc.reason) from None
+
+
+def _interval_ms(msg: schedules_pb2.ScheduleSpec, limits: Limits) -> int:
+    """The interval in ms. One set but shorter than a millisecond (``1 ns``) is refused here,
+    naming the interval: in whole ms it is 0, which would read as no interval at all."""
+    ms = validation.duration_ms(msg.interval, "spec.interval", TEN_YEARS_MS)
+    if ms == 0 and msg.interval.nanos:
+        raise InvalidArgument(
+            "spec.interval", f"{msg.interval.nanos} ns is below the minimum interval of "
+            f"{limits.min_schedule_interval_ms:,} ms",
+        )  # fmt: skip
+    return ms
 
 
 def new_schedule(
@@ -250,6 +262,7 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         return _preview_to_proto(found, spec.timezone)
 
     def _key(self, namespace: str, schedule_id: str) -> tuple[str, str]:
-        if not schedule_id:
-            raise InvalidArgument("schedule_id", "must not be empty")
-        return validation.namespace(namespace), schedule_id
+        """The schedule a request names. Its id is held to a lookup's rule (``task_id``): a
+        schedule stored before the name rule can still be read, paused and deleted."""
+        sid = validation.task_id(schedule_id, self._limits, "schedule_id")
+        return validation.namespace(namespace), sid

@@ -40,10 +40,11 @@ from tikk.schedules.model import (
     reserved_task_id,
 )
 from tikk.settings import TEN_YEARS_MS, Limits
+from tikk.text_rules import check_name, quoted
 from tikk.v1 import history_pb2, schedules_pb2, tasks_pb2
 
 _NAMESPACE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
 # 0001-01-01 .. 9999-12-31, the range google.protobuf.Timestamp allows.
 _MIN_SECONDS, _MAX_SECONDS = -62135596800, 253402300799
 
@@ -71,8 +72,10 @@ def task_id(value: str, limits: Limits, field: str = "task_id") -> str:
 
 
 def new_task_id(value: str, limits: Limits) -> str:
-    """A client-chosen id for a new task: ids of schedule occurrences are not for clients."""
-    value = task_id(value, limits)
+    """A client-chosen id for a new task: ids of schedule occurrences are not for clients.
+    Unlike a lookup's id, a new one must be a name (``tikk.text_rules``): ids stored before
+    that rule can still be read, cancelled and re-driven."""
+    value = check_name(task_id(value, limits), "task_id")
     if reserved_task_id(value):
         raise InvalidArgument("task_id", "ids ending in @<digits> or @schedule are for schedules")
     return value
@@ -120,22 +123,24 @@ def _handler(value: str, limits: Limits) -> str:
         raise InvalidArgument("handler", "must not be empty")
     if len(value) > limits.max_handler_length:
         raise InvalidArgument("handler", f"longer than {limits.max_handler_length} characters")
-    if _has_control(value):
-        raise InvalidArgument("handler", "must not contain control characters")
-    return value
+    return check_name(value, "handler")
 
 
 def _labels(labels: dict[str, str], limits: Limits) -> dict[str, str]:
     if len(labels) > limits.max_labels:
         raise InvalidArgument("labels", f"more than {limits.max_labels} labels")
     for key, value in labels.items():
-        if not _LABEL_KEY.fullmatch(key):
-            raise InvalidArgument(f"labels[{key!r}]", "key must be 1-63 of A-Z a-z 0-9 . _ / -")
-        if len(value) > limits.max_label_value_length or _has_control(value):
+        field = f"labels[{quoted(key)}]"
+        if len(key) > limits.max_label_key_length or not _LABEL_KEY.fullmatch(key):
             raise InvalidArgument(
-                f"labels[{key!r}]",
-                f"value must be at most {limits.max_label_value_length} printable characters",
+                field, f"key must be 1-{limits.max_label_key_length} of A-Z a-z 0-9 . _ / - "
+                "starting alphanumeric",
+            )  # fmt: skip
+        if len(value) > limits.max_label_value_length:
+            raise InvalidArgument(
+                field, f"value longer than {limits.max_label_value_length} characters"
             )
+        check_name(value, field)
     return dict(sorted(labels.items()))
 
 
@@ -262,7 +267,7 @@ def _start_timeout(req: tasks_pb2.CreateTaskRequest, limits: Limits) -> int:
 
 
 def schedule_id(value: str, limits: Limits) -> str:
-    value = task_id(value, limits, "schedule.id")
+    value = check_name(task_id(value, limits, "schedule.id"), "schedule.id")
     if "@" in value:
         raise InvalidArgument("schedule.id", "must not contain @ (it separates occurrence ids)")
     return value
@@ -332,9 +337,9 @@ def expected_version(value: str, field: str = "expected_version") -> int | None:
     try:
         parsed = int(value)
     except ValueError:
-        raise InvalidArgument(field, f"not a version of this schedule: {value!r}") from None
+        raise InvalidArgument(field, f"not a version of this schedule: {quoted(value)}") from None
     if parsed < 1:
-        raise InvalidArgument(field, f"not a version of this schedule: {value!r}")
+        raise InvalidArgument(field, f"not a version of this schedule: {quoted(value)}")
     return parsed
 
 

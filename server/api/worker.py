@@ -9,6 +9,7 @@ import logging
 from collections.abc import AsyncIterator
 
 from server.api import validation
+from server.api.result_fields import check_result_text
 from server.api.status import Ctx, bounded, code_of, numeric
 from server.api.streams import answer_in_order
 from server.ops.refusals import ResultRefused, StartTooLate
@@ -130,8 +131,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         return worker_pb2.ResultAck(run_id=result.run_id)
 
     def _report(self, r: worker_pb2.RunResult) -> RunReport:
-        if not r.run_id:
-            raise InvalidArgument("run_id", "must not be empty")
+        check_result_text(r, self._settings.limits)
         try:
             kind = ResultKind(r.kind)
         except ValueError:

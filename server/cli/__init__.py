@@ -25,6 +25,7 @@ from server.cli import (
 )
 from server.cli.options import EXIT_USAGE
 from tikk.errors import InvalidArgument
+from tikk.text_rules import bound_log_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # Log lines carry request text (run ids, task ids, errors): one escaped, bounded line each.
+    bound_log_text()
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -22,6 +22,7 @@ from tikk.clock import SystemClock
 from tikk.credentials import Credential, Grant, issue_secret, new_credential_id
 from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound, TikkError
 from tikk.store.credentials import CredentialStore
+from tikk.text_rules import shown
 
 StoreAction = Callable[[argparse.Namespace, CredentialStore], Awaitable[None]]
 
@@ -124,11 +125,11 @@ def _document(c: Credential) -> dict[str, Any]:
 
 
 def _line(c: Credential) -> str:
-    """One credential as a line of text: never its salt or hash."""
+    """One credential as a line of text (escaped: ``shown``): never its salt or hash."""
     state = f"revoked {_when(c.revoked_ms)}" if c.revoked else "active"
     subject = f"  subject {c.subject}" if c.subject else ""
     grants = " ".join(str(g) for g in c.grants)
-    return f"{c.credential_id}  {c.name}  {state}  {grants}{subject}"
+    return shown(f"{c.credential_id}  {c.name}  {state}  {grants}{subject}")
 
 
 def register(sub: Any) -> None:

@@ -16,6 +16,7 @@ from google.protobuf.json_format import MessageToDict
 
 from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, transport
 from tikk.client import Client, ClientError, Page, TransportError
+from tikk.text_rules import shown
 from tikk.v1 import tasks_pb2
 
 T = TypeVar("T")
@@ -50,7 +51,7 @@ def client(action: Action) -> Callable[[argparse.Namespace], int]:
 
 def refused(exc: ClientError) -> int:
     """Say what the server answered (``tikk: CODE: details``); the exit code of it."""
-    print(f"tikk: {exc.code.name}: {exc.details}", file=sys.stderr)
+    print(f"tikk: {exc.code.name}: {shown(exc.details)}", file=sys.stderr)
     return EXIT_UNREACHABLE if exc.code is grpc.StatusCode.UNAVAILABLE else EXIT_REFUSED
 
 
@@ -74,9 +75,12 @@ def span(ms: int | None) -> timedelta | None:
 
 
 def show(args: argparse.Namespace, msg: Any, text: Callable[[], str]) -> None:
-    """``--json``: the whole answer message as the server sent it; else ``text()``."""
+    """``--json``: the whole answer message as the server sent it; else ``text()``, whose
+    lines show stored text through ``shown``. JSON escapes every character outside printable
+    ASCII (``ensure_ascii``), controls and bidi controls included, so it prints safely too."""
     if args.json:
-        print(json.dumps(MessageToDict(msg, preserving_proto_field_name=True), indent=2))
+        answer = MessageToDict(msg, preserving_proto_field_name=True)
+        print(json.dumps(answer, indent=2, ensure_ascii=True))
     else:
         print(text())
 
@@ -98,8 +102,8 @@ def ts(value: Any) -> str:
 
 
 def task_line(t: tasks_pb2.Task) -> str:
+    """One line of a task; what it holds of stored text escaped (``shown``)."""
     state = tasks_pb2.TaskState.Name(t.state).removeprefix("TASK_STATE_").lower()
     line = f"{t.id}  {state:<13} {t.queue}/{t.handler}  attempt {t.attempt}  due {ts(t.due_time)}"
-    return line + (
-        f"  error {t.last_error_type}: {t.last_error_message}" if t.last_error_type else ""
-    )
+    error = f"  error {t.last_error_type}: {t.last_error_message}" if t.last_error_type else ""
+    return shown(line + error)

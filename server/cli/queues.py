@@ -8,6 +8,7 @@ from typing import Any
 from server.cli.client import client, lines, show, show_page, task_line
 from server.cli.options import client_options, paging
 from tikk.client import Client
+from tikk.text_rules import shown
 from tikk.v1 import tasks_pb2
 
 
@@ -24,7 +25,7 @@ def _dead_redrive(args: argparse.Namespace, tikk: Client) -> None:
 def _queue_line(q: tasks_pb2.QueueInfo) -> str:
     age = f"{q.oldest_waiting_age.ToMilliseconds() / 1000:.1f}s" if q.waiting else "-"
     consumers = str(q.consumers) if q.HasField("consumers") else "?"
-    return f"{q.name:<32} {q.waiting:>9} {age:>10} {consumers:>9}"
+    return shown(f"{q.name:<32} {q.waiting:>9} {age:>10} {consumers:>9}")
 
 
 def _queues_list(args: argparse.Namespace, tikk: Client) -> None:

@@ -9,6 +9,7 @@ from server.cli.client import client, show
 from server.cli.options import client_options
 from tikk.client import Client
 from tikk.quotas import QUOTA_NAMES
+from tikk.text_rules import shown
 from tikk.v1 import admin_pb2
 
 
@@ -30,7 +31,7 @@ def _quota_text(q: admin_pb2.Quotas, name: str) -> str:
 
 
 def _report(resp: admin_pb2.NamespaceQuotasResponse) -> str:
-    rows = [f"namespace {resp.namespace}"]
+    rows = [shown(f"namespace {resp.namespace}")]
     for name in QUOTA_NAMES:
         own = "" if resp.quotas.HasField(name) else "  (server default)"
         rows.append(f"  {name:<17} {_quota_text(resp.effective, name)}{own}")

@@ -8,6 +8,7 @@ from typing import Any
 from server.cli.client import client, instant, show, show_page, span, task_line, ts
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
 from tikk.client import Client, Recurrence, ScheduleDefinition
+from tikk.text_rules import shown
 from tikk.v1 import history_pb2, schedules_pb2
 
 
@@ -36,7 +37,7 @@ def _schedule_preview(args: argparse.Namespace, tikk: Client) -> None:
 
     def table() -> str:
         rows = [f"{'local':<40} utc"]
-        rows += [f"{o.local_time:<40} {ts(o.fire_time)}" for o in ahead]
+        rows += [shown(f"{o.local_time:<40} {ts(o.fire_time)}") for o in ahead]
         return "\n".join(rows)
 
     # --json shows the answer as sent: rebuilt whole from what the client returns of it.
@@ -44,10 +45,11 @@ def _schedule_preview(args: argparse.Namespace, tikk: Client) -> None:
 
 
 def _schedule_text(s: Any) -> str:
+    """One line of a schedule; what it holds of stored text escaped (``shown``)."""
     spec = s.spec.cron or f"every {s.spec.interval.ToMilliseconds() / 1000:g}s"
     state = f"paused ({s.pause_note})" if s.paused else "active"
     nxt = ts(s.next_fire_time) if s.HasField("next_fire_time") else "never (finished)"
-    return (
+    return shown(
         f"{s.id}  {spec} {s.spec.timezone}  {s.queue}/{s.handler}  {state}  runs {s.runs}"
         f"  next {nxt}  version {s.version}"
     )
@@ -96,12 +98,12 @@ def _schedule_backfill(args: argparse.Namespace, tikk: Client) -> None:
 
 def _schedule_delete(args: argparse.Namespace, tikk: Client) -> None:
     tikk.delete_schedule(args.id, expected_version=args.version or "")
-    show(args, schedules_pb2.DeleteScheduleResponse(), lambda: f"deleted {args.id}")
+    show(args, schedules_pb2.DeleteScheduleResponse(), lambda: shown(f"deleted {args.id}"))
 
 
 def _occurrence_line(o: history_pb2.ScheduleOccurrence) -> str:
     outcome = history_pb2.OccurrenceOutcome.Name(o.outcome).removeprefix("OCCURRENCE_OUTCOME_")
-    return f"{ts(o.nominal_time)}  {outcome.lower():<15} {o.task_id}  {o.reason}".rstrip()
+    return shown(f"{ts(o.nominal_time)}  {outcome.lower():<15} {o.task_id}  {o.reason}".rstrip())
 
 
 def _schedule_occurrences(args: argparse.Namespace, tikk: Client) -> None:

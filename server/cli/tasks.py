@@ -11,17 +11,19 @@ from server.cli.client import client, instant, show, show_page, span, task_line,
 from server.cli.imports import register as register_import
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
 from tikk.client import Client, RetryOptions, TaskSpec
+from tikk.text_rules import shown
 from tikk.v1 import history_pb2, tasks_pb2
 
 
 def _run_line(r: history_pb2.Run) -> str:
+    """One line of a run; what it holds of stored text escaped (``shown``)."""
     status = history_pb2.RunStatus.Name(r.status).removeprefix("RUN_STATUS_").lower()
     late = r.start_time.ToMilliseconds() - r.due_time.ToMilliseconds()
     line = (
         f"{r.run_id}  {r.task_id}  attempt {r.attempt}  {status:<13} "
         f"started {ts(r.start_time)}  late {late} ms"
     )
-    return line + (f"  {r.error_type}: {r.error_message}" if r.error_type else "")
+    return shown(line + (f"  {r.error_type}: {r.error_message}" if r.error_type else ""))
 
 
 def _task_spec(args: argparse.Namespace) -> TaskSpec:

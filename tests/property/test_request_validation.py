@@ -18,6 +18,7 @@ from tikk.errors import InvalidArgument
 from tikk.model import DEFAULT_NAMESPACE, Task
 from tikk.schedules.model import Schedule
 from tikk.settings import Limits
+from tikk.text_rules import hidden_kind
 from tikk.v1 import schedules_pb2, tasks_pb2
 
 LIMITS = Limits()
@@ -60,7 +61,16 @@ def test_any_create_request_is_a_task_or_refused(req: tasks_pb2.CreateTaskReques
 _NAME = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_-]{0,20}", fullmatch=True).filter(
     lambda s: not s.endswith("_dlq")
 )
-_TEXT = st.text(st.characters(exclude_categories=["Cc", "Cs"]), min_size=1, max_size=40)
+# Names: printable text of any script (``tikk.text_rules``: no control, bidi, invisible,
+# separator, surrogate or unassigned character; the categories, then the few letters and marks
+# that are drawn as nothing).
+_TEXT = st.text(
+    st.characters(exclude_categories=["Cc", "Cf", "Cs", "Cn", "Zl", "Zp"]).filter(
+        lambda c: hidden_kind(c) is None
+    ),
+    min_size=1,
+    max_size=40,
+)
 
 
 @st.composite

@@ -30,6 +30,7 @@ from typing import Any
 from croniter import CroniterError, croniter  # type: ignore[import-untyped]
 
 from tikk.errors import InvalidArgument
+from tikk.text_rules import quoted
 
 MACROS: Mapping[str, str] = {
     "@yearly": "0 0 1 1 *",
@@ -40,6 +41,10 @@ MACROS: Mapping[str, str] = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
+
+# Characters of an expression: far more than any useful one (every value of every field listed
+# is about 530), and few enough that no number in it is too long for ``int``.
+MAX_CRON_LENGTH = 1_000
 
 _ELEMENT = re.compile(
     r"(?:\*|(?P<low>[0-9a-z]+)(?:-(?P<high>[0-9a-z]+))?)(?:/(?P<step>[0-9]+))?", re.ASCII
@@ -137,10 +142,12 @@ def parse_cron(cron: str) -> CronFields:
 
 def _field_texts(cron: str) -> list[str]:
     """The six fields, seconds first (``0`` for a five-field expression); macros resolved."""
+    if len(cron) > MAX_CRON_LENGTH:
+        raise cron_error(f"longer than {MAX_CRON_LENGTH:,} characters: {len(cron):,}")
     text = cron.strip()
     if text.startswith("@"):
         if text.lower() not in MACROS:
-            raise cron_error(f"unknown macro {text!r}; expected one of {', '.join(MACROS)}")
+            raise cron_error(f"unknown macro {quoted(text)}; expected one of {', '.join(MACROS)}")
         text = MACROS[text.lower()]
     fields = text.lower().split()
     if len(fields) not in (5, 6):
@@ -165,11 +172,12 @@ def _normalize_element(element: str, syntax: _FieldSyntax) -> str:
     match = _ELEMENT.fullmatch(element)
     if match is None:
         raise cron_error(
-            f"{syntax.name} field: cannot read {element!r} (use *, N, A-B, a step /S and lists)"
+            f"{syntax.name} field: cannot read {quoted(element)} (use *, N, A-B, a step /S "
+            "and lists)"
         )
     step = int(match["step"] or 1)
     if step < 1:
-        raise cron_error(f"{syntax.name} field: step in {element!r} must be at least 1")
+        raise cron_error(f"{syntax.name} field: step in {quoted(element)} must be at least 1")
     if match["low"] is None:
         return element
     low = _field_value(match["low"], syntax)
@@ -184,7 +192,7 @@ def _normalize_element(element: str, syntax: _FieldSyntax) -> str:
 
 def _backwards(element: str, syntax: _FieldSyntax) -> str:
     hint = " (Sunday may be written 7 to end a range)" if syntax.top > syntax.high else ""
-    return f"{syntax.name} field: range {element!r} runs backwards{hint}"
+    return f"{syntax.name} field: range {quoted(element)} runs backwards{hint}"
 
 
 def _field_value(text: str, syntax: _FieldSyntax) -> int:
@@ -197,7 +205,7 @@ def _field_value(text: str, syntax: _FieldSyntax) -> int:
         return value
     if text not in syntax.names:
         kind = "a number or a name" if syntax.names else "a number"
-        raise cron_error(f"{syntax.name} field: {text!r} is not {kind}")
+        raise cron_error(f"{syntax.name} field: {quoted(text)} is not {kind}")
     return syntax.names[text]
 
 

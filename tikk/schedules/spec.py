@@ -55,6 +55,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from tikk.errors import InvalidArgument
 from tikk.schedules.cron import CronFields, cron_error, parse_cron
+from tikk.text_rules import quoted
 
 # Any satisfiable expression fires within 8 years: the longest gap is 29 February around 2100
 # (2096-02-29 to 2104-02-29, 2921 days).
@@ -106,7 +107,7 @@ def time_zone(name: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         # OSError: a name the file system refuses as a path (too long, say) is no zone either.
-        raise InvalidArgument("spec.timezone", f"unknown time zone {name[:100]!r}") from exc
+        raise InvalidArgument("spec.timezone", f"unknown time zone {quoted(name)}") from exc
 
 
 # --- wall clock to UTC -----------------------------------------------------------------------
