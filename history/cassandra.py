@@ -1,11 +1,25 @@
 """Run history on Cassandra: append-only time series, never updated in place.
 
 Tables: ``runs`` by run id; ``runs_by_task`` (partition = task, newest first);
-``runs_by_queue`` (partition = (namespace, queue, hour of finish), newest first) for the
-time-range queries. Every row carries a TTL (``HISTORY_RETENTION_S``) and the time-bucketed
-tables use TimeWindowCompactionStrategy, so whole SSTables expire together instead of being
-rewritten by compaction: the usual layout for append-only time series. A run reported twice
-(a lost acknowledgement) rewrites the same primary keys with the same values: one record.
+``runs_by_queue`` (partition = (namespace, queue, hour recorded), newest first) for the
+time-range queries. The listings are clustered by the time the server recorded the run
+(``recorded_ms``), not by the worker's finish time. Every row carries a TTL
+(``HISTORY_RETENTION_S``) and the time-bucketed tables use TimeWindowCompactionStrategy, so
+whole SSTables expire together instead of being rewritten by compaction: the usual layout for
+append-only time series.
+
+A run reported again (a lost acknowledgement) carries the time of its first recording, read
+back from its ``runs`` row, and so rewrites the same primary keys with the same values: one
+record. That row is written before the listings' rows: a repeat that finds no row therefore
+finds no listing row either, and files the run once under its own time.
+
+In the listings the clustering column keeps the name it was created with, ``finished_ms``,
+and holds the server's time, with the worker's finish time beside it in
+``worker_finished_ms`` (``_LISTED``): Cassandra cannot re-key a table in place, and a rename of
+the column cannot be run again (5.0 refuses ``RENAME IF EXISTS`` of a column renamed already),
+so a migration interrupted half-way would stop every later one. Rows written before kept
+their finish time there, stay filed where they were, and read back with it as both times
+(``run_from_row``); so do rows an older release still writes during an upgrade.
 """
 
 from __future__ import annotations
@@ -56,6 +70,13 @@ HISTORY_MIGRATIONS = [
         " WITH CLUSTERING ORDER BY (nominal_ms DESC, outcome DESC)"
         f" AND default_time_to_live = {HISTORY_RETENTION_S}",
     ]),
+    # The listings' clustering column (named finished_ms) holds the server's time from now on:
+    # see the module.
+    Migration("history", 3, "runs filed by the time the server recorded them", [
+        "ALTER TABLE runs ADD IF NOT EXISTS recorded_ms bigint",
+        "ALTER TABLE runs_by_task ADD IF NOT EXISTS worker_finished_ms bigint",
+        "ALTER TABLE runs_by_queue ADD IF NOT EXISTS worker_finished_ms bigint",
+    ]),
 ]  # fmt: skip
 _OCC_COLS = ", ".join(OCCURRENCE_COLUMNS)
 INSERT_OCCURRENCE = (
@@ -67,16 +88,21 @@ SELECT_OCCURRENCES = (
     " AND day = ? AND (nominal_ms, outcome) < (?, ?) AND nominal_ms >= ? LIMIT ?"
 )
 _MARKS = ", ".join("?" * len(RUN_COLUMNS))
+# A run's fields in the listings' columns, in ``RUN_COLUMNS`` order (see the module): the
+# server's time in the clustering column ``finished_ms``, the worker's beside it.
+_LISTED = {"finished_ms": "worker_finished_ms", "recorded_ms": "finished_ms"}
+_LISTED_COLS = ", ".join(_LISTED.get(c, c) for c in RUN_COLUMNS)
 INSERT_RUN = f"INSERT INTO runs ({_COLS}) VALUES ({_MARKS})"
-INSERT_RUN_BY_TASK = f"INSERT INTO runs_by_task ({_COLS}) VALUES ({_MARKS})"
-INSERT_RUN_BY_QUEUE = f"INSERT INTO runs_by_queue ({_COLS}, hour) VALUES ({_MARKS}, ?)"
+INSERT_RUN_BY_TASK = f"INSERT INTO runs_by_task ({_LISTED_COLS}) VALUES ({_MARKS})"
+INSERT_RUN_BY_QUEUE = f"INSERT INTO runs_by_queue ({_LISTED_COLS}, hour) VALUES ({_MARKS}, ?)"
 SELECT_RUN = f"SELECT {_COLS} FROM runs WHERE namespace = ? AND run_id = ?"
+# ``finished_ms`` in these two is the time the server recorded the run.
 SELECT_RUNS_BY_TASK = (
-    f"SELECT {_COLS} FROM runs_by_task WHERE namespace = ? AND task_id = ?"
+    f"SELECT {_LISTED_COLS} FROM runs_by_task WHERE namespace = ? AND task_id = ?"
     " AND (finished_ms, run_id) < (?, ?) LIMIT ?"
 )
 SELECT_RUNS_BY_QUEUE = (
-    f"SELECT {_COLS} FROM runs_by_queue WHERE namespace = ? AND queue = ? AND hour = ?"
+    f"SELECT {_LISTED_COLS} FROM runs_by_queue WHERE namespace = ? AND queue = ? AND hour = ?"
     " AND (finished_ms, run_id) < (?, ?) AND finished_ms >= ? LIMIT ?"
 )
 _TOP = (2**62, "")
@@ -109,13 +135,15 @@ class CassandraRunHistory:
     async def append_many(self, records: Sequence[RunRecord]) -> None:
         # Unlogged: the three rows of a run are idempotent copies, and a run is acknowledged
         # to the worker only after this returns, so a partial write is repeated, never lost.
-        # The rows of one queue and hour share a partition and go in one batch.
-        rows: list[PartitionRow] = []
+        # The rows of one queue and hour share a partition and go in one batch. The runs'
+        # own rows go first (see the module: a repeat reads its time from them).
+        by_id: list[PartitionRow] = []
+        listed: list[PartitionRow] = []
         for r in records:
             values, size = run_values(r), 200 + len(r.output) + len(r.error_message)
-            hour = r.finished_ms // _HOUR_MS
-            rows += [
-                PartitionRow(("run", r.namespace, r.run_id), INSERT_RUN, values, size),
+            hour = r.recorded_ms // _HOUR_MS
+            by_id.append(PartitionRow(("run", r.namespace, r.run_id), INSERT_RUN, values, size))
+            listed += [
                 PartitionRow(("task", r.namespace, r.task_id), INSERT_RUN_BY_TASK, values, size),
                 PartitionRow(
                     ("queue", r.namespace, r.queue, hour),
@@ -124,7 +152,8 @@ class CassandraRunHistory:
                     size,
                 ),
             ]
-        await self._db.execute_many(self._db.partition_batches(rows))
+        await self._db.execute_many(self._db.partition_batches(by_id))
+        await self._db.execute_many(self._db.partition_batches(listed))
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         rows = await self._db.execute(SELECT_RUN, [namespace, run_id])
@@ -143,7 +172,7 @@ class CassandraRunHistory:
         records = [run_from_row(r) for r in rows[:page_size]]
         if len(rows) <= page_size:
             return Page(records)
-        return Page(records, encode_token(records[-1].finished_ms, records[-1].run_id))
+        return Page(records, encode_token(records[-1].recorded_ms, records[-1].run_id))
 
     async def list_by_queue(
         self, query: RunQuery, page_size: int, page_token: str
@@ -161,7 +190,7 @@ class CassandraRunHistory:
             rows = await self._db.execute(SELECT_RUNS_BY_QUEUE, params)
             for row in rows:
                 record = run_from_row(row)
-                before = (record.finished_ms, record.run_id)
+                before = (record.recorded_ms, record.run_id)
                 if query.status is None or record.status is query.status:
                     found.append(record)
                 if len(found) == page_size:

@@ -1,5 +1,9 @@
 """The run-history interface. Records are appended, never updated in place.
 
+Runs are filed by the time the server recorded them (``RunRecord.recorded_ms``, its own
+clock), never by the times a worker reported: listings are ordered by it and time queries
+select by it. Rows written before that time was kept stand in with their finish time.
+
 Backends: ``history.sqlite`` (embedded) and ``history.cassandra``. Every method may raise
 ``BackendUnavailable``.
 """
@@ -17,9 +21,11 @@ from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord
 # both in one place.
 RUN_COLUMNS = (
     "namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_ms",
-    "due_ms", "fired_ms", "started_ms", "finished_ms", "worker_id", "error_type",
-    "error_message", "output", "idempotency_key",
+    "due_ms", "fired_ms", "started_ms", "finished_ms", "recorded_ms", "worker_id",
+    "error_type", "error_message", "output", "idempotency_key",
 )  # fmt: skip
+_FINISHED, _RECORDED = RUN_COLUMNS.index("finished_ms"), RUN_COLUMNS.index("recorded_ms")
+_OUTPUT = RUN_COLUMNS.index("output")
 OCCURRENCE_COLUMNS = (
     "namespace", "schedule_id", "nominal_ms", "outcome", "fire_ms", "decided_ms", "task_id",
     "reason",
@@ -30,16 +36,22 @@ def run_values(r: RunRecord) -> list[Any]:
     """The values of ``r`` in ``RUN_COLUMNS`` order, as both backends store them."""
     return [
         r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
-        r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.worker_id,
-        r.error_type, r.error_message, r.output, r.idempotency_key,
+        r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.recorded_ms,
+        r.worker_id, r.error_type, r.error_message, r.output, r.idempotency_key,
     ]  # fmt: skip
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
-    """The record of a row read in ``RUN_COLUMNS`` order (an empty blob may read as None)."""
+    """The record of a row read in ``RUN_COLUMNS`` order (an empty blob may read as None).
+    A row written before the server's time was kept has none: its finish time stands in,
+    which is the time it was filed under then (a Cassandra listing row of that time has no
+    separate finish time: its filing time stands in for that, see ``history.cassandra``)."""
     values = list(row)
     values[6] = RunStatus(values[6])
-    values[15] = bytes(values[15] or b"")
+    values[_OUTPUT] = bytes(values[_OUTPUT] or b"")
+    finished, recorded = values[_FINISHED], values[_RECORDED]
+    values[_FINISHED] = recorded if finished is None else finished
+    values[_RECORDED] = finished if recorded is None else recorded
     return RunRecord(*values)
 
 
@@ -47,8 +59,10 @@ class RunHistory(Protocol):
     """Durable, append-only log of runs, queryable by task and by (queue, time range)."""
 
     async def append(self, record: RunRecord) -> None:
-        """Store ``record``. Idempotent on (namespace, run_id): the same run reported twice
-        (e.g. after a lost acknowledgement) is stored once."""
+        """Store ``record``. Idempotent on (namespace, run_id) for the same values: the same
+        run reported twice (e.g. after a lost acknowledgement) is stored once, provided the
+        repeat carries the ``recorded_ms`` of its first recording (which ``get`` returns), as
+        it is filed under that time."""
         ...
 
     async def append_many(self, records: Sequence[RunRecord]) -> None:
@@ -64,16 +78,17 @@ class RunHistory(Protocol):
     async def list_for_task(
         self, namespace: str, task_id: str, page_size: int, page_token: str
     ) -> Page[RunRecord]:
-        """Runs of one task, newest (by finish time) first."""
+        """Runs of one task, newest (by the time the server recorded them) first."""
         ...
 
     async def list_by_queue(
         self, query: RunQuery, page_size: int, page_token: str
     ) -> Page[RunRecord]:
-        """Runs matching ``query``, newest first. A call's cost is bounded whatever the span:
-        a backend may return fewer than ``page_size`` runs (none, even) with a next token
-        when the range is sparse; the listing ends only without a token. Raises
-        ``InvalidArgument`` for a malformed token."""
+        """Runs matching ``query`` (by the time the server recorded them), newest first. A
+        call's cost is bounded whatever the span: a backend may return fewer than
+        ``page_size`` runs (none, even) with a next token when the range is sparse; the
+        listing ends only without a token. Raises ``InvalidArgument`` for a malformed
+        token."""
         ...
 
     async def record_occurrences(self, records: Sequence[OccurrenceRecord]) -> None:

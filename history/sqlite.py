@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS runs (
     fired_ms INTEGER NOT NULL,
     started_ms INTEGER NOT NULL,
     finished_ms INTEGER NOT NULL,
+    recorded_ms INTEGER,
     worker_id TEXT NOT NULL,
     error_type TEXT NOT NULL,
     error_message TEXT NOT NULL,
@@ -34,8 +35,6 @@ CREATE TABLE IF NOT EXISTS runs (
     idempotency_key TEXT NOT NULL,
     PRIMARY KEY (namespace, run_id)
 );
-CREATE INDEX IF NOT EXISTS runs_by_task ON runs (namespace, task_id, finished_ms, run_id);
-CREATE INDEX IF NOT EXISTS runs_by_queue ON runs (namespace, queue, finished_ms, run_id);
 CREATE TABLE IF NOT EXISTS occurrences (
     namespace TEXT NOT NULL,
     schedule_id TEXT NOT NULL,
@@ -48,6 +47,19 @@ CREATE TABLE IF NOT EXISTS occurrences (
     PRIMARY KEY (namespace, schedule_id, nominal_ms, outcome)
 ) WITHOUT ROWID;
 """
+# Files made before runs kept the server's time gain the column (NULL in their old rows).
+_ADDED_COLUMNS = {"runs": {"recorded_ms": "INTEGER"}}
+# The time a run is filed under: the server's, or for an old row its finish time. The
+# listings' indexes are on this very expression, so a query naming it uses them.
+_FILED = "COALESCE(recorded_ms, finished_ms)"
+# Run once the column exists (an old file gains it only after the schema script ran): the
+# listings by filing time replace those by finish time.
+_FILING_INDEXES = (
+    f"CREATE INDEX IF NOT EXISTS runs_by_task_filed ON runs (namespace, task_id, {_FILED}, run_id)",
+    f"CREATE INDEX IF NOT EXISTS runs_by_queue_filed ON runs (namespace, queue, {_FILED}, run_id)",
+    "DROP INDEX IF EXISTS runs_by_task",
+    "DROP INDEX IF EXISTS runs_by_queue",
+)
 _OCCURRENCE_COLUMNS = ", ".join(OCCURRENCE_COLUMNS)
 _COLUMNS = ", ".join(RUN_COLUMNS)
 
@@ -65,7 +77,7 @@ class SqliteRunHistory:
     """``RunHistory`` on one SQLite file; see ``history.run_history`` for semantics."""
 
     def __init__(self, path: str) -> None:
-        self._db = SqliteRunner(path, SCHEMA)
+        self._db = SqliteRunner(path, SCHEMA, _ADDED_COLUMNS)
 
     async def append(self, record: RunRecord) -> None:
         await self.append_many([record])
@@ -98,7 +110,7 @@ class SqliteRunHistory:
     async def list_by_queue(
         self, query: RunQuery, page_size: int, page_token: str
     ) -> Page[RunRecord]:
-        where = "namespace=? AND queue=? AND finished_ms >= ? AND finished_ms < ?"
+        where = f"namespace=? AND queue=? AND {_FILED} >= ? AND {_FILED} < ?"
         args: list[object] = [query.namespace, query.queue, query.start_ms, query.end_ms]
         if query.status is not None:
             where += " AND status=?"
@@ -110,11 +122,10 @@ class SqliteRunHistory:
     ) -> Page[RunRecord]:
         after = decode_token(page_token, (int, str))
         if after:
-            where += " AND (finished_ms, run_id) < (?, ?)"
+            where += f" AND ({_FILED}, run_id) < (?, ?)"
             args = [*args, *after]
         sql = (
-            f"SELECT {_COLUMNS} FROM runs WHERE {where}"
-            " ORDER BY finished_ms DESC, run_id DESC LIMIT ?"
+            f"SELECT {_COLUMNS} FROM runs WHERE {where} ORDER BY {_FILED} DESC, run_id DESC LIMIT ?"
         )
 
         def work(conn: sqlite3.Connection) -> list[Any]:
@@ -124,7 +135,7 @@ class SqliteRunHistory:
         records = [run_from_row(r) for r in rows[:page_size]]
         if len(rows) <= page_size:
             return Page(records)
-        return Page(records, encode_token(records[-1].finished_ms, records[-1].run_id))
+        return Page(records, encode_token(records[-1].recorded_ms, records[-1].run_id))
 
     async def record_occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
         rows = [
@@ -168,6 +179,13 @@ class SqliteRunHistory:
 
     async def start(self) -> None:
         await self._db.start()
+
+        def file_by_recorded_time(conn: sqlite3.Connection) -> None:
+            with Transaction(conn):
+                for statement in _FILING_INDEXES:
+                    conn.execute(statement)
+
+        await self._db.run(file_by_recorded_time)
 
     async def close(self) -> None:
         await self._db.close()

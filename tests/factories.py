@@ -50,7 +50,9 @@ def make_run(
     queue: str = "q",
     namespace: str = "default",
     attempt: int = 1,
+    recorded_ms: int | None = None,
 ) -> RunRecord:
+    """A run; the server recorded it when it finished unless ``recorded_ms`` says otherwise."""
     return RunRecord(
         namespace=namespace,
         run_id=run_id,
@@ -64,6 +66,7 @@ def make_run(
         fired_ms=finished_ms - 90,
         started_ms=finished_ms - 80,
         finished_ms=finished_ms,
+        recorded_ms=finished_ms if recorded_ms is None else recorded_ms,
         worker_id="w1",
         error_type="" if status is RunStatus.SUCCEEDED else "ValueError",
         error_message="" if status is RunStatus.SUCCEEDED else "boom",

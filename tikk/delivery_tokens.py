@@ -18,6 +18,13 @@ Keys file (JSON, mode 0600, written whole or not at all)::
      "current": "<key id that signs>",
      "keys": {"<key id>": "<secret, base64url>", ...}}
 
+Lifetime: a token is checked against the server's clock. It is refused (``token_expired``)
+once its delivery was fired longer ago than the caller's ``max_age_ms`` (``verify``, before
+anything is read); the result recorder also refuses it a grace period after its attempt ended
+(``server.ops.results``). While an attempt runs, nothing shorter applies: a worker renews its
+message's lease for as long as the handler runs, and no heartbeat tells the server, so a
+shorter life would strand the real result of a long run.
+
 Rotation: ``rotate`` adds a key and makes it current, keeping the others for checking, so
 deliveries signed before still verify; ``retire`` drops an old key once nothing signed with it
 is in flight (a queue's retention). Processes read the file at start: rotate, restart the
@@ -95,9 +102,11 @@ class DeliveryKeys:
             delivery.entry, delivery.fired_ms, delivery.trace_context, self.sign(delivery)
         )
 
-    def verify(self, delivery: Delivery) -> None:
+    def verify(self, delivery: Delivery, now_ms: int, max_age_ms: int) -> None:
         """Raise ``TokenRefused`` unless ``delivery.token`` was made by a key of this ring over
-        exactly this delivery. Constant-time in the MAC comparison."""
+        exactly this delivery, and the delivery was fired at most ``max_age_ms`` before
+        ``now_ms`` (the server's clock; ``token_expired`` otherwise, said only of a token that
+        matches). Constant-time in the MAC comparison."""
         token = delivery.token
         if not token:
             raise TokenRefused(
@@ -118,6 +127,11 @@ class DeliveryKeys:
             )
         if not hmac.compare_digest(mac_text, _b64(_mac(secret, delivery))):
             raise TokenRefused("mismatch", "the delivery token does not match the delivery")
+        if now_ms - delivery.fired_ms > max_age_ms:
+            raise expired_token(
+                f"its delivery was fired {(now_ms - delivery.fired_ms) // 1000:,} s ago, and a "
+                f"token is taken for {max_age_ms // 1000:,} s after that"
+            )
 
     def rotated(self) -> DeliveryKeys:
         """A new current key; the previous ones still verify."""
@@ -135,6 +149,12 @@ class DeliveryKeys:
                 f"key {key_id!r} is the current key: rotate first, then retire it"
             )
         return DeliveryKeys(self.current, {k: v for k, v in self.secrets.items() if k != key_id})
+
+
+def expired_token(why: str) -> TokenRefused:
+    """The refusal of a genuine token that ran out (``why``: against what); the worker drops
+    the result rather than report it again."""
+    return TokenRefused("token_expired", f"the delivery token has expired: {why}")
 
 
 def new_keys() -> DeliveryKeys:

@@ -296,7 +296,14 @@ def apply_transition(task: Task, transition: Transition, now_ms: int) -> Task:
 
 @dataclass(frozen=True)
 class RunRecord:
-    """One append-only record of a run, as stored in the run history."""
+    """One append-only record of a run, as stored in the run history.
+
+    ``started_ms`` and ``finished_ms`` are what the worker reported, kept as data: a worker's
+    clock (or a hostile worker) may say anything. ``recorded_ms`` is when the server recorded
+    the run, on its own clock; the history files and lists runs by it, so no report can hide
+    a run from a query of recent runs. A record stored before servers kept that time reads
+    back with its finish time there.
+    """
 
     namespace: str
     run_id: str
@@ -310,6 +317,7 @@ class RunRecord:
     fired_ms: int
     started_ms: int
     finished_ms: int
+    recorded_ms: int
     worker_id: str
     error_type: str = ""
     error_message: str = ""
@@ -326,25 +334,29 @@ class RunRecord:
         fired_ms: int,
         started_ms: int,
         finished_ms: int,
+        recorded_ms: int | None = None,
         worker_id: str = "",
         error_type: str = "",
         error_message: str = "",
         output: bytes = b"",
     ) -> RunRecord:
-        """The record of one run of ``entry``'s attempt."""
+        """The record of one run of ``entry``'s attempt. ``recorded_ms`` None: the finish time,
+        for a run the server itself ends at one instant of its clock (a start timeout)."""
+        recorded = finished_ms if recorded_ms is None else recorded_ms
         return cls(
             namespace=entry.namespace, run_id=run_id, task_id=entry.task_id, queue=entry.queue,
             handler=entry.handler, attempt=entry.attempt, status=status,
             scheduled_ms=entry.scheduled_ms, due_ms=entry.due_ms, fired_ms=fired_ms,
-            started_ms=started_ms, finished_ms=finished_ms, worker_id=worker_id,
-            error_type=error_type, error_message=error_message, output=output,
-            idempotency_key=entry.idempotency_key,
+            started_ms=started_ms, finished_ms=finished_ms, recorded_ms=recorded,
+            worker_id=worker_id, error_type=error_type, error_message=error_message,
+            output=output, idempotency_key=entry.idempotency_key,
         )  # fmt: skip
 
 
 @dataclass(frozen=True)
 class RunQuery:
-    """Runs of ``queue`` that finished in [start_ms, end_ms), optionally of one status."""
+    """Runs of ``queue`` the server recorded in [start_ms, end_ms) (``RunRecord.recorded_ms``),
+    optionally of one status."""
 
     namespace: str
     queue: str
@@ -377,12 +389,14 @@ class RunReport:
     def fired_ms(self) -> int:
         return self.delivery.fired_ms
 
-    def record(self, status: RunStatus) -> RunRecord:
-        """The history's record of this run, ending in ``status``."""
+    def record(self, status: RunStatus, recorded_ms: int) -> RunRecord:
+        """The history's record of this run, ending in ``status``, recorded by the server at
+        ``recorded_ms`` (its own clock, whatever times the worker reported)."""
         return RunRecord.of(
             self.entry, run_id=self.run_id, status=status, fired_ms=self.fired_ms,
-            started_ms=self.started_ms, finished_ms=self.finished_ms, worker_id=self.worker_id,
-            error_type=self.error_type, error_message=self.error_message, output=self.output,
+            started_ms=self.started_ms, finished_ms=self.finished_ms, recorded_ms=recorded_ms,
+            worker_id=self.worker_id, error_type=self.error_type,
+            error_message=self.error_message, output=self.output,
         )  # fmt: skip
 
 

@@ -113,6 +113,7 @@ def run_to_proto(r: RunRecord) -> history_pb2.Run:
         fired_time=to_timestamp(r.fired_ms),
         start_time=to_timestamp(r.started_ms),
         finish_time=to_timestamp(r.finished_ms),
+        record_time=to_timestamp(r.recorded_ms),
         worker_id=r.worker_id,
         error_type=r.error_type,
         error_message=r.error_message,

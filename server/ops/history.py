@@ -25,12 +25,13 @@ class HistoryOps:
     async def runs_of_task(
         self, namespace: str, task_id: str, size: int, token: str
     ) -> Page[RunRecord]:
-        """Runs of one task, newest first."""
+        """Runs of one task, newest recorded first."""
         return await self._history.list_for_task(namespace, task_id, size, token)
 
     async def runs(self, query: RunQuery, size: int, token: str) -> Page[RunRecord]:
-        """Runs of a queue that finished in the query's range, newest first; a page may be
-        short (even empty) with a next token when the range is sparse."""
+        """Runs of a queue the server recorded in the query's range (its own clock, not the
+        worker's finish time), newest first; a page may be short (even empty) with a next
+        token when the range is sparse."""
         return await self._history.list_by_queue(query, size, token)
 
     async def occurrences(

@@ -18,14 +18,27 @@ only deliveries a dispatcher published. Then, by kind:
 Only the current attempt of a dispatched task takes a result (``server.ops.refusals``). A
 result for a task that is not dispatched, or for an attempt it has moved past, is refused and
 changes nothing, unless it repeats a result already recorded (a worker reporting again after a
-lost acknowledgement: its run id is in the history) or reports another run of the attempt the
-task records as succeeded (a duplicate delivery): those are acknowledged as before. Refusals,
-of a token or of an attempt, are logged without token or payload and counted
+lost acknowledgement: its run id is in the history; acknowledged, and written again under the
+time of its first recording, which adds no record) or reports another run of the attempt the
+task records as succeeded (a duplicate delivery: recorded, and counted as
+``tikk.results.duplicates``). Both are taken only within ``Limits.result_grace_ms`` of the end
+of their attempt (``token_expired`` after), and an attempt records at most
+``Limits.max_extra_runs`` further runs (``too_many_runs``), so a captured token buys little.
+Refusals, of a token or of an attempt, are logged without token or payload and counted
 (``tikk.results.refused`` by reason).
+
+Runs are filed in the history under the server's clock at recording (``recorded_ms``), never
+under a time the worker reported.
+
+Token lifetime: a token is taken for as long as its attempt runs, however long that is (a
+worker renews its message's lease while the handler runs, with no word to the server, and
+Kafka has no lease at all), then for ``result_grace_ms`` after the attempt ended; and never
+``Limits.max_delivery_age_ms`` after its delivery was fired (checked before any read).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -40,19 +53,22 @@ from server.ops.refusals import (
     ResultRefused,
     StartTooLate,
     dispatched_at,
+    refuse_if_expired,
     refuse_unless_dispatched,
     same_attempt,
+    too_many_runs,
 )
 from tikk.backoff import retry_delay_ms
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys, TokenRefused
-from tikk.errors import NotFound
+from tikk.errors import BackendUnavailable, NotFound, TikkError
 from tikk.model import (
     DeadLetter,
     Delivery,
     DueEntry,
     ResultKind,
     RetryAt,
+    RunRecord,
     RunReport,
     RunStatus,
     Task,
@@ -81,7 +97,7 @@ class _PendingSuccess:
     """A success waiting in the coalescer, and its refusal once its batch was written."""
 
     report: RunReport
-    refused: ResultRefused | None = None
+    refused: TikkError | None = None
 
 
 class ResultRecorder:
@@ -115,6 +131,9 @@ class ResultRecorder:
         self._expiry = expiry
         # Successes of every stream are written together.
         self._successes = Coalescer(self._write_successes)
+        # Further runs of succeeded attempts are counted and appended one at a time, so that
+        # a burst of them (one token replayed at once) cannot all pass the same count.
+        self._extra_runs = asyncio.Lock()
 
     async def record(self, report: RunReport) -> None:
         """Record ``report`` (see the module). Safe to repeat: the history keeps one record per
@@ -122,7 +141,8 @@ class ResultRecorder:
         or ``ResultRefused`` (logged and counted), ``StartTooLate`` for a start claim that
         lost to the attempt's expiry, ``BackendUnavailable``."""
         try:
-            self._keys.verify(report.delivery)
+            max_age = self._limits.max_delivery_age_ms
+            self._keys.verify(report.delivery, self._clock.now_ms(), max_age)
             if report.kind is ResultKind.STARTED:
                 await self._claim_start(report)
             elif report.kind is ResultKind.SUCCEEDED:
@@ -161,13 +181,21 @@ class ResultRecorder:
         now = self._clock.now_ms()
         e = report.entry
         task = await self._current(e)
-        if not dispatched_at(task, e) and not await self._recorded(report):
-            await self._refuse(task, e, now)
+        first = await self._first_recording(report)
+        running = dispatched_at(task, e)
+        if not running:
+            if first is None:
+                await self._refuse(task, e, now)  # raises: not a repeat
+            else:
+                refuse_if_expired(first.recorded_ms, now, self._limits.result_grace_ms)
         status, transition = self._decide(report, task, now)
-        await self._history.append(report.record(status))
-        if isinstance(transition, DeadLetter):
+        # A repeat is written again as first stored: it completes a write a crash cut short,
+        # and changes nothing of the record.
+        await self._history.append(report.record(status, now) if first is None else first)
+        if isinstance(transition, DeadLetter) and running:
             # Before the task moves: if this fails the worker reports again, and the copy is
-            # published then (at least once).
+            # published then (at least once). Once it moved, the copy went out before: a
+            # repeat publishes none (it would copy whatever error its sender wrote).
             delivery = Delivery(e, report.fired_ms)
             await self._queue.publish_dead_letter(delivery, report.error_type, report.error_message)
         await self._finish(e, transition, now)
@@ -204,28 +232,57 @@ class ResultRecorder:
         reports = [p.report for p in batch]
         now = self._clock.now_ms()
         moved = await self._store.succeed_many([r.entry for r in reports], now)
-        for pending, done in zip(batch, moved, strict=True):
-            pending.refused = None if done else await self._refusal(pending.report, now)
-        kept = [p.report for p in batch if p.refused is None]
-        await self._history.append_many([r.record(RunStatus.SUCCEEDED) for r in kept])
-        for report, done in zip(reports, moved, strict=True):
-            if done:
-                await self._occurrence_finished(report.entry, TaskState.SUCCEEDED)
+        done = [r for r, ok in zip(reports, moved, strict=True) if ok]
+        # Before the others: a run of an attempt that just succeeded counts its runs.
+        await self._history.append_many([r.record(RunStatus.SUCCEEDED, now) for r in done])
+        for pending, ok in zip(batch, moved, strict=True):
+            if not ok:
+                pending.refused = await self._not_applied(pending.report, now)
+        for report in done:
+            await self._occurrence_finished(report.entry, TaskState.SUCCEEDED)
 
-    async def _refusal(self, report: RunReport, now: int) -> ResultRefused | None:
+    async def _not_applied(self, report: RunReport, now: int) -> TikkError | None:
         """Why a success the store did not apply is refused; None for a repeat or another run
-        of the attempt that succeeded. A repeat also moves a retry the first report placed
-        late (see ``server.ops.late_writes``)."""
+        of the attempt that succeeded, once recorded. A repeat also moves a retry the first
+        report placed late (see ``server.ops.late_writes``)."""
         e = report.entry
         try:
             task = await self._current(e)
-            succeeded = task.state is TaskState.SUCCEEDED and same_attempt(task, e)
-            if not succeeded and not await self._recorded(report):
+            first = await self._first_recording(report)
+            if first is not None:
+                if not dispatched_at(task, e):
+                    refuse_if_expired(first.recorded_ms, now, self._limits.result_grace_ms)
+                # As first stored: completes a write a crash cut short, adds no record.
+                await self._history.append(first)
+            elif task.state is TaskState.SUCCEEDED and same_attempt(task, e):
+                await self._another_run(report, task, now)
+            else:
                 await self._refuse(task, e, now)
-        except ResultRefused as exc:
+                # Still running that attempt: the store's write raced a change. Retriable.
+                return BackendUnavailable(
+                    f"task {e.task_id!r} changed while its success was written: report again"
+                )
+        except (ResultRefused, TokenRefused) as exc:
             return exc
         await self._guard.confirm([task])
         return None
+
+    async def _another_run(self, report: RunReport, task: Task, now: int) -> None:
+        """Record another run of the attempt ``task`` succeeded at (a duplicate delivery's),
+        within the grace after that success and while the attempt has fewer than
+        ``max_extra_runs`` further runs. The count reads the task's newest runs: this rare
+        path may read, the success path never does. One at a time in this process; servers
+        racing on one attempt may each let one more through."""
+        e, most = report.entry, self._limits.max_extra_runs
+        refuse_if_expired(task.updated_ms, now, self._limits.result_grace_ms)
+        async with self._extra_runs:
+            newest = await self._history.list_for_task(e.namespace, e.task_id, most + 1, "")
+            runs = sum((r.attempt, r.due_ms) == (e.attempt, e.due_ms) for r in newest.items)
+            # One of them finished the attempt (none if a crash cut its write short).
+            if runs > most:
+                raise too_many_runs(e, most)
+            await self._history.append(report.record(RunStatus.SUCCEEDED, now))
+        self._telemetry.duplicate_run(e.queue)
 
     async def _refuse(self, task: Task, e: DueEntry, now: int) -> None:
         """Raise ``ResultRefused`` unless ``task`` is running attempt ``e``.
@@ -255,13 +312,16 @@ class ResultRecorder:
         except NotFound:
             raise ResultRefused("not_dispatched", f"task {e.task_id!r} does not exist") from None
 
-    async def _recorded(self, report: RunReport) -> bool:
-        """Is this report's run already in the history (a repeat after a lost answer)?"""
+    async def _first_recording(self, report: RunReport) -> RunRecord | None:
+        """This report's run as the history holds it, if it does (a repeat after a lost
+        answer), with the time it was first recorded."""
+        e = report.entry
         try:
-            run = await self._history.get(report.entry.namespace, report.run_id)
+            run = await self._history.get(e.namespace, report.run_id)
         except NotFound:
-            return False
-        return (run.task_id, run.attempt) == (report.entry.task_id, report.entry.attempt)
+            return None
+        same = (run.task_id, run.attempt, run.due_ms) == (e.task_id, e.attempt, e.due_ms)
+        return run if same else None
 
     async def _occurrence_finished(self, e: DueEntry, state: TaskState) -> None:
         if e.schedule_id and self._schedules is not None:

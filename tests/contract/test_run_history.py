@@ -155,3 +155,28 @@ async def test_a_sparse_month_is_walked_page_by_page(history: RunHistory) -> Non
             break
     assert seen == ["newest", "oldest"]
     assert not token
+
+
+YEAR_9999_MS = 253_402_300_799_000
+
+
+async def test_runs_are_found_by_the_time_the_server_recorded_them(history: RunHistory) -> None:
+    """A worker's finish time is its own (year 9999, or nothing): a query of the last hour
+    finds a run by when the server recorded it, and the worker's times read back as given."""
+    hour_ago = T0 - 3_600_000
+    far = make_run("far", finished_ms=YEAR_9999_MS, recorded_ms=T0 - 60_000)
+    zero = make_run("zero", finished_ms=0, recorded_ms=T0 - 30_000, status=RunStatus.FAILED)
+    stale = make_run("stale", finished_ms=T0 - 10_000, recorded_ms=hour_ago - 1)
+    await history.append_many([far, zero, stale])
+    last_hour = await history.list_by_queue(RunQuery("default", "q", hour_ago, T0), 10, "")
+    assert [r.run_id for r in last_hour.items] == ["zero", "far"]
+    failed = RunQuery("default", "q", hour_ago, T0, RunStatus.FAILED)
+    assert [r.run_id for r in (await history.list_by_queue(failed, 10, "")).items] == ["zero"]
+    assert await history.get("default", "far") == far
+    assert (await history.get("default", "zero")).finished_ms == 0
+    future = RunQuery("default", "q", YEAR_9999_MS - 3_600_000, YEAR_9999_MS + 1)
+    assert (await history.list_by_queue(future, 10, "")).items == []
+    # A task's runs come newest recorded first, and page by that time.
+    first = await history.list_for_task("default", "t1", 2, "")
+    rest = await history.list_for_task("default", "t1", 2, first.next_token)
+    assert [r.run_id for r in first.items + rest.items] == ["zero", "far", "stale"]

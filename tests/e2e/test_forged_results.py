@@ -268,6 +268,7 @@ async def test_a_task_not_dispatched_takes_no_result_even_with_a_valid_token(rig
         max_attempts=before[1], payload=b"secret-payload",
     )  # fmt: skip
     forged.due_time.FromMilliseconds(before[2])
+    forged.fired_time.FromMilliseconds(int(time.time() * 1000))  # a young token
     forged = sign(rig, forged)
     for kind in (worker_pb2.RESULT_KIND_SUCCEEDED, worker_pb2.RESULT_KIND_FAILED):
         ack = await rig.report(forged, kind)

@@ -31,6 +31,9 @@ from tikk.v1 import worker_pb2
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000_000
+DAY_MS = 86_400_000
+# A server's clock a second after the test deliveries were fired, and a lifetime of a day.
+NOW = (T0 + 1_005, DAY_MS)
 
 
 def delivery(**changes: Any) -> Delivery:
@@ -63,7 +66,7 @@ CHANGES: dict[str, dict[str, Any]] = {
 
 def test_a_signed_delivery_verifies() -> None:
     keys = new_keys()
-    keys.verify(keys.signed(delivery()))
+    keys.verify(keys.signed(delivery()), *NOW)
 
 
 @pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
@@ -72,9 +75,31 @@ def test_a_token_does_not_match_a_changed_delivery(change: dict[str, Any]) -> No
     token = keys.sign(delivery())
     forged = dataclasses.replace(delivery(**change), token=token)
     with pytest.raises(TokenRefused) as refused:
-        keys.verify(forged)
+        keys.verify(forged, *NOW)
     assert refused.value.reason == "mismatch"
     assert token not in str(refused.value)
+
+
+def test_a_token_runs_out_its_lifetime_after_its_delivery_was_fired() -> None:
+    """Measured on the server's clock from the fired time, which the token covers: a token
+    is taken up to its lifetime, and refused for good after it."""
+    keys = new_keys()
+    signed = keys.signed(delivery())
+    fired = signed.fired_ms
+    keys.verify(signed, fired + DAY_MS, DAY_MS)
+    with pytest.raises(TokenRefused) as refused:
+        keys.verify(signed, fired + DAY_MS + 1, DAY_MS)
+    assert refused.value.reason == "token_expired"
+    assert not isinstance(refused.value, UnknownDeliveryKey)  # not retriable: dropped
+    assert "86,400 s" in str(refused.value) and signed.token not in str(refused.value)
+
+
+def test_only_a_matching_token_is_said_to_have_expired() -> None:
+    keys = new_keys()
+    forged = dataclasses.replace(delivery(payload=b"other"), token=keys.sign(delivery()))
+    with pytest.raises(TokenRefused) as refused:
+        keys.verify(forged, T0 + 10 * DAY_MS, DAY_MS)
+    assert refused.value.reason == "mismatch"
 
 
 def test_the_encoding_tells_field_boundaries_apart() -> None:
@@ -90,21 +115,21 @@ def test_the_encoding_tells_field_boundaries_apart() -> None:
 )
 def test_missing_or_malformed_tokens_are_refused(token: str, reason: str) -> None:
     with pytest.raises(TokenRefused) as refused:
-        new_keys().verify(dataclasses.replace(delivery(), token=token))
+        new_keys().verify(dataclasses.replace(delivery(), token=token), *NOW)
     assert refused.value.reason == reason
 
 
 def test_a_token_of_another_keyring_names_the_unknown_key() -> None:
     signed = new_keys().signed(delivery())
     with pytest.raises(UnknownDeliveryKey, match="does not hold"):
-        new_keys().verify(signed)
+        new_keys().verify(signed, *NOW)
 
 
 def test_a_token_of_the_same_key_id_but_another_secret_does_not_match() -> None:
     keys = new_keys()
     impostor = DeliveryKeys(keys.current, {keys.current: b"x" * 32})
     with pytest.raises(TokenRefused, match="does not match"):
-        keys.verify(impostor.signed(delivery()))
+        keys.verify(impostor.signed(delivery()), *NOW)
 
 
 def test_after_rotation_the_previous_key_verifies_and_the_new_one_signs() -> None:
@@ -112,11 +137,11 @@ def test_after_rotation_the_previous_key_verifies_and_the_new_one_signs() -> Non
     before = old.signed(delivery())
     rotated = old.rotated()
     assert rotated.current != old.current
-    rotated.verify(before)
+    rotated.verify(before, *NOW)
     after = rotated.signed(delivery())
     assert after.token.split(".")[1] == rotated.current
     with pytest.raises(UnknownDeliveryKey):
-        old.verify(after)  # a server not yet restarted: retriable, not a mismatch
+        old.verify(after, *NOW)  # a server not yet restarted: retriable, not a mismatch
 
 
 def test_a_retired_key_verifies_nothing_and_the_current_key_cannot_be_retired() -> None:
@@ -125,8 +150,8 @@ def test_a_retired_key_verifies_nothing_and_the_current_key_cannot_be_retired() 
     rotated = old.rotated()
     retired = rotated.retired(old.current)
     with pytest.raises(UnknownDeliveryKey):
-        retired.verify(before)
-    retired.verify(rotated.signed(delivery()))
+        retired.verify(before, *NOW)
+    retired.verify(rotated.signed(delivery()), *NOW)
     with pytest.raises(FailedPrecondition, match="current key"):
         retired.retired(retired.current)
     with pytest.raises(FailedPrecondition, match="no delivery key"):
@@ -139,7 +164,7 @@ def test_the_token_survives_the_wire() -> None:
     wire = delivery_codec.to_proto(signed).SerializeToString()
     back = delivery_codec.from_proto(worker_pb2.Delivery.FromString(wire), 16)
     assert back.token == signed.token
-    keys.verify(back)
+    keys.verify(back, *NOW)
 
 
 def test_the_keys_file_is_private_and_round_trips(tmp_path: Path) -> None:
