@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from server.api.status import code_of, numeric
+from server.api.status import code_of, detail_of, numeric
 from tikk.errors import ResourceExhausted, TikkError
 from tikk.v1 import tasks_pb2
 
@@ -48,5 +48,5 @@ def _refused(
     answer: tasks_pb2.ImportTasksResponse, exc: TikkError, prefix: str = ""
 ) -> tasks_pb2.ImportTasksResponse:
     answer.code = numeric(code_of(exc))
-    answer.message = prefix + str(exc)
+    answer.message = prefix + detail_of(exc)
     return answer

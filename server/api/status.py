@@ -31,6 +31,12 @@ from tikk.errors import (
     TikkError,
     Unauthenticated,
 )
+from tikk.text_rules import shown
+
+# A status's message travels as metadata, which clients refuse beyond a few KiB (the error
+# would reach the caller as a client-side RESOURCE_EXHAUSTED instead): whatever an error
+# quotes, what a caller is told is bounded here, with hidden characters escaped.
+_DETAIL_MOST = 1_000
 
 _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
@@ -57,6 +63,11 @@ def code_of(exc: TikkError) -> grpc.StatusCode:
         if isinstance(exc, kind):
             return code
     return grpc.StatusCode.INTERNAL
+
+
+def detail_of(exc: TikkError) -> str:
+    """What the caller is told of ``exc``: its message, escaped and bounded."""
+    return shown(str(exc), _DETAIL_MOST)
 
 
 def numeric(code: grpc.StatusCode) -> int:

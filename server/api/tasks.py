@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from server.api import validation
 from server.api.imports import import_batch
 from server.api.messages import task_to_proto
-from server.api.status import Ctx, bounded, code_of, idle_bounded, numeric
+from server.api.status import Ctx, bounded, code_of, detail_of, idle_bounded, numeric
 from server.api.streams import answer_in_order
 from server.ops.tasks import Created, TaskOps
 from tikk.clock import Clock
@@ -171,7 +171,7 @@ def _record_outcomes(
 def _item(out: tasks_pb2.CreateTasksResponse, index: int, exc: TikkError, task_id: str) -> None:
     out.results.append(
         tasks_pb2.CreateTasksItemResult(
-            index=index, code=numeric(code_of(exc)), message=str(exc), task_id=task_id
+            index=index, code=numeric(code_of(exc)), message=detail_of(exc), task_id=task_id
         )
     )
     out.rejected += 1

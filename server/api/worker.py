@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 from server.api import validation
 from server.api.result_fields import check_result_text
-from server.api.status import Ctx, bounded, code_of, numeric
+from server.api.status import Ctx, bounded, code_of, detail_of, numeric
 from server.api.streams import answer_in_order
 from server.ops.refusals import ResultRefused, StartTooLate
 from server.ops.results import ResultRecorder
@@ -151,4 +151,4 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
 
 
 def _ack(run_id: str, exc: TikkError) -> worker_pb2.ResultAck:
-    return worker_pb2.ResultAck(run_id=run_id, code=numeric(code_of(exc)), message=str(exc))
+    return worker_pb2.ResultAck(run_id=run_id, code=numeric(code_of(exc)), message=detail_of(exc))

@@ -23,7 +23,7 @@ from typing import Any
 
 import grpc
 
-from server.api.status import Ctx, code_of
+from server.api.status import Ctx, code_of, detail_of
 from server.auth.authenticator import (
     Admission,
     CredentialView,
@@ -126,11 +126,11 @@ class _Guard:
         the call's own task once the servicer let go: an abort from a task of the servicer's
         that reads the stream can collide with an answer being sent and be lost."""
         if self._refusal is not None:
-            await context.abort(code_of(self._refusal), str(self._refusal))
+            await context.abort(code_of(self._refusal), detail_of(self._refusal))
 
     async def _refuse(self, context: Ctx, exc: TikkError, credential: Credential | None) -> None:
         self._log(exc, credential)
-        await context.abort(code_of(exc), str(exc))
+        await context.abort(code_of(exc), detail_of(exc))
 
     def _log(self, exc: TikkError, credential: Credential | None) -> None:
         """One line at WARNING (the default level shows it) and a count, by status."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from server.api.status import Ctx, code_of
+from server.api.status import Ctx, code_of, detail_of
 from server.interceptors.handlers import (
     Behaviour,
     CallKind,
@@ -38,7 +38,7 @@ def _mapped(inner: Behaviour, kind: CallKind) -> Behaviour:
                 async for answer in answers(inner(request, context)):
                     yield answer
             except TikkError as exc:
-                await context.abort(code_of(exc), str(exc))
+                await context.abort(code_of(exc), detail_of(exc))
 
         return stream
 
@@ -46,6 +46,6 @@ def _mapped(inner: Behaviour, kind: CallKind) -> Behaviour:
         try:
             return await inner(request, context)
         except TikkError as exc:
-            await context.abort(code_of(exc), str(exc))
+            await context.abort(code_of(exc), detail_of(exc))
 
     return call

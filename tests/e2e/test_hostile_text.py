@@ -24,6 +24,7 @@ import pytest
 from tests.e2e.conftest import ROOT, Stack
 from tests.waiting import eventually_async
 from tikk.v1 import (
+    history_pb2,
     schedules_pb2,
     schedules_pb2_grpc,
     tasks_pb2,
@@ -202,6 +203,20 @@ def test_an_error_echoes_at_most_a_little_of_a_huge_input(
     details = err.details() or ""
     assert err.code() is INVALID, (err.code(), details[:300])
     assert details.startswith(field) and len(details) < 400, details[:500]
+
+
+def test_any_status_message_is_bounded_whatever_built_it(hostile: Hostile, ns: str) -> None:
+    """A lookup quotes what it did not find, and no rule caps a run id it is asked for: the
+    status itself is bounded and escaped, so the caller still reads NOT_FOUND."""
+    wanted = "r\x1b" + "r" * 65_536
+    err = refusal(
+        lambda: hostile.stack.history.GetRun(
+            history_pb2.GetRunRequest(namespace=ns, run_id=wanted), timeout=10
+        )
+    )
+    details = err.details() or ""
+    assert err.code() is grpc.StatusCode.NOT_FOUND, (err.code(), details[:300])
+    assert len(details) < 1_100 and "\\x1b" in details and "\x1b" not in details
 
 
 def test_an_interval_of_one_nanosecond_is_refused_naming_the_interval(
