@@ -90,7 +90,7 @@ def make_dev_pki(
     now = datetime.datetime.now(datetime.UTC)
     if _reusable(pki, hosts, client_name, now):
         return pki
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)  # it holds the CA's key
     _write_pki(pki, hosts, client_name, now, datetime.timedelta(days=days))
     return pki
 

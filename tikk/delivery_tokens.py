@@ -245,7 +245,7 @@ def save_keys(path: str | Path, keys: DeliveryKeys, *, replace: bool) -> bool:
     new one. ``replace=False`` writes only if no file exists (returns False if one did), so
     processes racing to create the default file agree on the first one written."""
     p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    p.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # as the data dir it sits in
     doc = {
         "format": FORMAT,
         "current": keys.current,

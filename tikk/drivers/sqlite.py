@@ -52,7 +52,7 @@ class SqliteRunner:
     def _open(self) -> None:
         path = self._path
         if path != ":memory:":
-            _create_private(Path(path))
+            create_private(Path(path))
         conn = sqlite3.connect(path, isolation_level=None, timeout=30.0)
         for pragma in PRAGMAS:
             conn.execute(pragma)
@@ -91,7 +91,7 @@ class SqliteRunner:
             self._conn = None
 
 
-def _create_private(path: Path) -> None:
+def create_private(path: Path) -> None:
     """Create ``path``'s folder (0700) and the file itself (0600), each only if missing: they
     hold tenant data (payloads, delivery tokens, credential hashes). SQLite creates a
     database's -wal and -shm files with the database file's mode, so they follow. An existing

@@ -9,9 +9,11 @@ import sqlite3
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from tikk.clock import Clock, SystemClock
+from tikk.drivers.sqlite import create_private
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import LocalQueueSql
 from worker_sdk.queues.consumer import Message, decode_delivery
@@ -69,13 +71,17 @@ class LocalQueueConsumer:
         if self._conn is not None:
             return
         try:
+            # A worker may be the first to open the queue: the file is created private, as
+            # the server would create it (it holds every task's payload).
+            if self._path != ":memory:":
+                create_private(Path(self._path))
             conn = sqlite3.connect(self._path, isolation_level=None, timeout=30.0)
             conn.execute("PRAGMA busy_timeout=30000")
             # Without a sync per transaction: a power loss may undo the last leases and
             # commits, and each such message is delivered again, which at-least-once allows.
             # (The WAL keeps a process crash from losing anything.)
             conn.execute("PRAGMA synchronous=NORMAL")
-        except sqlite3.OperationalError as exc:
+        except (sqlite3.OperationalError, OSError) as exc:
             raise BackendUnavailable(f"local queue: {exc}") from exc
         self._conn = conn
 
