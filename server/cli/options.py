@@ -231,12 +231,12 @@ def transport_options(p: argparse.ArgumentParser) -> None:
 def transport(args: argparse.Namespace) -> Transport:
     """The client transport of ``transport_options``; ``TransportError`` for a half-given
     certificate, or a token file (or ``$TIKK_TOKEN``) that cannot be read or sent."""
-    from tikk.client.transport import Transport
+    from tikk.client.transport import Transport, sendable_token
 
     if args.token_file:
         token = read_token_file(args.token_file)
     else:
-        token = _sendable_token(os.environ.get("TIKK_TOKEN", ""), "$TIKK_TOKEN")
+        token = sendable_token(os.environ.get("TIKK_TOKEN", "").strip(), "$TIKK_TOKEN")
     return Transport(
         tls=args.tls,
         ca_file=args.tls_ca or "",
@@ -252,38 +252,15 @@ def read_token_file(path: str) -> str:
     newline an editor adds, a byte-order mark). ``TransportError`` naming the file when it
     cannot be read or its text cannot be a token; refused here, before any call, since gRPC
     would refuse the header only when the call is made (INTERNAL: Invalid metadata)."""
-    from tikk.client.transport import TransportError
+    from tikk.client.transport import TransportError, sendable_token
 
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise TransportError(f"cannot read --token-file {path}: {exc.strerror}") from None
     # Bytes that are not UTF-8 become U+FFFD, which the check refuses as not ASCII.
-    return _sendable_token(raw.decode("utf-8-sig", errors="replace"), f"--token-file {path}")
-
-
-def _sendable_token(text: str, source: str) -> str:
-    """``text`` stripped, if it can travel in an ``authorization`` header: one line of
-    printable ASCII without spaces (as every tikk token is). Else ``TransportError`` saying
-    what is wrong and where, never showing the token."""
-    from tikk.client.transport import TransportError
-
-    token = text.strip()
-    lines = len(token.splitlines())
-    if lines > 1:
-        raise TransportError(
-            f"{source} holds {lines} lines of text; a token is one line (the file holds the "
-            "token alone)"
-        )
-    for position, char in enumerate(token, start=1):
-        if not "!" <= char <= "~":
-            what = "a space" if char.isspace() else "a control character"
-            what = what if char.isascii() else "not ASCII"
-            raise TransportError(
-                f"{source}: character {position} of the token is {what}; a token is printable "
-                "ASCII only"
-            )
-    return token
+    text = raw.decode("utf-8-sig", errors="replace").strip()
+    return sendable_token(text, f"--token-file {path}")
 
 
 def paging(p: argparse.ArgumentParser) -> None:

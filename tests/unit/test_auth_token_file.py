@@ -10,7 +10,7 @@ import pytest
 
 from server.cli import main
 from server.cli.options import EXIT_USAGE, read_token_file
-from tikk.client.transport import TransportError
+from tikk.client.transport import Transport, TransportError
 
 TOKEN = "tikk_" + "0" * 32 + "_s3cr3t-Secret_part"
 
@@ -79,3 +79,12 @@ def test_a_two_line_tikk_token_is_refused_naming_the_variable(
     err = capsys.readouterr().err
     assert code == EXIT_USAGE, err
     assert "$TIKK_TOKEN holds 2 lines of text" in err
+
+
+@pytest.mark.parametrize("token", ["tikk_a_b\ntikk_c_d", "tikk_a_b ", "tikk_a_\x00b"])
+def test_a_transport_refuses_a_token_no_header_can_carry(token: str) -> None:
+    """A program building its own ``Transport`` learns it at once, not as INTERNAL at its
+    first call."""
+    with pytest.raises(TransportError, match="the transport's token") as caught:
+        Transport(token=token)
+    assert "tikk_" not in str(caught.value)

@@ -104,6 +104,10 @@ class Transport:
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
             raise TransportError("a client certificate and its key go together")
+        if self.token:
+            # Refused now, naming the problem: gRPC would refuse the header only at the
+            # first call, as INTERNAL "Invalid metadata".
+            sendable_token(self.token, "the transport's token")
 
     @property
     def secure(self) -> bool:
@@ -267,3 +271,24 @@ def _aio_token_interceptors(token: str) -> tuple[Any, ...]:
         _AioStreamUnaryToken(token),
         _AioStreamStreamToken(token),
     )
+
+
+def sendable_token(token: str, source: str) -> str:
+    """``token``, if it can travel in an ``authorization`` header: one line of printable
+    ASCII without spaces (as every tikk token is). Else ``TransportError`` saying what is
+    wrong and where (``source``), never showing the token."""
+    lines = len(token.splitlines())
+    if lines > 1:
+        raise TransportError(
+            f"{source} holds {lines} lines of text; a token is one line (the file holds the "
+            "token alone)"
+        )
+    for position, char in enumerate(token, start=1):
+        if not "!" <= char <= "~":
+            what = "a space" if char.isspace() else "a control character"
+            what = what if char.isascii() else "not ASCII"
+            raise TransportError(
+                f"{source}: character {position} of the token is {what}; a token is printable "
+                "ASCII only"
+            )
+    return token
