@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from server.cli import main
@@ -57,3 +59,16 @@ def test_the_worker_command_refuses_bad_timing_before_it_starts(
 def test_a_worker_refuses_queue_names_no_task_can_have(name: str) -> None:
     with pytest.raises(ValueError, match="queue"):
         Worker(queues=[name])
+
+
+@pytest.mark.parametrize(
+    ("worker_id", "said"),
+    [("w\x1b]0;pwned\x07", "U+001B"), ("w\u202e1", "U+202E"), ("w" * 129, "at most 128")],
+)
+def test_a_worker_id_the_server_would_refuse_is_refused_when_the_worker_is_built(
+    worker_id: str, said: str
+) -> None:
+    """Every result of such a worker would be refused, and reported again for ever."""
+    with pytest.raises(ValueError, match=re.escape(said)):
+        Worker(queues=["q"], worker_id=worker_id)
+    assert Worker(queues=["q"], worker_id="host-7.pid:12/é").worker_id == "host-7.pid:12/é"
