@@ -167,7 +167,7 @@ class Client:
         status: str | int | None = None,
         page_size: int = 100,
     ) -> Listing[history_pb2.Run]:
-        """Runs of ``queue`` that finished in [start, end) (by default the last hour), newest
+        """Runs of ``queue`` the server recorded in [start, end) (by default the last hour), newest
         first; ``status`` (e.g. ``"failed"``) filters."""
         return self._paged(self._calls.list_runs(queue, start, end, status, page_size))
 
