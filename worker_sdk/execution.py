@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
+from tikk.errors import InvalidArgument
+from tikk.text_rules import check_name
 from tikk.v1 import worker_pb2
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
 from worker_sdk.queues.consumer import Message
@@ -33,6 +35,8 @@ Handler = (
 _ERROR_TYPE_LIMIT = 256
 _ERROR_MESSAGE_LIMIT = 4096
 _OUTPUT_LIMIT = 64 * 1024
+# A worker id: the server's Limits.max_worker_id_length.
+_WORKER_ID_MOST = 128
 # Characters kept free for the mark of a cut text, however long the text was.
 _MARK_ROOM = 48
 
@@ -108,3 +112,15 @@ def _cut(text: str, most: int) -> str:
 
 def _dt(ts: Any) -> datetime:
     return datetime.fromtimestamp(ts.ToMilliseconds() / 1000, tz=UTC)
+
+
+def checked_worker_id(worker_id: str) -> str:
+    """The server refuses every result of a worker whose id is not a short name, and the
+    worker would report them again for ever: so such an id is refused here, at once."""
+    most = _WORKER_ID_MOST
+    if len(worker_id) > most:
+        raise ValueError(f"worker_id is {len(worker_id):,} characters; at most {most} are allowed")
+    try:
+        return check_name(worker_id, "worker_id")
+    except InvalidArgument as exc:
+        raise ValueError(str(exc)) from None

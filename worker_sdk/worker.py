@@ -39,13 +39,17 @@ import grpc
 
 from tikk.client.transport import Transport
 from tikk.clock import Clock, SystemClock
-from tikk.errors import BackendUnavailable, InvalidArgument
+from tikk.errors import BackendUnavailable
 from tikk.queue_contract import is_new_queue_name
-from tikk.settings import Limits
-from tikk.text_rules import check_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.commits import CommitBatcher
-from worker_sdk.execution import Handler, call_handler, set_failure, task_context
+from worker_sdk.execution import (
+    Handler,
+    call_handler,
+    checked_worker_id,
+    set_failure,
+    task_context,
+)
 from worker_sdk.inflight import Held, InFlight
 from worker_sdk.intake import Intake
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
@@ -126,7 +130,7 @@ class Worker:
             raise ValueError("concurrency must be at least 1")
         self.queues = list(queues)
         self.concurrency = concurrency
-        self.worker_id = _checked_worker_id(worker_id or f"{socket.gethostname()}-{os.getpid()}")
+        self.worker_id = checked_worker_id(worker_id or f"{socket.gethostname()}-{os.getpid()}")
         self._poll_interval_s = poll_interval_s
         self._max_deliveries = max_deliveries
         self._shutdown_timeout_s = shutdown_timeout_s
@@ -435,15 +439,3 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
 
 def _given(value: float | None, current: float) -> float:
     return current if value is None else value
-
-
-def _checked_worker_id(worker_id: str) -> str:
-    """The server refuses every result of a worker whose id is not a short name, and the
-    worker would report them again for ever: so such an id is refused here, at once."""
-    most = Limits().max_worker_id_length
-    if len(worker_id) > most:
-        raise ValueError(f"worker_id is {len(worker_id):,} characters; at most {most} are allowed")
-    try:
-        return check_name(worker_id, "worker_id")
-    except InvalidArgument as exc:
-        raise ValueError(str(exc)) from None
