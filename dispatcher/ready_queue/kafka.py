@@ -43,7 +43,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tikk import delivery_codec
-from tikk.drivers.kafka import REQUEST_TIMEOUT_S, TopicRefusal, check_login, create_topics
+from tikk.drivers.kafka import (
+    REQUEST_TIMEOUT_S,
+    TopicRefusal,
+    check_login,
+    create_topics,
+    sockets_released,
+)
 from tikk.errors import BackendUnavailable
 from tikk.model import Delivery
 from tikk.queue_contract import KafkaQueueUrl, trace_headers
@@ -180,6 +186,7 @@ class KafkaReadyQueue:
                 await _stop(client)
             except (KafkaError, OSError) as exc:
                 failure = failure or exc
+        await sockets_released()  # the loop may end once this returns
         if failure is not None:
             raise BackendUnavailable(f"kafka: close failed: {failure!r}") from failure
 

@@ -12,6 +12,9 @@ broker that hangs up on it) from a broker that does not answer (``BackendUnavail
 side may have created one first, and that counts as created; a topic the broker refuses comes
 back as a ``TopicRefusal``, which each side turns into its own error.
 
+``sockets_released`` ends every ``close()`` of ours: it waits until the connections aiokafka's
+clients closed have released their sockets, which aiokafka does not always wait for itself.
+
 Needs the ``kafka`` extra (aiokafka); the worker SDK may import this module (its only import
 of ``tikk`` beyond the stubs, the errors, the clock and the queue contract).
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +39,7 @@ from tikk.errors import (
 from tikk.queue_contract import KafkaQueueUrl
 
 try:
+    import aiokafka.client
     from aiokafka.admin import NewTopic
     from aiokafka.conn import AIOKafkaConnection
     from aiokafka.errors import (
@@ -73,6 +78,69 @@ async def _closed(conn: Any) -> None:
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(_CLOSE_TIMEOUT_S):
             await conn.close()
+
+
+# The connections of aiokafka's clients whose sockets may still be open: the future each one
+# resolves once its socket is released (the one its ``close()`` returns) -> the connection,
+# weakly; an entry goes when its future resolves. aiokafka closes some connections without
+# waiting for that: the one a client bootstraps from (a local of ``AIOKafkaClient.bootstrap``,
+# out of reach of anything our code holds), one dropped after a request timed out or its broker
+# hung up, one whose login failed. Over TLS a close is an exchange with the broker that needs
+# the event loop, and a loop that ends first leaves the socket open; a broker far away makes
+# that likely.
+_UNRELEASED: dict[asyncio.Future[None], weakref.ref[Any]] = {}
+
+
+async def _create_conn(*args: Any, **kwargs: Any) -> Any:
+    """What ``aiokafka.conn.create_conn`` does, noting the connection until its socket is
+    released. Every client connects through ``aiokafka.client.create_conn``, and aiokafka has
+    no other hook that sees a bootstrap connection, so it is replaced there (below); connections
+    are made as before."""
+    conn = AIOKafkaConnection(*args, **kwargs)
+    try:
+        await conn.connect()
+    finally:
+        _note(conn)  # a refused login has a socket to release too
+    return conn
+
+
+def _note(conn: Any) -> None:
+    # aiokafka sets ``_protocol`` once the socket is open and never unsets it; a connection
+    # without one has no socket, and its close future would never resolve. (Looked up with a
+    # default: an aiokafka that renamed them loses the wait, not its connections.)
+    closed = getattr(conn, "_closed_fut", None)
+    if getattr(conn, "_protocol", None) is None or closed is None or closed.done():
+        return
+    for stale in [f for f in list(_UNRELEASED) if f.done() or f.get_loop().is_closed()]:
+        _UNRELEASED.pop(stale, None)  # a loop that ended never resolves its futures
+    _UNRELEASED[closed] = weakref.ref(conn)
+    closed.add_done_callback(lambda done: _UNRELEASED.pop(done, None))
+
+
+# Process-wide, for every aiokafka client (the last resort: see ``_create_conn``); all it adds
+# is the note.
+aiokafka.client.create_conn = _create_conn
+
+
+async def sockets_released() -> None:
+    """Wait until every connection of aiokafka's clients in this event loop that is closing (or
+    that its client let go of) has released its socket, ``_CLOSE_TIMEOUT_S`` at most. Our
+    ``close()`` methods end with it, so their caller's loop may end right after."""
+    loop = asyncio.get_running_loop()
+    closing = [
+        future
+        for future, conn in list(_UNRELEASED.items())
+        if future.get_loop() is loop and not _in_use(conn())
+    ]
+    if closing:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_CLOSE_TIMEOUT_S):
+                await asyncio.wait(closing)
+
+
+def _in_use(conn: Any) -> bool:
+    """Whether ``conn`` is open and some client still holds it (not ours to wait for)."""
+    return conn is not None and bool(conn.connected())
 
 
 async def _log_in(host: str, port: int, options: dict[str, Any]) -> None:

@@ -47,7 +47,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
-from tikk.drivers.kafka import REQUEST_TIMEOUT_S, check_login, create_topics
+from tikk.drivers.kafka import REQUEST_TIMEOUT_S, check_login, create_topics, sockets_released
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import KafkaQueueUrl
 from worker_sdk.queues.consumer import GroupTiming, Message
@@ -150,6 +150,7 @@ class KafkaQueueConsumer:
                 await close()
             except (KafkaError, OSError) as exc:
                 errors.append(exc)
+        await sockets_released()  # the loop may end once this returns
         if errors:
             raise BackendUnavailable(f"kafka: close failed: {errors[0]!r}") from errors[0]
 
