@@ -10,9 +10,10 @@ one run:
    queue and due → handler start, the dispatchers' store reads per second and CPU.
 
 Each tikk process (server, dispatchers, workers) is sampled for CPU time and memory at every
-phase boundary (``devtools.proc_stats``). The run is returned as a JSON-ready mapping, which
-``devtools.bench_report`` turns into tables, plots and the README section. A measurement, not
-a test: nothing here asserts.
+phase boundary (``devtools.proc_stats``), and for memory twice a second in between: the peak
+of a process tree is the largest of all those samples. The run is returned as a JSON-ready
+mapping, which ``devtools.bench_report`` turns into tables, plots and the README section. A
+measurement, not a test: nothing here asserts.
 """
 
 from __future__ import annotations
@@ -92,7 +93,8 @@ def run_one(cfg: BenchConfig) -> dict[str, Any]:
             pki = make_dev_pki(work / "pki") if cfg.tls else None
             transport = Transport(ca_file=str(pki.ca_cert)) if pki else Transport()
             run = _Run(fleet, _start(cfg, fleet, keyspace, pki), work, keyspace, transport)
-            figures, window = _measure(cfg, run)
+            with fleet.watching():
+                figures, window = _measure(cfg, run)
         finally:
             fleet.stop()
             if cfg.backend == "stack" and not cfg.keep_keyspace:
@@ -289,10 +291,14 @@ def _process_figures(
     for m in fleet.members:
         taken = {phase: samples[phase].get(m.name) for phase in PHASES}
         cpu = {p: round(s.cpu_s, 3) for p, s in taken.items() if s is not None}
+        peak = fleet.peaks.bytes_of(m.name)
         out.append({
             "name": m.name, "role": m.role, "pid": m.proc.pid, "cpu_s": cpu,
             "rss_mb": {p: _mb(s.rss_bytes) for p, s in taken.items() if s is not None},
+            # The kernel's high-water mark (VmHWM) of the largest member: one process's, so
+            # below the tree's resident set once the process forks. peak_mb is the tree's.
             "hwm_mb": max((_mb(s.hwm_bytes) for s in taken.values() if s), default=None),
+            "peak_mb": None if peak is None else _mb(peak),
             "tree_size": max((s.processes for s in taken.values() if s), default=0),
             "cpu_s_per_1000": _cpu_per_1000(cfg, cpu),
         })  # fmt: skip

@@ -1,18 +1,25 @@
 """The tikk processes of one benchmark run: started as real ``tikk`` commands, each with its
-role and log file, sampled for CPU and memory at the phase boundaries, stopped at the end."""
+role and log file, sampled for CPU and memory at the phase boundaries (and for memory in
+between, so a peak within a phase is seen), stopped at the end."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from devtools.proc_stats import ProcSample, sample
 
 ROOT = Path(__file__).resolve().parents[1]
+# How often memory is sampled within a phase: a tree's summed resident set has no
+# high-water mark of its own, so a peak between two samples is missed.
+PEAK_INTERVAL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,28 @@ class TikkProcess:
     log: Path
 
 
+class Peaks:
+    """The largest resident set each process tree was seen to hold, by name, over every
+    sample noted. A sample's own figure is the larger of the tree's summed resident set and
+    the kernel's high-water mark of any one member (a peak of that member between samples),
+    so a peak is never below a sample. Noted from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bytes: dict[str, int] = {}
+
+    def note(self, taken: Mapping[str, ProcSample | None]) -> None:
+        with self._lock:
+            for name, s in taken.items():
+                if s is not None:
+                    self._bytes[name] = max(self._bytes.get(name, 0), s.rss_bytes, s.hwm_bytes)
+
+    def bytes_of(self, name: str) -> int | None:
+        """The peak of ``name`` in bytes; None if no sample of it was noted."""
+        with self._lock:
+            return self._bytes.get(name)
+
+
 class Fleet:
     """Starts processes, remembers them, and stops them all (newest first)."""
 
@@ -32,6 +61,7 @@ class Fleet:
         self._work = work
         self._env = env
         self.members: list[TikkProcess] = []
+        self.peaks = Peaks()
 
     @property
     def work(self) -> Path:
@@ -60,8 +90,28 @@ class Fleet:
             raise RuntimeError(f"tikk {args[0]} failed: {done.stdout!r} {done.stderr!r}")
 
     def sample(self) -> dict[str, ProcSample | None]:
-        """CPU and memory of every process (and its children) now, by name."""
-        return {m.name: sample(m.proc.pid) for m in self.members}
+        """CPU and memory of every process (and its children) now, by name; noted in
+        ``peaks``."""
+        taken = {m.name: sample(m.proc.pid) for m in self.members}
+        self.peaks.note(taken)
+        return taken
+
+    @contextmanager
+    def watching(self, interval_s: float = PEAK_INTERVAL_S) -> Iterator[None]:
+        """Sample every process every ``interval_s`` while the block runs, for ``peaks``."""
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.wait(interval_s):
+                self.sample()
+
+        thread = threading.Thread(target=watch, name="bench-peaks", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
 
     def check_alive(self) -> None:
         """Raise ``RuntimeError`` naming the first process that exited, with its log's tail."""

@@ -3,7 +3,9 @@
 A tikk process may fork helpers (a server started with several processes, say): its figures
 are those of its whole tree. CPU is ``utime + stime`` of every live process in the tree plus
 what its reaped children used (``cutime + cstime`` of the root); memory is the sum of the
-tree's resident sets (``VmRSS``) and the largest peak (``VmHWM``) of any one of them.
+tree's resident sets (``VmRSS``) and the largest peak (``VmHWM``) of any one of them. The
+kernel keeps no peak of a tree's sum: it is only known from samples
+(``devtools.bench_procs.Peaks``).
 """
 
 from __future__ import annotations

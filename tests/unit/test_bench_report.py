@@ -1,13 +1,18 @@
 """The pure parts of ``python -m devtools bench``: percentiles, the report's tables, the README
-section, and the parsing of what processes report (``/proc`` lines, the dispatcher's read
-totals)."""
+section, the parsing of what processes report (``/proc`` lines, the dispatcher's read
+totals), and how the peaks of the processes' memory are kept."""
 
 from __future__ import annotations
 
-from typing import Any
+import subprocess
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
+from devtools import bench_procs
 from devtools.bench_report import (
     README_END,
     README_START,
@@ -22,7 +27,7 @@ from devtools.bench_report import (
     target_rows,
 )
 from devtools.dispatch_reads import ReadTotals, rate_between, totals
-from devtools.proc_stats import parse_stat, parse_status_kib
+from devtools.proc_stats import ProcSample, parse_stat, parse_status_kib
 
 
 def test_percentile_is_nearest_rank() -> None:
@@ -163,3 +168,116 @@ def test_read_rate_spans_the_logged_totals_around_the_window() -> None:
         20.0, 10.0, 11_000, 21_000,
     )  # fmt: skip
     assert rate_between(points[:1], 0, 1) is None
+
+
+def _body_rows(markdown: str, heading: str) -> list[list[str]]:
+    """The cells of the rows of the first table under ``### heading`` (header and rule left
+    out)."""
+    section = markdown.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    lines = section.strip().split("\n\n", 1)[0].splitlines()
+    assert lines[1].startswith("| ---"), lines[:2]
+    return [[cell.strip() for cell in line.strip("|").split(" | ")] for line in lines[2:]]
+
+
+def _report(*runs: dict[str, Any]) -> str:
+    return render_markdown({"started_utc": "T", "host": {"cpus": 2}, "runs": list(runs)})
+
+
+def test_the_ingest_table_has_a_row_per_run() -> None:
+    few = _run("stack", 10_000, p99=1, reads=1, cpu=1, rss=1, tikk=5_252.0, ratio=0.46)
+    many = _run("stack", 10_000_000, p99=1, reads=1, cpu=1, rss=1, tikk=5_224.0, ratio=0.59)
+    rows = _body_rows(_report(few, many), "Ingest through ImportTasks against the bare driver")
+    assert [row[:3] for row in rows] == [["stack", "10,000", "5,252"],
+                                         ["stack", "10,000,000", "5,224"]]  # fmt: skip
+    assert [row[5] for row in rows] == ["0.46", "0.59"]
+
+
+def _server(rss: dict[str, float], hwm: float, peak: float | None = None) -> dict[str, Any]:
+    """A server process's figures; without ``peak`` as results were written before its tree
+    was sampled between phases (a forked tree's summed resident set above any one member's
+    high-water mark)."""
+    per = {"load": 0.1, "lifecycle": 0.5, "fire": 0.4}
+    figures = {"name": "server", "role": "server", "rss_mb": rss, "hwm_mb": hwm,
+               "cpu_s_per_1000": per}  # fmt: skip
+    return figures if peak is None else {**figures, "peak_mb": peak}
+
+
+def test_the_peak_is_never_below_a_resident_set_sampled() -> None:
+    run = _run("stack", 10_000, p99=1, reads=1, cpu=1, rss=88.9)
+    run["processes"] = [
+        _server({"start": 90.0, "loaded": 274.2, "done": 343.8}, hwm=178.9),
+        _server({"loaded": 274.2, "done": 298.3}, hwm=211.7, peak=402.5),
+        *run["processes"],
+    ]
+    rows = _body_rows(_report(run), "Processes: memory and CPU per 1,000 tasks")
+    # Columns 4..6: RSS after load, RSS at end, peak (MB).
+    shown = [tuple(float(cell) for cell in row[4:7]) for row in rows]
+    for loaded, end, peak in shown:
+        assert peak >= max(loaded, end)
+    assert [peak for _, _, peak in shown] == [343.8, 402.5, 88.9]
+
+
+def test_many_stored_against_few_judges_each_figure_by_its_direction() -> None:
+    few = _run("stack", 10_000, p99=6_473, reads=339.5, cpu=54.4, rss=88.9, tikk=5_000.0)
+    better = _run("stack", 10_000_000, p99=5_053, reads=257.9, cpu=41.2, rss=90.3, tikk=6_000.0)
+    worse = _run("stack", 10_000_000, p99=7_767, reads=407.4, cpu=65.3, rss=90.3, tikk=4_000.0)
+    shown = {}
+    for name, many in (("better", better), ("worse", worse)):
+        rows = _body_rows(_report(few, many), "Many stored against few")
+        shown[name] = {row[4]: (row[5], row[-2], row[-1]) for row in rows}
+    # Less lateness, fewer reads, less CPU or more ingest with many stored is within target.
+    assert {figure: v[-1] for figure, v in shown["better"].items()} == {
+        "tikk ingest/s": "yes", "start lateness p99 ms": "yes", "store reads/s": "yes",
+        "dispatcher CPU %": "yes", "dispatcher RSS MB": "yes",
+    }  # fmt: skip
+    assert shown["better"] == {
+        "tikk ingest/s": ("≥ -10%", "+20%", "yes"),
+        "start lateness p99 ms": ("≤ +10%", "-22%", "yes"),
+        "store reads/s": ("≤ +10%", "-24%", "yes"),
+        "dispatcher CPU %": ("≤ +10%", "-24%", "yes"),
+        "dispatcher RSS MB": ("≤ +50 MB", "+1.4 MB", "yes"),
+    }
+    assert {figure: v[1:] for figure, v in shown["worse"].items()} == {
+        "tikk ingest/s": ("-20%", "**no**"),
+        "start lateness p99 ms": ("+20%", "**no**"),
+        "store reads/s": ("+20%", "**no**"),
+        "dispatcher CPU %": ("+20%", "**no**"),
+        "dispatcher RSS MB": ("+1.4 MB", "yes"),
+    }
+
+
+def _mib(rss: int, hwm: int) -> ProcSample:
+    return ProcSample(cpu_s=1.0, rss_bytes=rss * 2**20, hwm_bytes=hwm * 2**20, processes=3)
+
+
+def test_a_peak_is_the_largest_of_every_sample_and_member_high_water_mark() -> None:
+    peaks = bench_procs.Peaks()
+    peaks.note({"server": _mib(100, 90), "worker": None})
+    peaks.note({"server": _mib(300, 150)})  # three processes: their sum above any one's mark
+    peaks.note({"server": _mib(200, 320), "worker": _mib(40, 45)})  # a member's spike, missed
+    assert peaks.bytes_of("server") == 320 * 2**20
+    assert peaks.bytes_of("worker") == 45 * 2**20
+    assert peaks.bytes_of("dispatcher") is None
+
+
+def test_the_fleet_samples_memory_between_the_phases(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    spiked = threading.Event()
+    readings = iter([_mib(100, 100), _mib(900, 100)])
+
+    def sample(pid: int) -> ProcSample:
+        reading = next(readings, _mib(100, 100))
+        if reading.rss_bytes > 100 * 2**20:
+            spiked.set()
+        return reading
+
+    monkeypatch.setattr(bench_procs, "sample", sample)
+    fleet = bench_procs.Fleet(tmp_path, {})
+    proc = cast("subprocess.Popen[bytes]", SimpleNamespace(pid=0))  # sampled by the fake only
+    fleet.members.append(bench_procs.TikkProcess("server", "server", proc, tmp_path / "log"))
+    fleet.sample()  # a phase boundary: before the spike
+    with fleet.watching(interval_s=0.01):
+        assert spiked.wait(10)
+    fleet.sample()  # the next boundary: after it
+    assert fleet.peaks.bytes_of("server") == 900 * 2**20
