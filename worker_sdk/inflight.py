@@ -1,17 +1,53 @@
-"""The runs a Worker has in flight: one slot each, and the message each one holds.
+"""The runs a Worker has in flight: the handler slot each one holds while its handler runs,
+the place it keeps in the result backlog while its result waits for the server, and the message
+it holds all along.
 
-A run keeps its slot until its result is acknowledged (then its message waits for the next
-commit batch, see ``worker_sdk.commits``). While it runs, its message's lease is renewed
-through the consumer the message came from, even after the Worker moved on to a fresh one.
+A run's handler slot frees when its handler returns, not when the server acknowledges its
+result: a server that is away for a few seconds then delays acknowledgements, not starts.
+The message is still committed only after the acknowledgement (``worker_sdk.commits``), so
+the run keeps holding it, and its lease is renewed, until then. What bounds those waiting
+results is the backlog: every message held (running, or with a result not yet acknowledged)
+counts against it, so the results waiting can never exceed it, and once it is full the Worker
+fetches nothing more until acknowledgements come back (back-pressure). Why a bound at all:
+each held message is uncommitted (a crash delivers it again, and on Kafka the partition's
+offset cannot pass it), its lease is renewed, and its result is kept in memory to be sent again.
+
+While a message is held, its lease is renewed through the consumer the message came from, even
+after the Worker moved on to a fresh one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass
 
 from worker_sdk.queues.consumer import Message, QueueConsumer
+
+log = logging.getLogger("tikk.worker")
+
+# The default backlog, in multiples of the concurrency: one, so by default a worker holds no
+# more than it runs, as before the backlog existed. A larger one (``result_backlog``) keeps a
+# worker starting runs through a server restart of a few seconds, but what it holds is run
+# again when its partitions move (a step aside, a rebalance), and on Kafka so is every finished
+# message behind it: with four times that, under the fault suite's faults duplicate starts rose several-fold,
+# so the default waits until a step aside hands over less.
+BACKLOG_PER_SLOT = 1
+
+
+def backlog_for(concurrency: int, backlog: int | None) -> int:
+    """The backlog for ``concurrency`` handler slots: ``backlog``, or ``BACKLOG_PER_SLOT``
+    times the slots if None. ``ValueError`` if there is no slot, or if the backlog is smaller
+    than ``concurrency`` (the slots could never all be used)."""
+    if concurrency < 1:
+        raise ValueError("concurrency must be at least one")
+    chosen = BACKLOG_PER_SLOT * concurrency if backlog is None else backlog
+    if chosen < concurrency:
+        raise ValueError(
+            f"result backlog ({chosen}) must be at least the concurrency ({concurrency})"
+        )
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -24,35 +60,63 @@ class Held:
 
 
 class InFlight:
-    """At most ``limit`` runs (asyncio tasks), each with the message it holds.
+    """Runs (asyncio tasks), each with the message it holds: at most ``limit`` running their
+    handler, and at most ``backlog`` (``limit`` if None) held in all.
 
-    ``until_free`` sleeps until slots free: one event set by each run as it ends, rather than a
-    wait registered on every run in flight each time (that cost grew with the limit).
+    A run holds a handler slot from ``add`` until it calls ``ran`` (its handler returned) or
+    ends, and its message until it ends. ``until_free`` sleeps until slots free: one event set
+    whenever a slot or a place in the backlog frees, rather than a wait registered on every run
+    in flight each time (that cost grew with the limit).
     """
 
-    def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError("at least one run must be allowed in flight")
+    def __init__(self, limit: int, backlog: int | None = None) -> None:
+        self.backlog = backlog_for(limit, limit if backlog is None else backlog)
         self.limit = limit
         self._runs: dict[asyncio.Task[None], Held] = {}
+        self._reporting: set[asyncio.Task[None]] = set()  # handler returned, message held
         self._ended = asyncio.Event()
         self._woken = False
+        self._full = False  # whether the backlog filled and has not drained to half
 
     def __len__(self) -> int:
         return len(self._runs)
 
     @property
+    def running(self) -> int:
+        """How many runs hold a handler slot."""
+        return len(self._runs) - len(self._reporting)
+
+    @property
+    def reporting(self) -> int:
+        """How many runs' handlers returned while their message is still held (their result
+        waits for the server's acknowledgement)."""
+        return len(self._reporting)
+
+    @property
     def free(self) -> int:
-        return self.limit - len(self._runs)
+        """How many messages may be fetched now: a handler slot for each, and room in the
+        backlog for each once its handler returns."""
+        return max(0, min(self.limit - self.running, self.backlog - len(self._runs)))
 
     def add(self, run: asyncio.Task[None], held: Held) -> None:
-        """Count ``run`` in flight until it ends."""
+        """Count ``run`` in flight, in a handler slot, until it ends."""
         self._runs[run] = held
         run.add_done_callback(self._end)
 
+    def ran(self) -> None:
+        """Called by a run (the current task) once its handler returned: its handler slot
+        frees, and its message stays held until the run ends."""
+        run = asyncio.current_task()
+        if run is not None and run in self._runs and run not in self._reporting:
+            self._reporting.add(run)
+            self._ended.set()
+
     def _end(self, run: asyncio.Task[None]) -> None:
         del self._runs[run]
+        self._reporting.discard(run)
         self._ended.set()
+        if self._full:
+            self._note_backlog()
 
     def wake(self) -> None:
         """Make every ``until_free`` return at once, from now on (the worker is stopping)."""
@@ -62,11 +126,26 @@ class InFlight:
     async def until_free(self, slots: int, timeout_s: float) -> None:
         """Return once ``slots`` slots are free (or after ``wake``), after ``timeout_s`` at
         most."""
+        self._note_backlog()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 while self.free < slots and not self._woken:
                     self._ended.clear()
                     await self._ended.wait()
+
+    def _note_backlog(self) -> None:
+        """Log when the backlog fills, and when it has drained to half: why nothing is
+        fetched. (Half, not one free place: a slow server would otherwise have a full backlog
+        logged at every acknowledgement.)"""
+        held = len(self._runs)
+        if held >= self.backlog and not self._full:
+            log.warning("result backlog full (%d message(s) held, %d of them waiting for the "
+                        "server): fetching paused", held, self.reporting)  # fmt: skip
+            self._full = True
+        elif self._full and held <= self.backlog // 2:
+            log.warning("result backlog drained to %d message(s) of %d: the server "
+                        "acknowledges again", held, self.backlog)  # fmt: skip
+            self._full = False
 
     async def drain(self, timeout_s: float) -> None:
         """Let the runs in flight finish, for ``timeout_s`` at most."""
@@ -79,9 +158,9 @@ class InFlight:
             run.cancel()
 
     async def renew(self, every_s: float) -> None:
-        """Extend the leases of the messages in flight every ``every_s``, each through the
-        consumer it came from (a closed one does nothing: its messages go to others anyway).
-        Runs until cancelled."""
+        """Extend the leases of the messages held every ``every_s`` (those whose result waits
+        for the server too), each through the consumer it came from (a closed one does
+        nothing: its messages go to others anyway). Runs until cancelled."""
         while True:
             await asyncio.sleep(every_s)
             by_consumer: dict[QueueConsumer, list[Message]] = {}

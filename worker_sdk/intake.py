@@ -9,10 +9,25 @@ import logging
 from collections.abc import Sequence
 
 from tikk.clock import Clock
+from tikk.queue_contract import is_new_queue_name
 from worker_sdk.queues import open_consumer
 from worker_sdk.queues.consumer import GroupTiming, QueueConsumer
 
 log = logging.getLogger("tikk.worker")
+
+
+def check_queues(queues: Sequence[str]) -> None:
+    """At least one queue, each named by the server's rule for the queue of a new task: a
+    queue named otherwise can never receive one."""
+    if not queues:
+        raise ValueError("a Worker needs at least one queue")
+    for queue in queues:
+        if not is_new_queue_name(queue):
+            raise ValueError(
+                f"queue {queue!r}: may contain only A-Z a-z 0-9 _ - (1-128, starting with a "
+                "letter or digit, not ending in _dlq); a '.' would collide with '_' in Kafka "
+                "topic names and with dead-letter topics"
+            )
 
 
 class Intake:

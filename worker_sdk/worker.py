@@ -4,20 +4,25 @@ Lifecycle of ``run``: fetch config from the server (asked again with backoff unt
 answers, so a worker may start before its server) → open the queue consumer → open the result
 stream → fetch and run tasks (at most ``concurrency`` at once) → on stop, fetch no more, let
 in-flight runs finish (up to ``shutdown_timeout_s``), then close the stream and the consumer.
-A message is committed only after the server acknowledged its result; anything not
-acknowledged is delivered again later. Acknowledged messages are committed in batches
-(``worker_sdk.commits``); on stop the last batch goes out before the consumer closes.
+A handler's slot frees when it returns, but its message is committed only after the server
+acknowledged its result (at most ``result_backlog`` messages are held, see
+``worker_sdk.inflight``); anything not acknowledged is delivered again later. Acknowledged
+messages are committed in batches (``worker_sdk.commits``); on stop the last batch goes out
+before the consumer closes.
 
 **A worker that cannot report steps aside.** When results have waited longer than
 ``report_timeout_s`` with nothing acknowledged (the server is gone), the worker fetches no more
-and closes its consumer: on Kafka it leaves the consumer groups, so its partitions move to
-healthy workers, and what it had not committed is delivered to them (at-least-once). Runs in
-flight keep reporting; their commits go to the closed consumer and do nothing. Once results
-are acknowledged again it opens a fresh consumer and carries on. The default tolerates a
-server restart of a few seconds without moving anything.
+and closes its consumer: on Kafka it leaves the consumer groups (a static member, one with an
+``instance_id``, is let go after the session instead), so its partitions move to healthy
+workers, and what it had not committed is delivered to them (at-least-once). Runs in flight
+keep reporting; their commits go to the closed consumer and do nothing. Once results are
+acknowledged again it opens a fresh consumer and carries on. Before that it keeps starting runs
+(its handler slots free as handlers return), up to ``result_backlog``: by default the
+concurrency (nothing more is held than run); a few times that tolerates a server restart of a
+few seconds without holding up a start, at the price of more runs repeated after a step aside.
 
 The Worker's parts: ``worker_sdk.intake`` (the current consumer), ``worker_sdk.inflight``
-(runs in flight and their leases), ``worker_sdk.execution`` (one call of a handler),
+(runs in flight, the result backlog, leases), ``worker_sdk.execution`` (one call of a handler),
 ``worker_sdk.results`` (the result stream) and ``worker_sdk.commits`` (batched commits).
 """
 
@@ -40,7 +45,6 @@ import grpc
 from tikk.client.transport import Transport
 from tikk.clock import Clock, SystemClock
 from tikk.errors import BackendUnavailable
-from tikk.queue_contract import is_new_queue_name
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 from worker_sdk.commits import CommitBatcher
 from worker_sdk.execution import (
@@ -50,8 +54,8 @@ from worker_sdk.execution import (
     set_failure,
     task_context,
 )
-from worker_sdk.inflight import Held, InFlight
-from worker_sdk.intake import Intake
+from worker_sdk.inflight import Held, InFlight, backlog_for
+from worker_sdk.intake import Intake, check_queues
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
 from worker_sdk.results import Backoff, ResultStream
 from worker_sdk.telemetry import NoTelemetry
@@ -59,6 +63,7 @@ from worker_sdk.telemetry import NoTelemetry
 log = logging.getLogger("tikk.worker")
 
 H = TypeVar("H", bound=Callable[..., Any])
+T = TypeVar("T")
 # Answers that reporting again cannot change (google.rpc.Code numbers): the task is not
 # running that attempt any more (also a start whose timeout ran out), or the delivery's token
 # does not match it. The message is dropped, not reported forever.
@@ -77,32 +82,24 @@ _CHANNEL_OPTIONS = [
 ]
 
 
-def _check_queues(queues: Sequence[str]) -> None:
-    """At least one queue, each named by the server's rule for the queue of a new task: a
-    queue named otherwise can never receive one."""
-    if not queues:
-        raise ValueError("a Worker needs at least one queue")
-    for queue in queues:
-        if not is_new_queue_name(queue):
-            raise ValueError(
-                f"queue {queue!r}: may contain only A-Z a-z 0-9 _ - (1-128, starting with a "
-                "letter or digit, not ending in _dlq); a '.' would collide with '_' in Kafka "
-                "topic names and with dead-letter topics"
-            )
-
-
 class Worker:
     """Runs registered handlers for tasks of ``queues``.
 
     Async handlers run on the event loop; plain functions run in a thread pool. At most
-    ``concurrency`` runs are in flight. A message handed out ``max_deliveries`` times without
+    ``concurrency`` handlers run at once. A message handed out ``max_deliveries`` times without
     a recorded result (it keeps killing workers) is dead-lettered instead of run again.
+    ``result_backlog`` bounds the messages held, running or with a result not yet
+    acknowledged (``worker_sdk.inflight``: 4 times ``concurrency`` by default); when it is full
+    the worker fetches nothing until the server acknowledges results again.
 
     Failover (see the module docstring): ``session_timeout_s`` and ``heartbeat_interval_s``
     are the consumer-group timing on Kafka (a killed worker's partitions move after about the
     session; the heartbeat must be under a third of it); ``report_timeout_s`` is how long
     results may go unacknowledged before the worker steps aside. ``clock`` (monotonic
-    seconds) times that. ``wall_clock`` (``tikk.clock.Clock``, the system clock by default)
+    seconds) times that. ``instance_id`` (none by default) is a stable name of this worker's
+    place in the Kafka consumer groups (static membership): a worker restarted with it takes
+    its partitions back without a rebalance, if it returns within the session; no two live
+    workers may share one. ``wall_clock`` (``tikk.clock.Clock``, the system clock by default)
     stamps when runs start and finish, and times the local queue's leases. ``transport``
     (``tikk.client.Transport``) says how to reach the server: TLS, a client certificate, a
     bearer token; ``run`` may override it.
@@ -124,10 +121,11 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
         transport: Transport | None = None,
         wall_clock: Clock | None = None,
+        result_backlog: int | None = None,
+        instance_id: str | None = None,
     ) -> None:
-        _check_queues(queues)
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        check_queues(queues)
+        self.result_backlog = backlog_for(concurrency, result_backlog)  # checks both
         self.queues = list(queues)
         self.concurrency = concurrency
         self.worker_id = checked_worker_id(worker_id or f"{socket.gethostname()}-{os.getpid()}")
@@ -145,7 +143,7 @@ class Worker:
         self._wall_clock = wall_clock or SystemClock()
         # How ``run`` reaches the server (TLS, client certificate, token); plaintext if None.
         self.transport = transport or Transport()
-        self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s)
+        self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s, instance_id)
 
     def set_failover(
         self,
@@ -153,6 +151,7 @@ class Worker:
         session_timeout_s: float | None = None,
         heartbeat_interval_s: float | None = None,
         report_timeout_s: float | None = None,
+        instance_id: str | None = None,
     ) -> None:
         """Change the failover options given to the constructor (the ``tikk worker`` flags
         land here); what is None stays. Raises ``ValueError`` naming a bad value or
@@ -162,13 +161,17 @@ class Worker:
             _given(session_timeout_s, now.session_timeout_ms / 1000),
             _given(heartbeat_interval_s, now.heartbeat_interval_ms / 1000),
             _given(report_timeout_s, self.report_timeout_s),
+            _given(instance_id, now.instance_id),
         )
 
-    def _set_failover(self, session_s: float, heartbeat_s: float, report_s: float) -> None:
-        """Validate all three first (``GroupTiming`` checks its own), then set them."""
+    def _set_failover(
+        self, session_s: float, heartbeat_s: float, report_s: float, instance_id: str | None
+    ) -> None:
+        """Validate them all first (``GroupTiming`` checks its own), then set them."""
         if report_s <= 0:
             raise ValueError(f"report timeout must be positive (got {report_s} s)")
-        self.group_timing = GroupTiming(round(session_s * 1000), round(heartbeat_s * 1000))
+        session_ms, heartbeat_ms = round(session_s * 1000), round(heartbeat_s * 1000)
+        self.group_timing = GroupTiming(session_ms, heartbeat_ms, instance_id=instance_id)
         self.report_timeout_s = report_s
 
     def handler(self, name: str) -> Callable[[H], H]:
@@ -237,7 +240,7 @@ class Worker:
         burst: bool,
         visibility_ms: int,
     ) -> None:
-        inflight = InFlight(self.concurrency)
+        inflight = InFlight(self.concurrency, self.result_backlog)
         renewer = asyncio.create_task(inflight.renew(visibility_ms / 3000))
         stopping = asyncio.create_task(_call_when_set(stop, inflight.wake))
         try:
@@ -280,7 +283,7 @@ class Worker:
             await asyncio.sleep(1.0)
             return 0
         for message in messages:
-            run = asyncio.create_task(self._process(consumer, out, message))
+            run = asyncio.create_task(self._process(consumer, out, message, inflight.ran))
             inflight.add(run, Held(consumer, message))
         return len(messages)
 
@@ -306,14 +309,17 @@ class Worker:
                 self._clock() - paused_at,
             )
 
-    async def _process(self, consumer: QueueConsumer, out: _Outbound, message: Message) -> None:
+    async def _process(
+        self, consumer: QueueConsumer, out: _Outbound, message: Message, ran: Callable[[], None]
+    ) -> None:
         """Run ``message`` and report its result until the server records it; only then is the
-        message committed (with the next batch). Its slot frees once the result is recorded:
-        the commit delays no run."""
+        message committed (with the next batch). ``ran`` frees its handler slot as soon as the
+        handler returned: waiting for the server delays no start, only the commit."""
         if not await self._may_start(out.results, message):
             out.commits.add(consumer, message)  # dead-lettered by its start timeout: not run
             return
         result = await self._execute(message)
+        ran()
         while True:
             ack = await out.results.report(result)
             if ack.code == grpc.StatusCode.OK.value[0]:
@@ -437,5 +443,5 @@ async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
             await stop.wait()
 
 
-def _given(value: float | None, current: float) -> float:
+def _given(value: T | None, current: T) -> T:
     return current if value is None else value

@@ -112,6 +112,7 @@ def _apply_worker_flags(worker: Worker, args: argparse.Namespace) -> None:
         session_timeout_s=seconds(args.session_timeout),
         heartbeat_interval_s=seconds(args.heartbeat_interval),
         report_timeout_s=seconds(args.report_timeout),
+        instance_id=args.instance_id,
     )
     worker.transport = given
 
@@ -135,6 +136,20 @@ def worker_command(sub: Any) -> None:
     p.add_argument("--server", default=DEFAULT_SERVER)
     transport_options(p)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
+    _failover_options(p)
+    p.add_argument(
+        "--queue-url",
+        metavar="URL",
+        help="consume from this queue URL instead of the one the server hands out (which "
+        "carries no password): e.g. with this worker's own password_file= or password_env=",
+    )
+    config_option(p)
+    otel_option(p)
+    p.set_defaults(func=_run_worker)
+
+
+def _failover_options(p: argparse.ArgumentParser) -> None:
+    """The flags ``Worker.set_failover`` takes: group timing and membership, report timeout."""
     p.add_argument(
         "--session-timeout",
         type=parse_duration_ms,
@@ -156,11 +171,9 @@ def worker_command(sub: Any) -> None:
         "resume when the server acknowledges again (default 15s)",
     )
     p.add_argument(
-        "--queue-url",
-        metavar="URL",
-        help="consume from this queue URL instead of the one the server hands out (which "
-        "carries no password): e.g. with this worker's own password_file= or password_env=",
+        "--instance-id",
+        metavar="NAME",
+        help="Kafka static membership: a stable name of this worker's place (one per live "
+        "worker, kept across its restarts), so that a restart within the session moves no "
+        "partition of the others (default: none, a dynamic member)",
     )
-    config_option(p)
-    otel_option(p)
-    p.set_defaults(func=_run_worker)

@@ -68,3 +68,42 @@ async def test_wake_ends_every_wait_from_then_on() -> None:
 def test_a_worker_needs_a_slot() -> None:
     with pytest.raises(ValueError, match="at least one"):
         InFlight(0)
+
+
+async def handler_then_report(
+    inflight: InFlight, handler: asyncio.Event, ack: asyncio.Event
+) -> None:
+    """A run whose handler ends with ``handler`` and whose result is acknowledged with ``ack``."""
+    await handler.wait()
+    inflight.ran()
+    await ack.wait()
+
+
+async def test_a_run_whose_handler_returned_frees_its_slot_and_keeps_its_backlog_place() -> None:
+    inflight = InFlight(2, backlog=3)
+    handlers, acks = [asyncio.Event() for _ in range(3)], [asyncio.Event() for _ in range(3)]
+    for handler, ack in zip(handlers[:2], acks[:2], strict=True):
+        inflight.add(asyncio.create_task(handler_then_report(inflight, handler, ack)), HELD)
+    assert (inflight.running, inflight.free) == (2, 0)
+    handlers[0].set()
+    handlers[1].set()
+    async with asyncio.timeout(10):
+        await inflight.until_free(1, 3600)
+    # Both slots are free, but only one more message fits the backlog of three.
+    assert (inflight.running, inflight.reporting, inflight.free) == (0, 2, 1)
+    inflight.add(asyncio.create_task(handler_then_report(inflight, handlers[2], acks[2])), HELD)
+    assert inflight.free == 0  # the backlog is full: intake pauses
+    acks[0].set()
+    async with asyncio.timeout(10):
+        await inflight.until_free(1, 3600)
+    assert (len(inflight), inflight.running, inflight.reporting) == (2, 1, 1)
+    handlers[2].set()
+    for ack in acks:
+        ack.set()
+    await inflight.drain(10)
+    assert len(inflight) == 0 and inflight.free == 2
+
+
+def test_a_backlog_smaller_than_the_slots_is_refused() -> None:
+    with pytest.raises(ValueError, match="at least the concurrency"):
+        InFlight(4, backlog=3)

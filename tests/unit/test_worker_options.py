@@ -72,3 +72,30 @@ def test_a_worker_id_the_server_would_refuse_is_refused_when_the_worker_is_built
     with pytest.raises(ValueError, match=re.escape(said)):
         Worker(queues=["q"], worker_id=worker_id)
     assert Worker(queues=["q"], worker_id="host-7.pid:12/é").worker_id == "host-7.pid:12/é"
+
+
+def test_an_instance_id_makes_a_static_member_and_outlives_other_failover_changes() -> None:
+    worker = Worker(queues=["q"], instance_id="billing-3")
+    assert worker.group_timing == GroupTiming(6_000, 1_000, instance_id="billing-3")
+    worker.set_failover(session_timeout_s=10.0)
+    assert worker.group_timing == GroupTiming(10_000, 1_000, instance_id="billing-3")
+    assert Worker(queues=["q"]).group_timing.instance_id is None  # dynamic by default
+
+
+@pytest.mark.parametrize("instance_id", ["a b", "host/1", "é", "x" * 250])
+def test_an_instance_id_kafka_would_refuse_is_refused_when_the_worker_is_built(
+    instance_id: str,
+) -> None:
+    with pytest.raises(ValueError, match="instance id"):
+        Worker(queues=["q"], instance_id=instance_id)
+
+
+def test_the_worker_command_refuses_a_bad_instance_id_before_it_starts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        ["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1",
+         "--instance-id", "not ok"]
+    )  # fmt: skip
+    assert code == 2
+    assert "instance id 'not ok'" in capsys.readouterr().err

@@ -12,6 +12,7 @@ Lifecycle: constructing a consumer does no I/O; ``start`` connects and must be a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -48,23 +49,39 @@ def decode_delivery(body: bytes) -> worker_pb2.Delivery:
         return worker_pb2.Delivery()
 
 
+# Kafka's rule for a group.instance.id (as for a topic name); the broker refuses any other.
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
 @dataclass(frozen=True)
 class GroupTiming:
-    """Consumer-group timing, for queues whose consumers form groups (Kafka; the local queue
-    leases each message instead and ignores it).
+    """Consumer-group timing and membership, for queues whose consumers form groups (Kafka;
+    the local queue leases each message instead and ignores it).
 
     The session bounds how long a dead worker's partitions wait for a new owner; brokers
     refuse less than their ``group.min.session.timeout.ms`` (6 s by default). The heartbeat is
     how quickly a member learns of a rebalance; it must be under a third of the session, so
     that a member whose heartbeat is late once or twice keeps its partitions. ``ValueError``
     names a bad combination.
+
+    ``instance_id`` makes the member static (Kafka's static membership): a member that comes
+    back under the same id within the session takes its partitions back and the others keep
+    theirs, where a new member would make the whole group stop and rebalance, twice per
+    restart (once to leave, once to join). The price: a static member that stops does not
+    leave, so its partitions wait out the session before they move. Each live member needs its
+    own id (the broker fences the older of two); None (the default) is a dynamic member.
     """
 
     session_timeout_ms: int = 6_000
     heartbeat_interval_ms: int = 1_000
     max_poll_interval_ms: int = 30 * 60 * 1000
+    instance_id: str | None = None
 
     def __post_init__(self) -> None:
+        if self.instance_id is not None and not _INSTANCE_ID.fullmatch(self.instance_id):
+            raise ValueError(
+                f"instance id {self.instance_id!r}: 1-249 characters of A-Z a-z 0-9 . _ -"
+            )
         if self.heartbeat_interval_ms <= 0:
             raise ValueError(
                 f"heartbeat interval must be positive ({self.heartbeat_interval_ms} ms)"

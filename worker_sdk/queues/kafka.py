@@ -15,6 +15,8 @@ offset moved; commits queued behind one another coalesce into one request.
 
 **Rebalances.** On revocation what is done is committed and the partitions' ledgers dropped;
 their unfinished messages, and finished ones behind those, go to the new owner (at-least-once).
+A worker with an instance id is a static member of each group (``GroupTiming``): restarted
+within the session, it gets its partitions back and the other members are not disturbed.
 Each assignment has a new epoch, carried by the messages handed out in it, so a late ``commit``
 from an earlier assignment does nothing: the partition is someone else's now, or was re-read.
 
@@ -180,6 +182,9 @@ class KafkaQueueConsumer:
             session_timeout_ms=t.session_timeout_ms,
             heartbeat_interval_ms=t.heartbeat_interval_ms,
             max_poll_interval_ms=t.max_poll_interval_ms,
+            # Static membership (``GroupTiming``): one member per queue, so the id is the
+            # worker's in each queue's group.
+            group_instance_id=t.instance_id,
             # A group leader re-assigns when it sees partitions appear, so a look every 30 s
             # (not the default 5 min) bounds how long new partitions or a late topic wait.
             metadata_max_age_ms=30_000,

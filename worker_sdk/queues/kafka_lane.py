@@ -31,6 +31,7 @@ log = logging.getLogger("tikk.worker.kafka")
 
 Partition = tuple[str, int]  # (topic, partition), equal to aiokafka's TopicPartition
 _POLL_GRACE_MS = 20  # getmany waits out a rebalance; fetch gives it this much longer, no more
+_REREAD_CAP_S = 1.0  # the longest wait between reads of a paused partition's commits
 
 
 @contextlib.contextmanager
@@ -202,11 +203,13 @@ class QueueLane:
 
     async def _read_until_known(self, tps: list[Any], epoch: int) -> None:
         """Read the commits of ``tps`` again until they are known, then resume them (unless
-        they were reassigned meanwhile)."""
-        delay = 0.5
+        they were reassigned meanwhile). The wait between reads stays short: a paused
+        partition starts nothing, so it resumes within about a second of the broker answering
+        again, and a read is one small request."""
+        delay = 0.25
         while True:
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            delay = min(delay * 2, _REREAD_CAP_S)
             committed = await self._read_committed(tps)
             if committed is None:
                 continue
