@@ -31,8 +31,8 @@ log = logging.getLogger("tikk.worker")
 # more than it runs, as before the backlog existed. A larger one (``result_backlog``) keeps a
 # worker starting runs through a server restart of a few seconds, but what it holds is run
 # again when its partitions move (a step aside, a rebalance), and on Kafka so is every finished
-# message behind it: with four times that, under the fault suite's faults duplicate starts rose several-fold,
-# so the default waits until a step aside hands over less.
+# message behind it: with four times that, duplicate starts under the fault suite's faults
+# rose several-fold, so the default waits until a step aside hands over less.
 BACKLOG_PER_SLOT = 1
 
 
