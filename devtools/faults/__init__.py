@@ -9,12 +9,14 @@ tikk promises that an accepted task (``CreateTask`` returned OK) runs at least o
   some always failing, some cancelled before their due time) and recording every call;
 * ``worker_app``: the workers' handlers, appending one JSON line per handler start;
 * ``nemesis``: ``kill -9`` and restart of any process, a dispatcher paused past its ZooKeeper
-  session, Kafka or Cassandra stopped for a while, each recorded as a window;
+  session, Kafka or Cassandra stopped for a while, each recorded as a window; ``storm``: the
+  schedule that brings one of a random kind every 10-15 s;
 * ``checker``: pure functions over the records (lost, early, duplicates, cancelled but ran,
-  key consistency, dead-letter exactness, lateness inside and outside fault windows);
+  key consistency, dead-letter exactness); ``lateness``: how late handlers started, inside
+  and outside fault windows and over the whole run, and how each fault was recovered from;
 * ``records`` are what a run keeps, ``readback`` reads the start log and the final states,
   ``services`` probes, stops and continues the stack's services;
 * ``suite`` runs a mode (``modes``) and ``report`` prints what the checker found.
 
-Run ``python -m devtools.faults --mode ci`` or ``--mode soak --duration 60m``.
+Run ``python -m devtools.faults --mode ci``, ``--mode soak --duration 60m`` or ``--mode storm``.
 """

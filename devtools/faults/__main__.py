@@ -1,4 +1,5 @@
-"""``python -m devtools.faults --mode ci`` or ``--mode soak --duration 60m``.
+"""``python -m devtools.faults --mode ci``, ``--mode soak --duration 60m``, ``--mode storm``
+(``--duration`` optional, 5 minutes by default) or ``--mode storm-ci`` (a two-minute storm).
 
 Runs against the stack of ``devtools.stack`` (``python -m devtools stack up``; its ports and
 folder follow ``TIKK_STACK_PORT_OFFSET`` and ``TIKK_STACK_DIR``). Exit codes: 0 no violation,
@@ -18,6 +19,7 @@ from pathlib import Path
 from devtools.faults import modes
 from devtools.faults.checker import check
 from devtools.faults.modes import Mode
+from devtools.faults.nemesis import FaultSchedule
 from devtools.faults.records import read_history
 from devtools.faults.report import RunInfo, render
 from devtools.faults.suite import RECORDS_FILE, run_suite
@@ -28,8 +30,12 @@ EXIT_PASSED, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m devtools.faults", description=__doc__)
-    p.add_argument("--mode", choices=["ci", "soak"], default="ci")
-    p.add_argument("--duration", type=parse_duration_ms, help="soak only, e.g. 30m or 1h")
+    p.add_argument("--mode", choices=["ci", "soak", "storm", "storm-ci"], default="ci")
+    p.add_argument(
+        "--duration",
+        type=parse_duration_ms,
+        help="soak (required) and storm (default 5m) only, e.g. 30m or 1h",
+    )
     p.add_argument("--seed", type=int, help="repeat a run's plan (default: random)")
     p.add_argument("--rate", type=float, help="tasks created per second (default: the mode's)")
     p.add_argument("--timeout", type=parse_duration_ms, help="hard limit of the whole run")
@@ -59,16 +65,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def mode_of(args: argparse.Namespace) -> Mode:
-    """The mode the options ask for; raises ``ValueError`` on a bad combination."""
-    if args.mode == "soak":
-        if args.duration is None:
+def _base_mode(name: str, duration_ms: int | None) -> Mode[FaultSchedule]:
+    """The mode called ``name``, ``duration_ms`` long where it takes a length."""
+    if name == "soak":
+        if duration_ms is None:
             raise ValueError("--mode soak needs --duration (e.g. 60m)")
-        mode = modes.soak(args.duration / 1000)
-    elif args.duration is not None:
-        raise ValueError("--duration is for --mode soak; ci has a fixed length")
-    else:
-        mode = modes.ci()
+        return modes.soak(duration_ms / 1000)
+    if name == "storm":
+        return modes.storm() if duration_ms is None else modes.storm(duration_ms / 1000)
+    if duration_ms is not None:
+        raise ValueError(f"--duration is for --mode soak or storm; {name} has a fixed length")
+    return modes.storm_ci() if name == "storm-ci" else modes.ci()
+
+
+def mode_of(args: argparse.Namespace) -> Mode[FaultSchedule]:
+    """The mode the options ask for; raises ``ValueError`` on a bad combination."""
+    mode = _base_mode(args.mode, args.duration)
     if args.rate is not None:
         mode = replace(mode, workload=replace(mode.workload, rate_per_s=args.rate))
     if args.timeout is not None:

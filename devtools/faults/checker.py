@@ -12,62 +12,43 @@ Violations (any one fails the run):
   SUCCEEDED at attempt 2 after attempts 1 and 2.
 
 Measured, not failing: duplicates (starts of one (task, attempt) beyond the first, which
-at-least-once allows around a crash), attributed to the fault whose window they follow;
-lateness (due → first handler start of each attempt) for dues inside a fault window or less
-than ``after_ms`` after one, and outside; per kind of kill, how soon handler starts resumed,
-the worst lateness of what came due during it, and how late in-flight runs of a killed
-worker were run again.
+at-least-once allows around a crash), attributed to the fault whose window they follow; and
+the timing that ``lateness`` measures: lateness (due → first handler start of each attempt)
+for dues inside a fault window or less than ``after_ms`` after one, outside, and over the
+whole run; per kind of fault, how soon handler starts resumed, the worst lateness of what came
+due during it, and how late in-flight runs of a killed worker were run again.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from devtools.faults.records import (
-    FaultKind,
-    FaultWindow,
-    FinalState,
-    History,
-    Start,
-    TaskKind,
+from devtools.faults.lateness import (
+    UNATTRIBUTED,
+    KillRecovery,
+    Percentiles,
+    WholeRun,
+    lateness,
+    recovery,
+    whole_run,
 )
+from devtools.faults.records import FaultWindow, FinalState, History, Start, TaskKind
+
+# The timing a CheckResult holds is measured in ``lateness``; its names are this module's too.
+__all__ = [
+    "CheckResult", "Duplicates", "Early", "Inexact", "KillRecovery", "Percentiles", "WholeRun",
+    "cancelled", "cancelled_but_ran", "check", "dead_letter_inexact", "duplicates", "early",
+    "key_inconsistent", "lateness", "lost", "near_fault", "recovery", "unexpected_dead_letters",
+    "unfinished",
+]  # fmt: skip
 
 # A start within this long of a fault window (before its start or after its end) can be
 # attributed to it: a Kafka group notices a dead member after 10 s, ZooKeeper after 4 s.
 ATTRIBUTION_MS = 30_000
-# How far back a killed worker's starts count as in flight when it died.
-IN_FLIGHT_MS = 60_000
-# A fault that follows another by less than this is not isolated: what came due during it
-# may still be late because of the first (a 30 s store outage leaves a backlog).
-QUIET_MS = 30_000
-UNATTRIBUTED = "none"
 # Create outcomes that leave it unknown whether the task exists.
 _UNSETTLED = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "NOT_SENT"})
-
-
-@dataclass(frozen=True)
-class Percentiles:
-    """p50, p99 and max of a list of milliseconds (all ``None`` when it is empty)."""
-
-    count: int
-    p50: int | None
-    p99: int | None
-    max: int | None
-
-    @classmethod
-    def of(cls, values: Iterable[int]) -> Percentiles:
-        ordered = sorted(values)
-        if not ordered:
-            return cls(0, None, None, None)
-        return cls(len(ordered), _rank(ordered, 0.50), _rank(ordered, 0.99), ordered[-1])
-
-
-def _rank(ordered: Sequence[int], q: float) -> int:
-    """Nearest-rank percentile of sorted values."""
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 @dataclass(frozen=True)
@@ -100,27 +81,6 @@ class Inexact:
 
 
 @dataclass(frozen=True)
-class KillRecovery:
-    """Per kind of fault: how many, the slowest resumption of handler starts after one, the
-    worst lateness of what came due during one, and in-flight runs of a killed worker that
-    were run again (how many, and the longest from the kill to the new start)."""
-
-    kind: FaultKind
-    count: int
-    max_resume_ms: int | None
-    max_delay_ms: int | None
-    redelivered: int
-    max_redelivery_ms: int | None
-    # The same worst lateness over the faults no other fault came near (``isolated``), so
-    # that one fault's backlog is not charged to the next.
-    isolated: int = 0
-    max_isolated_delay_ms: int | None = None
-    # From the end of a window to the first start of the last of what came due during it:
-    # how long the stack took to catch up once the fault was over.
-    max_catch_up_ms: int | None = None
-
-
-@dataclass(frozen=True)
 class CheckResult:
     created: int
     accepted: int
@@ -146,6 +106,7 @@ class CheckResult:
     lateness_outside: Percentiles
     recovery: tuple[KillRecovery, ...]
     fault_counts: tuple[tuple[str, int], ...]
+    whole_run: WholeRun
 
     @property
     def failures(self) -> list[str]:
@@ -194,17 +155,8 @@ def check(history: History, after_ms: int = 5_000) -> CheckResult:
         lateness_outside=lateness(history.starts, history.faults, after_ms, inside=False),
         recovery=recovery(history.starts, history.faults, after_ms),
         fault_counts=tuple(sorted(Counter(str(w.kind) for w in history.faults).items())),
+        whole_run=whole_run(history),
     )
-
-
-def first_starts(starts: Iterable[Start]) -> dict[tuple[str, int], Start]:
-    """The earliest start of each (task, attempt)."""
-    first: dict[tuple[str, int], Start] = {}
-    for s in starts:
-        seen = first.get(s.run)
-        if seen is None or s.started_ms < seen.started_ms:
-            first[s.run] = s
-    return first
 
 
 def cancelled(history: History) -> set[str]:
@@ -365,96 +317,3 @@ def unfinished(history: History, finals: Mapping[str, FinalState]) -> tuple[Fina
         if c.kind in (TaskKind.OK, TaskKind.CANCEL) and final.state != "SUCCEEDED":
             found.append(final)
     return tuple(found)
-
-
-def lateness(
-    starts: Sequence[Start], faults: Sequence[FaultWindow], after_ms: int, *, inside: bool
-) -> Percentiles:
-    """Due → first start of each (task, attempt), for dues inside a fault window or less
-    than ``after_ms`` after one (``inside``), or for the others."""
-    values = [
-        s.started_ms - s.due_ms
-        for s in first_starts(starts).values()
-        if any(w.covers(s.due_ms, after_ms) for w in faults) == inside
-    ]
-    return Percentiles.of(values)
-
-
-def recovery(
-    starts: Sequence[Start], faults: Sequence[FaultWindow], after_ms: int
-) -> tuple[KillRecovery, ...]:
-    """Per kind of fault, the figures of ``KillRecovery``."""
-    firsts = list(first_starts(starts).values())
-    times = sorted(s.started_ms for s in starts)
-    by_kind: dict[FaultKind, list[FaultWindow]] = defaultdict(list)
-    for w in faults:
-        by_kind[w.kind].append(w)
-    out = []
-    for kind in sorted(by_kind, key=str):
-        windows = by_kind[kind]
-        resumes = [r for w in windows if (r := _resume_ms(times, w)) is not None]
-        worst = {id(w): _worst_delay(firsts, w, after_ms) for w in windows}
-        delays = [d for d in worst.values() if d is not None]
-        alone = [w for w in windows if _isolated(w, faults, after_ms)]
-        alone_delays = [d for w in alone if (d := worst[id(w)]) is not None]
-        again = [d for w in windows for d in _redeliveries(starts, w)]
-        catch_ups = [c for w in windows if (c := _catch_up(firsts, w, after_ms)) is not None]
-        out.append(
-            KillRecovery(
-                kind=kind,
-                count=len(windows),
-                max_resume_ms=max(resumes, default=None),
-                max_delay_ms=max(delays, default=None),
-                redelivered=len(again),
-                max_redelivery_ms=max(again, default=None),
-                isolated=len(alone),
-                max_isolated_delay_ms=max(alone_delays, default=None),
-                max_catch_up_ms=max(catch_ups, default=None),
-            )
-        )
-    return tuple(out)
-
-
-def _resume_ms(sorted_times: Sequence[int], w: FaultWindow) -> int | None:
-    """From the fault's start to the next handler start of any task."""
-    i = bisect.bisect_left(sorted_times, w.start_ms)
-    return sorted_times[i] - w.start_ms if i < len(sorted_times) else None
-
-
-def _isolated(w: FaultWindow, faults: Sequence[FaultWindow], after_ms: int) -> bool:
-    """Whether no other fault began during ``w`` or just after it, or ended less than
-    ``QUIET_MS`` before it began (the time a stack is given to catch up)."""
-    return not any(
-        v is not w and v.start_ms <= w.end_ms + after_ms and v.end_ms + QUIET_MS >= w.start_ms
-        for v in faults
-    )
-
-
-def _worst_delay(firsts: Sequence[Start], w: FaultWindow, after_ms: int) -> int | None:
-    """The worst due → start of what came due during the window or just after it."""
-    late = [s.started_ms - s.due_ms for s in firsts if w.covers(s.due_ms, after_ms)]
-    return max(late, default=None)
-
-
-def _catch_up(firsts: Sequence[Start], w: FaultWindow, after_ms: int) -> int | None:
-    """From the end of the window to the last first start of what came due during it."""
-    last = max((s.started_ms for s in firsts if w.covers(s.due_ms, after_ms)), default=None)
-    return None if last is None else max(0, last - w.end_ms)
-
-
-def _redeliveries(starts: Sequence[Start], w: FaultWindow) -> list[int]:
-    """For a killed worker: runs it started shortly before the kill that started again
-    after it, each as the time from the kill to the first new start."""
-    if w.kind is not FaultKind.KILL_WORKER or not w.pid:
-        return []
-    suffix = f"-{w.pid}"
-    victims = {
-        s.run
-        for s in starts
-        if s.worker.endswith(suffix) and w.start_ms - IN_FLIGHT_MS <= s.started_ms <= w.start_ms
-    }
-    again: dict[tuple[str, int], int] = {}
-    for s in starts:
-        if s.run in victims and s.started_ms > w.start_ms:
-            again[s.run] = min(again.get(s.run, s.started_ms), s.started_ms)
-    return [t - w.start_ms for t in again.values()]

@@ -6,8 +6,10 @@
 * ``stop kafka|cassandra``: SIGSTOP of the service's JVM, then SIGCONT; the window ends when
   it answers again.
 
-Faults are planned up front (seeded, so a run can be repeated) and spread evenly over a span;
-one that overruns its slot delays the next. ``restore`` undoes whatever is left undone.
+Faults are planned up front (seeded, so a run can be repeated) by a mode's schedule: a
+``FaultSpec`` spreads given numbers of each kind evenly over a span, a ``storm.StormSpec``
+brings one of a random kind every few seconds. They are carried out one at a time; one that
+overruns its slot delays the next. ``restore`` undoes whatever is left undone.
 """
 
 from __future__ import annotations
@@ -16,13 +18,65 @@ import logging
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Protocol, Self
 
 from devtools.faults.cluster import Cluster
 from devtools.faults.records import FaultKind, FaultWindow
 from devtools.faults.services import ServiceStopper
 
 log = logging.getLogger("devtools.faults")
+
+
+@dataclass(frozen=True)
+class PlannedFault:
+    kind: FaultKind
+    target: str
+    at_s: float
+    hold_s: float
+
+
+class FaultSchedule(Protocol):
+    """The faults of a mode: which, when, and how long each lasts."""
+
+    @property
+    def service_faults(self) -> bool:
+        """Whether Kafka or Cassandra is ever stopped."""
+        ...
+
+    def without_service_faults(self) -> Self:
+        """The same schedule with Kafka and Cassandra left alone."""
+        ...
+
+    def plan(self, rng: random.Random, cluster_roles: dict[str, list[str]]) -> list[PlannedFault]:
+        """The faults of one run in the order they come, drawn from ``rng`` only (a seed
+        repeats them), each aimed at one of ``cluster_roles`` (``server``, ``dispatcher``,
+        ``worker`` → roles) or at a service."""
+        ...
+
+
+class Holds(Protocol):
+    """How long each kind of fault lasts (a kill: how long the process stays down)."""
+
+    @property
+    def kill_down_s(self) -> tuple[float, float]: ...
+    @property
+    def pause_s(self) -> float: ...
+    @property
+    def kafka_stop_s(self) -> float: ...
+    @property
+    def cassandra_stop_s(self) -> float: ...
+
+
+def hold_for(kind: FaultKind, holds: Holds, rng: random.Random) -> float:
+    """How long a fault of ``kind`` lasts (a kill's time down is drawn from ``rng``)."""
+    if kind.is_kill:
+        return rng.uniform(*holds.kill_down_s)
+    if kind is FaultKind.PAUSE_DISPATCHER:
+        return holds.pause_s
+    if kind is FaultKind.STOP_KAFKA:
+        return holds.kafka_stop_s
+    return holds.cassandra_stop_s
 
 
 @dataclass(frozen=True)
@@ -47,16 +101,14 @@ class FaultSpec:
     def service_faults(self) -> bool:
         return self.kafka_stops + self.cassandra_stops > 0
 
+    def without_service_faults(self) -> FaultSpec:
+        return replace(self, kafka_stops=0, cassandra_stops=0)
 
-@dataclass(frozen=True)
-class PlannedFault:
-    kind: FaultKind
-    target: str
-    at_s: float
-    hold_s: float
+    def plan(self, rng: random.Random, cluster_roles: dict[str, list[str]]) -> list[PlannedFault]:
+        return plan_faults(self, rng, cluster_roles)
 
 
-def _targets(kind: FaultKind, cluster_roles: dict[str, list[str]]) -> list[str]:
+def targets(kind: FaultKind, cluster_roles: dict[str, list[str]]) -> list[str]:
     return {
         FaultKind.KILL_SERVER: cluster_roles["server"],
         FaultKind.KILL_DISPATCHER: cluster_roles["dispatcher"],
@@ -84,15 +136,8 @@ def plan_faults(
     step = (spec.last_at_s - spec.first_at_s) / max(1, len(kinds))
     planned = []
     for i, kind in enumerate(kinds):
-        if kind.is_kill:
-            hold = rng.uniform(*spec.kill_down_s)
-        elif kind is FaultKind.PAUSE_DISPATCHER:
-            hold = spec.pause_s
-        elif kind is FaultKind.STOP_KAFKA:
-            hold = spec.kafka_stop_s
-        else:
-            hold = spec.cassandra_stop_s
-        target = rng.choice(_targets(kind, cluster_roles))
+        hold = hold_for(kind, spec, rng)
+        target = rng.choice(targets(kind, cluster_roles))
         planned.append(PlannedFault(kind, target, spec.first_at_s + i * step, hold))
     return planned
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from devtools.faults.checker import CheckResult, KillRecovery, Percentiles
+from devtools.faults.checker import CheckResult
+from devtools.faults.lateness import ACCEPTED_LATE_MS, LATE_MS, KillRecovery, Percentiles
 from devtools.faults.records import FaultKind
 
 # How many offending ids a section lists before it only counts.
@@ -98,6 +99,33 @@ def _observations(r: CheckResult) -> list[str]:
     ]
 
 
+def _share(n: int, of: int) -> str:
+    return f"{n:,} ({100 * n / of:.2f} %)" if of else f"{n:,}"
+
+
+def _whole_run(r: CheckResult) -> list[str]:
+    """Lateness of every attempt and the violations per accepted task: the figures that say
+    what faults cost when they come often, which the isolated ones above leave out."""
+    w, per = r.whole_run, r.accepted
+    lines = [
+        f"  lateness due → handler start, every attempt: {_pct(w.lateness)}",
+        f"    more than {LATE_MS // 1000} s late: {_share(w.late, w.lateness.count)}",
+        f"    due → fired (dispatchers, store):        {_pct(w.dispatch)}",
+        f"    fired → handler start (queue, workers):  {_pct(w.delivery)}",
+        "    by the last fault begun before the due time:",
+        *[f"      {kind:<17} {_pct(p)}" for kind, p in w.by_last_fault],
+        f"  per accepted task ({per:,}): lost {_share(len(r.lost), per)},"
+        f" early starts {_share(len(r.early), per)},"
+        f" cancelled but ran {_share(len(r.cancelled_but_ran), per)},",
+        f"    duplicate starts {_share(r.duplicates.total, per)}",
+        f"  accepted more than {ACCEPTED_LATE_MS // 1000} s after their due time:"
+        f" {_share(w.accepted_after_due, per)}",
+    ]
+    if w.fault_every_ms is not None:
+        lines.append(f"  faults began every {w.fault_every_ms / 1000:.1f} s on average")
+    return lines
+
+
 def _at_rate(rate_per_s: float) -> str:
     return f" at {rate_per_s:g}/s" if rate_per_s else ""
 
@@ -122,6 +150,8 @@ def render(r: CheckResult, info: RunInfo) -> str:
         *_violations(r),
         "observations:",
         *_observations(r),
+        "whole run:",
+        *_whole_run(r),
         "recovery per fault kind:",
         *[recovery_line(k) for k in r.recovery],
         *[f"note: {n}" for n in info.notes],

@@ -38,7 +38,7 @@ from devtools.faults.cluster import (
     snapshot_code,
 )
 from devtools.faults.modes import Mode
-from devtools.faults.nemesis import Nemesis, plan_faults
+from devtools.faults.nemesis import FaultSchedule, Nemesis
 from devtools.faults.readback import TERMINAL, StartLog, StateReader, still_expected
 from devtools.faults.records import (
     WARM_UP_ID,
@@ -126,7 +126,7 @@ class Run:
 
     def __init__(
         self,
-        mode: Mode,
+        mode: Mode[FaultSchedule],
         seed: int,
         workdir: Path,
         addresses: dict[str, str],
@@ -211,7 +211,7 @@ class Run:
         origin = time.monotonic()
         self.workload.start()
         roles = {k: self.cluster.roles(k) for k in ("server", "dispatcher", "worker")}
-        self.nemesis.run(plan_faults(self.mode.faults, self.rng, roles), origin)
+        self.nemesis.run(self.mode.faults.plan(self.rng, roles), origin)
         if not self.workload.join(timeout_s=spec.duration_s + spec.retry_budget_s + 60):
             self.notes.append("creates still retrying at the end were cut short")
 
@@ -293,7 +293,7 @@ def _not_final(finals: dict[str, FinalState]) -> list[str]:
 
 
 def run_suite(
-    mode: Mode,
+    mode: Mode[FaultSchedule],
     *,
     seed: int,
     workdir: Path,
