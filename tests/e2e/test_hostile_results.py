@@ -22,10 +22,10 @@ import grpc
 import pytest
 
 from tests.contract.cassandra_keyspace import REPLICATION
+from tests.deliveries import taken_off_queue
 from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, tikk
 from tests.e2e.conftest import Process
 from tests.services import CASSANDRA, require, with_login
-from tests.waiting import eventually_async
 from tikk import delivery_codec
 from tikk.delivery_tokens import load_keys
 from tikk.drivers.cassandra import CassandraConfig, CassandraSession
@@ -38,7 +38,6 @@ from tikk.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from worker_sdk.queues.local import LocalQueueConsumer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -75,7 +74,7 @@ class Rig:
         return task_id
 
     def take(self, *task_ids: str) -> list[worker_pb2.Delivery]:
-        taken = asyncio.run(_deliveries(self.stack.data_dir / "queue.db", set(task_ids)))
+        taken = asyncio.run(taken_off_queue(self.stack.data_dir / "queue.db", QUEUE, task_ids))
         return [taken[t] for t in task_ids]
 
     def report(self, results: Sequence[worker_pb2.RunResult]) -> list[worker_pb2.ResultAck]:
@@ -97,26 +96,6 @@ class Rig:
 
     def output(self) -> str:
         return "\n".join(self.process.lines)
-
-
-async def _deliveries(queue_file: Path, task_ids: set[str]) -> dict[str, worker_pb2.Delivery]:
-    """The deliveries of ``task_ids`` as the dispatcher signed and published them, taken off
-    the queue (committed, so nothing else runs them)."""
-    consumer = LocalQueueConsumer(str(queue_file), [QUEUE], 60_000)
-    await consumer.start()
-    taken: dict[str, worker_pb2.Delivery] = {}
-    try:
-
-        async def arrived() -> bool:
-            for message in await consumer.fetch(16):
-                await consumer.commit(message)
-                taken[message.delivery.task_id] = message.delivery
-            return task_ids <= taken.keys()
-
-        await eventually_async(arrived, 60, every_s=0.1, what="the tasks dispatched")
-    finally:
-        await consumer.close()
-    return taken
 
 
 def result(

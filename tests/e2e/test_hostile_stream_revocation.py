@@ -25,6 +25,7 @@ import grpc
 import pytest
 
 from tests.contract.cassandra_keyspace import REPLICATION
+from tests.deliveries import taken_off_queue
 from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, tikk
 from tests.e2e.conftest import Process
 from tests.services import CASSANDRA, require, with_login
@@ -38,7 +39,6 @@ from tikk.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from worker_sdk.queues.local import LocalQueueConsumer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -180,26 +180,6 @@ async def test_a_revoked_importer_stores_no_batch_after_the_revocation(dev: Dev)
     assert importer not in dev.output()
 
 
-async def _deliveries(queue_file: Path, task_ids: set[str]) -> dict[str, worker_pb2.Delivery]:
-    """The deliveries of ``task_ids`` as the dispatcher signed and published them, taken off
-    the queue as a worker takes them."""
-    consumer = LocalQueueConsumer(str(queue_file), [QUEUE], 60_000)
-    await consumer.start()
-    taken: dict[str, worker_pb2.Delivery] = {}
-    try:
-
-        async def arrived() -> bool:
-            for message in await consumer.fetch(16):
-                await consumer.commit(message)
-                taken[message.delivery.task_id] = message.delivery
-            return task_ids <= taken.keys()
-
-        await eventually_async(arrived, 60, every_s=0.1, what="both tasks dispatched")
-    finally:
-        await consumer.close()
-    return taken
-
-
 def _success(delivery: worker_pb2.Delivery) -> worker_pb2.RunResultBatch:
     result = worker_pb2.RunResult(
         run_id=uuid.uuid4().hex, delivery=delivery, kind=worker_pb2.RESULT_KIND_SUCCEEDED,
@@ -235,7 +215,9 @@ async def test_a_revoked_worker_records_no_result_after_the_revocation(dev: Dev)
             create = tasks_pb2.CreateTaskRequest(namespace=NS, task_id=task_id, queue=QUEUE,
                                                  handler="h")  # fmt: skip
             await tasks.CreateTask(create, metadata=bearer(writer), timeout=15)
-        deliveries = await _deliveries(dev.stack.data_dir / "queue.db", {"before", "after"})
+        deliveries = await taken_off_queue(
+            dev.stack.data_dir / "queue.db", QUEUE, {"before", "after"}
+        )
         call = workers.ReportResultBatches(metadata=bearer(worker), timeout=120)
         first = _success(deliveries["before"])
         await call.write(first)

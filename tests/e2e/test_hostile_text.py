@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 import pytest
 
+from tests.deliveries import taken_off_queue
 from tests.e2e.conftest import ROOT, Stack
-from tests.waiting import eventually_async
 from tikk.v1 import (
     history_pb2,
     schedules_pb2,
@@ -31,7 +31,6 @@ from tikk.v1 import (
     worker_pb2,
     worker_pb2_grpc,
 )
-from worker_sdk.queues.local import LocalQueueConsumer
 
 pytestmark = pytest.mark.e2e
 
@@ -68,7 +67,8 @@ class Hostile:
     def take(self, task_id: str) -> worker_pb2.Delivery:
         """The delivery of ``task_id`` as the dispatcher published it (committed off the
         queue, so nothing else runs it)."""
-        return asyncio.run(_take(str(self.stack.data_dir / "queue.db"), task_id))
+        queue_file = self.stack.data_dir / "queue.db"
+        return asyncio.run(taken_off_queue(queue_file, QUEUE, [task_id], 30))[task_id]
 
     def report(self, result: worker_pb2.RunResult) -> worker_pb2.ResultAck:
         batch = worker_pb2.RunResultBatch(results=[result])
@@ -80,25 +80,6 @@ class Hostile:
     def lines(self) -> list[str]:
         assert self.stack.server is not None
         return list(self.stack.server.lines)
-
-
-async def _take(path: str, task_id: str) -> worker_pb2.Delivery:
-    consumer = LocalQueueConsumer(path, [QUEUE], 60_000)
-    await consumer.start()
-    found: list[worker_pb2.Delivery] = []
-
-    async def arrived() -> bool:
-        for message in await consumer.fetch(16):
-            await consumer.commit(message)
-            if message.delivery.task_id == task_id:
-                found.append(message.delivery)
-        return bool(found)
-
-    try:
-        await eventually_async(arrived, 30, every_s=0.05, what=f"task {task_id} dispatched")
-    finally:
-        await consumer.close()
-    return found[0]
 
 
 def result(delivery: worker_pb2.Delivery, **fields: Any) -> worker_pb2.RunResult:
