@@ -89,8 +89,10 @@ class Worker:
     ``concurrency`` handlers run at once. A message handed out ``max_deliveries`` times without
     a recorded result (it keeps killing workers) is dead-lettered instead of run again.
     ``result_backlog`` bounds the messages held, running or with a result not yet
-    acknowledged (``worker_sdk.inflight``: 4 times ``concurrency`` by default); when it is full
-    the worker fetches nothing until the server acknowledges results again.
+    acknowledged (``worker_sdk.inflight``: as many as ``concurrency`` by default); when it is
+    full the worker fetches nothing until the server acknowledges results again. An idle
+    worker fetches again when the queue says messages arrived (the embedded queue's doorbell,
+    ``tikk.queue_doorbell``), and at the latest every ``poll_interval_s``.
 
     Failover (see the module docstring): ``session_timeout_s`` and ``heartbeat_interval_s``
     are the consumer-group timing on Kafka (a killed worker's partitions move after about the
@@ -242,7 +244,7 @@ class Worker:
     ) -> None:
         inflight = InFlight(self.concurrency, self.result_backlog)
         renewer = asyncio.create_task(inflight.renew(visibility_ms / 3000))
-        stopping = asyncio.create_task(_call_when_set(stop, inflight.wake))
+        stopping = asyncio.create_task(_call_when_set(stop, inflight.wake, intake.wake))
         try:
             while not stop.is_set():
                 if out.results.waiting_s() > self.report_timeout_s:
@@ -258,7 +260,7 @@ class Worker:
                     # queue transaction per message, at a cost of at most _GATHER_S of delay.
                     await inflight.until_free(max(1, self.concurrency // 4), _GATHER_S)
                 elif not started:
-                    await _sleep_unless(stop, self._poll_interval_s)
+                    await intake.idle(self._poll_interval_s)
             await inflight.drain(self._shutdown_timeout_s)
         finally:
             renewer.cancel()
@@ -431,9 +433,10 @@ def _unanswered(exc: grpc.aio.AioRpcError) -> str:
     return f"did not answer ({code.name}: {details})"
 
 
-async def _call_when_set(event: asyncio.Event, call: Callable[[], None]) -> None:
+async def _call_when_set(event: asyncio.Event, *calls: Callable[[], None]) -> None:
     await event.wait()
-    call()
+    for call in calls:
+        call()
 
 
 async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:

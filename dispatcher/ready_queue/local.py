@@ -2,7 +2,8 @@
 
 The table, and how a consumer leases and commits its messages, is part of the queue's contract
 (``tikk.queue_contract``: ``LOCAL_QUEUE_SCHEMA``, ``LocalQueueSql``); the consumer side is
-``worker_sdk.queues.local``.
+``worker_sdk.queues.local``. After each publish the queue rings the consumers' doorbell
+(``tikk.queue_doorbell``), so a waiting worker fetches at once instead of on its next poll.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tikk.queue_contract import (
     dead_letter_queue,
     is_dead_letter_queue,
 )
+from tikk.queue_doorbell import DoorbellRinger
 from tikk.ready_queue import QueueBacklog, with_idle
 
 
@@ -29,6 +31,7 @@ class LocalReadyQueue:
     def __init__(self, path: str) -> None:
         self._path = path
         self._db: SqliteRunner | None = None
+        self._bell = DoorbellRinger(path)
         # Queues this process prepared or published to, reported even when nothing waits.
         self._queues: set[str] = set()
 
@@ -64,6 +67,7 @@ class LocalReadyQueue:
 
         if rows:
             await db.run(work)
+            self._bell.ring()
 
     async def publish_dead_letter(
         self, delivery: Delivery, error_type: str, error_message: str
@@ -85,6 +89,7 @@ class LocalReadyQueue:
             conn.execute(LocalQueueSql.INSERT, row)
 
         await db.run(work)
+        self._bell.ring()
 
     async def backlog(self, queues: Collection[str] = ()) -> list[QueueBacklog]:
         def work(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
@@ -99,5 +104,6 @@ class LocalReadyQueue:
         return with_idle(found, self._queues | set(queues))
 
     async def close(self) -> None:
+        self._bell.close()
         if self._db is not None:
             await self._db.close()

@@ -13,7 +13,7 @@ Lifecycle: constructing a consumer does no I/O; ``start`` connects and must be a
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -105,6 +105,15 @@ class QueueConsumer(Protocol):
         """Lease up to ``max_messages`` visible messages of the consumer's queues; returns at
         once, possibly empty. A leased message is invisible to other consumers until it is
         committed or its lease runs out."""
+        ...
+
+    def on_arrival(self, wake: Callable[[], None]) -> bool:
+        """After ``start``: have ``wake`` called on the running loop whenever messages may have
+        arrived, so that an idle worker fetches at once rather than on its next poll. Returns
+        whether this queue can do so (False: poll; a Kafka fetch waits for messages itself). A
+        call may come with nothing new to fetch, and a new message may come without a call
+        (e.g. a lease that ran out), so a worker still polls, only less often. Stops at
+        ``close``."""
         ...
 
     async def commit(self, message: Message) -> None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tikk.drivers.kafka import REQUEST_TIMEOUT_S, check_login, create_topics, sockets_released
@@ -126,6 +126,9 @@ class KafkaQueueConsumer:
 
     async def commit(self, message: Message) -> None:
         await self.commit_many([message])
+
+    def on_arrival(self, wake: Callable[[], None]) -> bool:
+        return False  # an idle fetch waits on the brokers for messages (_WAIT_MS)
 
     async def commit_many(self, messages: Sequence[Message]) -> None:
         """One commit request per queue among ``messages`` (a queue is a group of its own)."""

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import sqlite3
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,7 @@ from tikk.clock import Clock, SystemClock
 from tikk.drivers.sqlite import create_private
 from tikk.errors import BackendUnavailable
 from tikk.queue_contract import LocalQueueSql
+from tikk.queue_doorbell import Doorbell
 from worker_sdk.queues.consumer import Message, decode_delivery
 
 
@@ -56,6 +57,7 @@ class LocalQueueConsumer:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="local-queue")
         self._conn: sqlite3.Connection | None = None
         self._closed = False
+        self._bell = Doorbell(path)
 
     def __repr__(self) -> str:
         return f"LocalQueueConsumer({self._path!r}, {self._queues})"
@@ -125,6 +127,9 @@ class LocalQueueConsumer:
             for msg_id, body, deliveries in rows
         ]
 
+    def on_arrival(self, wake: Callable[[], None]) -> bool:
+        return not self._closed and self._bell.open(wake)
+
     async def commit(self, message: Message) -> None:
         await self.commit_many([message])
 
@@ -154,6 +159,7 @@ class LocalQueueConsumer:
             self._conn = None
 
         self._closed = True  # before any await: no commit may reach the closing executor
+        self._bell.close()
         if self._conn is not None:
             await self._run(shut)
         self._executor.shutdown(wait=True)
