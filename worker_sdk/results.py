@@ -4,10 +4,13 @@
 Each result waits for its acknowledgement. Results reported while the stream is busy writing
 wait in an outbox and are written together when it is free again, so that a burst costs one
 wake-up, not one per result. Whatever ends a call (the server closing it, a broken connection,
-a write after the call finished, any error of the reader), the stream logs it, waits a short
-bounded backoff, opens a new call and sends every unacknowledged result again: the server
-records a run once however often it arrives (results carry a ``run_id``).
-Only ``close`` ends the stream.
+any error of the reader), the stream waits a short backoff (from 50 ms, doubling to a
+second), opens a new call and sends every unacknowledged result again: the server records a run
+once however often it arrives (results carry a ``run_id``). A new call waits for a server that
+is away (gRPC's wait-for-ready), so it opens as soon as the channel reaches the server again.
+Nothing is written to a call before it opened or after it ended (what ended it is its
+status). A loss is logged once (a warning) and the stream's return once (info), however many
+attempts fail in between. Only ``close`` ends the stream.
 
 ``waiting_s`` says how long results have been waiting while the server acknowledged nothing,
 so that a worker that cannot report can stop taking work (see ``worker_sdk.worker``).
@@ -28,10 +31,16 @@ import grpc
 from tikk.v1 import worker_pb2
 
 log = logging.getLogger("tikk.worker")
-# How long a new result call may take to open before it counts as lost.
+# How long a new result call may take to open (waiting for the server, if it is away) before
+# it counts as lost and the stream opens another.
 _OPEN_TIMEOUT_S = 10.0
 # Results per batch message: a burst in few messages, each well under gRPC's size limit.
 _PER_MESSAGE = 256
+# The delay before a new result call when one ended: small, since the call itself waits for
+# a server that is away, doubling while calls keep ending (a server refusing them).
+_RECONNECT_FIRST_S = 0.05
+_RECONNECT_CAP_S = 1.0
+_CLOSED = "the server closed the result stream"
 
 
 class _StreamEnded(Exception):
@@ -72,7 +81,8 @@ class _Waiting:
 class ResultStream:
     """One ``ReportResults`` call at a time, reopened whenever it ends.
 
-    ``clock`` (monotonic seconds) times how long results wait; ``backoff`` spaces reconnects.
+    ``clock`` (monotonic seconds) times how long results wait and how long the stream was
+    lost; ``backoff`` spaces reconnects.
     """
 
     def __init__(
@@ -83,7 +93,7 @@ class ResultStream:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._stub = stub
-        self._backoff = backoff or Backoff()
+        self._backoff = backoff or Backoff(_RECONNECT_FIRST_S, _RECONNECT_CAP_S)
         self._clock = clock
         self._pending: dict[str, _Waiting] = {}
         self._outbox: list[worker_pb2.RunResult] = []  # reported, not yet written
@@ -91,6 +101,7 @@ class ResultStream:
         self._task: asyncio.Task[None] | None = None
         self._last_ack = clock()
         self._batched = True  # until a server says it has no ReportResultBatches
+        self._lost_at: float | None = None  # when the stream was lost, until a call opens
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tikk-result-stream")
@@ -127,12 +138,13 @@ class ResultStream:
     async def _run(self) -> None:
         """Serve one call after another until cancelled: any failure ends only the call."""
         while True:
-            call = self._stub.ReportResultBatches() if self._batched else self._stub.ReportResults()
+            method = self._stub.ReportResultBatches if self._batched else self._stub.ReportResults
+            # Waiting for the channel, not failing at once while the server is away: the call
+            # opens as soon as the channel reaches the server again (``_OPEN_TIMEOUT_S``).
+            call = method(wait_for_ready=True)
             try:
-                if self._batched and not await _takes_batches(call):
-                    log.info("the server takes no result batches; one result per message")
-                    self._batched = False
-                    continue
+                if not await self._open(call):
+                    continue  # the server has no result batches: one result per message
                 await self._serve(call)
             except asyncio.CancelledError:
                 if _being_cancelled():
@@ -140,15 +152,42 @@ class ResultStream:
                 self._lost("the call was cancelled")  # by gRPC, e.g. its channel went away
             except Exception as exc:  # whatever ended the call, the next one re-sends
                 if self._batched and await _unimplemented(call):
-                    log.info("the server takes no result batches; one result per message")
-                    self._batched = False
+                    self._unbatch()
                     continue
                 self._lost(_describe(exc))
             finally:
                 call.cancel()
             await asyncio.sleep(self._backoff.next())
 
+    async def _open(self, call: Any) -> bool:
+        """Wait until ``call`` is open (``TimeoutError`` after ``_OPEN_TIMEOUT_S``); False if
+        it was refused as a method the server does not have (the stream goes on with
+        ``ReportResults``). A call that ended instead raises its status."""
+        if not self._batched:
+            await asyncio.wait_for(call.wait_for_connection(), _OPEN_TIMEOUT_S)
+        elif not await _takes_batches(call):
+            self._unbatch()
+            return False
+        if self._lost_at is not None:
+            log.info(
+                "result stream open again after %.1f s; sending %d result(s) again",
+                self._clock() - self._lost_at,
+                len(self._pending),
+            )
+            self._lost_at = None
+        return True
+
+    def _unbatch(self) -> None:
+        log.info("the server takes no result batches; one result per message")
+        self._batched = False
+
     def _lost(self, why: str) -> None:
+        """Say once per outage that the stream was lost: the attempts that fail until a call
+        opens again are debug lines only."""
+        if self._lost_at is not None:
+            log.debug("result stream still lost (%s)", why)
+            return
+        self._lost_at = self._clock()
         log.warning(
             "result stream lost (%s); reconnecting, %d result(s) to send again",
             why,
@@ -158,6 +197,7 @@ class ResultStream:
     async def _serve(self, call: Any) -> None:
         self._outbox.clear()  # everything pending is re-sent first
         reader = asyncio.create_task(self._read(call))
+        reader.add_done_callback(_seen)
         try:
             batch = [waiting.result for waiting in self._pending.values()]
             while True:
@@ -168,14 +208,24 @@ class ResultStream:
 
     async def _write(self, call: Any, results: list[worker_pb2.RunResult]) -> None:
         """Write ``results`` (those not acknowledged meanwhile): in batch messages, or one by
-        one on a ``ReportResults`` call."""
-        if not self._batched:
-            for result in results:
-                await call.write(result)
-            return
-        for first in range(0, len(results), _PER_MESSAGE):
-            chunk = results[first : first + _PER_MESSAGE]
-            await call.write(worker_pb2.RunResultBatch(results=chunk))
+        one on a ``ReportResults`` call. A call that ended meanwhile (its end can arrive
+        between two writes) raises its status instead: gRPC refuses a write to it."""
+        messages: list[Any] = results
+        if self._batched:
+            messages = [
+                worker_pb2.RunResultBatch(results=results[first : first + _PER_MESSAGE])
+                for first in range(0, len(results), _PER_MESSAGE)
+            ]
+        for message in messages:
+            if call.done():
+                raise await _ended(call)
+            try:
+                await call.write(message)
+            except asyncio.InvalidStateError:
+                if not call.done():
+                    raise
+                # An intercepted call (a transport with a token) ended during the write.
+                raise await _ended(call) from None
 
     async def _next_batch(self, reader: asyncio.Task[None]) -> list[worker_pb2.RunResult]:
         """Everything reported since the last batch, waiting for one result if there is none:
@@ -191,7 +241,7 @@ class ResultStream:
                 queued.cancel()
         if reader.done():
             reader.result()
-            raise _StreamEnded("the server closed the result stream")
+            raise _StreamEnded(_CLOSED)
         batch, self._outbox = self._outbox, []
         return batch
 
@@ -216,11 +266,14 @@ async def _takes_batches(call: Any) -> bool:
     """Whether the server serves ``ReportResultBatches``, asked before anything is written: it
     opens the call with its headers at once, while a server without the method ends it with
     UNIMPLEMENTED. (Once writes are under way, that status can reach the worker as another
-    error, and the worker would never learn to fall back.)"""
+    error, and the worker would never learn to fall back.) A call that ended with another
+    status (the server is not there) raises it: nothing may be written to it."""
     await asyncio.wait_for(call.initial_metadata(), _OPEN_TIMEOUT_S)
     if not call.done():
         return True
-    return not await _unimplemented(call)
+    if await _unimplemented(call):
+        return False
+    raise await _ended(call)
 
 
 async def _unimplemented(call: Any) -> bool:
@@ -232,7 +285,24 @@ async def _unimplemented(call: Any) -> bool:
     return bool(code == grpc.StatusCode.UNIMPLEMENTED)
 
 
+async def _ended(call: Any) -> _StreamEnded:
+    """What ended ``call`` (done): its status, told as ``_describe`` tells an error's."""
+    code = await call.code()
+    if code == grpc.StatusCode.OK:
+        return _StreamEnded(_CLOSED)
+    return _StreamEnded(f"{code.name}: {await call.details()}")
+
+
+def _seen(reader: asyncio.Task[None]) -> None:
+    """Take what ended ``reader``: the end of its call is handled where it surfaces first (a
+    write or the wait for the next batch), and asyncio logs an error nobody took."""
+    if not reader.cancelled():
+        reader.exception()
+
+
 def _describe(exc: Exception) -> str:
     if isinstance(exc, grpc.aio.AioRpcError):
         return f"{exc.code().name}: {exc.details()}"
+    if isinstance(exc, _StreamEnded):
+        return str(exc)
     return f"{type(exc).__name__}: {exc}"
