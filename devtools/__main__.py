@@ -46,6 +46,7 @@ def _bench_configs(args: argparse.Namespace) -> list[Any]:
                 backend, args.tasks, rate, stored, args.workers, args.dispatchers, args.shards,
                 args.ceiling_tasks, tuple(args.server_arg), args.keep_keyspace,
                 *([Path(args.cassandra_data)] if args.cassandra_data else []), tls=args.tls,
+                profile=Path(args.profile) / f"{backend}-{stored}" if args.profile else None,
             ))  # fmt: skip
     return configs
 
@@ -162,6 +163,14 @@ def _stack_command(sub: Any) -> None:
     p.set_defaults(func=_run_stack)
 
 
+def _profile_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--profile", metavar="DIR",
+        help="record every process with py-spy during the fire phase into DIR, and report "
+        "where the time goes",
+    )  # fmt: skip
+
+
 def _bench_command(sub: Any) -> None:
     """``bench``: its options (the old ones keep their meaning)."""
     p = sub.add_parser(
@@ -195,6 +204,7 @@ def _bench_command(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("--out", help="results folder (default: bench-results/<UTC time>)")
     p.add_argument("--tls", action="store_true", help="server, clients and workers over TLS")
+    _profile_option(p)
     p.add_argument(
         "--smoke", action="store_true",
         help="a one-minute check: embedded, 2,000 stored, 500 fired at 50/s, 1 worker",

@@ -18,6 +18,7 @@ measurement, not a test: nothing here asserts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -33,6 +34,7 @@ from devtools.bench_report import cdf_points, summarize
 from devtools.ceiling import CeilingResult, cassandra_ceiling, sqlite_ceiling
 from devtools.dispatch_reads import rate_between, totals
 from devtools.proc_stats import ProcSample
+from devtools.profiles import profiling, summarise
 from devtools.store_disk import cassandra_bytes, sqlite_bytes
 from server.certs import DevPki, make_dev_pki
 from tikk.client.transport import Transport
@@ -63,6 +65,9 @@ class BenchConfig:
     )
     # Serve TLS (a development PKI made for the run); the clients and workers trust its CA.
     tls: bool = field(default=False, kw_only=True)
+    # Record every process with py-spy during the fire phase into this folder (one raw file
+    # per process) and summarise where the time went (``devtools.profiles``).
+    profile: Path | None = field(default=None, kw_only=True)
 
     @property
     def mode(self) -> str:
@@ -152,6 +157,8 @@ def _start(cfg: BenchConfig, fleet: Fleet, keyspace: str, pki: DevPki | None) ->
         for i in range(cfg.dispatchers):
             fleet.spawn(f"dispatcher-{i + 1}", "dispatcher", ["dispatcher", *urls, *keys])
     address = wait_listening(server)
+    if cfg.backend == "stack":  # their CPU per task too, sampled as the tikk processes are
+        fleet.services += [(s.name, "service", pid) for s in stack.SERVICES if (pid := s.pid())]
     for i in range(cfg.workers):
         worker = ["worker", "devtools.bench_worker:worker", "--server", address, *trust]
         fleet.spawn(f"worker-{i + 1}", "worker", worker)
@@ -179,7 +186,8 @@ def _measure(cfg: BenchConfig, run: _Run) -> tuple[dict[str, Any], tuple[int, in
     time.sleep(max(0.0, first_due / 1000 - time.time()))
     samples["fire_start"] = run.fleet.sample()
     fire_start_ms = int(time.time() * 1000)
-    runs = _collect(cfg, run, first_due)
+    with profiling(run.fleet, cfg.profile) if cfg.profile else contextlib.nullcontext():
+        runs = _collect(cfg, run, first_due)
     samples["done"] = run.fleet.sample()
     fire_end_ms = int(time.time() * 1000)
     processes = _process_figures(cfg, run.fleet, samples)
@@ -189,6 +197,7 @@ def _measure(cfg: BenchConfig, run: _Run) -> tuple[dict[str, Any], tuple[int, in
         "load": _ingest_figures(load, series=True) if load else None,
         "fire_ingest": _ingest_figures(fire_ingest, series=False),
         "fire": fire, "cdf": _cdfs(runs), "processes": processes, "disk": disk,
+        "profile": summarise(cfg.profile) if cfg.profile else None,
     }, (fire_start_ms, fire_end_ms)  # fmt: skip
 
 
@@ -288,12 +297,12 @@ def _process_figures(
     cfg: BenchConfig, fleet: Fleet, samples: dict[str, dict[str, ProcSample | None]]
 ) -> list[dict[str, Any]]:
     out = []
-    for m in fleet.members:
-        taken = {phase: samples[phase].get(m.name) for phase in PHASES}
+    for name, role, pid in fleet.sampled():
+        taken = {phase: samples[phase].get(name) for phase in PHASES}
         cpu = {p: round(s.cpu_s, 3) for p, s in taken.items() if s is not None}
-        peak = fleet.peaks.bytes_of(m.name)
+        peak = fleet.peaks.bytes_of(name)
         out.append({
-            "name": m.name, "role": m.role, "pid": m.proc.pid, "cpu_s": cpu,
+            "name": name, "role": role, "pid": pid, "cpu_s": cpu,
             "rss_mb": {p: _mb(s.rss_bytes) for p, s in taken.items() if s is not None},
             # The kernel's high-water mark (VmHWM) of the largest member: one process's, so
             # below the tree's resident set once the process forks. peak_mb is the tree's.

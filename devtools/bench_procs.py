@@ -61,6 +61,9 @@ class Fleet:
         self._work = work
         self._env = env
         self.members: list[TikkProcess] = []
+        # Processes sampled but not started or stopped here (name, role, pid): the local
+        # stack's services, whose CPU per task belongs in the same table.
+        self.services: list[tuple[str, str, int]] = []
         self.peaks = Peaks()
 
     @property
@@ -92,9 +95,13 @@ class Fleet:
     def sample(self) -> dict[str, ProcSample | None]:
         """CPU and memory of every process (and its children) now, by name; noted in
         ``peaks``."""
-        taken = {m.name: sample(m.proc.pid) for m in self.members}
+        taken = {name: sample(pid) for name, _, pid in self.sampled()}
         self.peaks.note(taken)
         return taken
+
+    def sampled(self) -> list[tuple[str, str, int]]:
+        """(name, role, pid) of every process ``sample`` covers: members, then services."""
+        return [(m.name, m.role, m.proc.pid) for m in self.members] + self.services
 
     @contextmanager
     def watching(self, interval_s: float = PEAK_INTERVAL_S) -> Iterator[None]:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devtools import profiles
+
 README_START = "<!-- bench:start -->"
 README_END = "<!-- bench:end -->"
 _CDF_POINTS = 200
@@ -252,8 +254,19 @@ def render_markdown(results: dict[str, Any]) -> str:
         "### Many stored against few\n\n" + comparison_table(runs),
         "### Processes: memory and CPU per 1,000 tasks\n\n" + process_table(runs),
         "### Bytes on disk per stored task\n\n" + disk_table(runs),
+        *profile_sections(runs),
     ]
     return "\n\n".join(parts) + "\n"
+
+
+def profile_sections(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """For each run recorded with ``--profile``: where each process's CPU went."""
+    return [
+        f"### Where the time goes: {r['backend']}, {r['stored']:,} stored (py-spy, fire phase)"
+        "\n\n" + "\n".join(profiles.render(r["profile"]))
+        for r in runs
+        if r.get("profile")
+    ]
 
 
 def readme_section(results: dict[str, Any], plots: Sequence[str] = ()) -> str:

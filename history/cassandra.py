@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from history.run_history import OCCURRENCE_COLUMNS, RUN_COLUMNS, run_from_row, run_values
-from tikk.drivers.cassandra import CassandraSession, Migration, PartitionRow
+from tikk.drivers.cassandra import CassandraSession, Migration
+from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
 from tikk.errors import NotFound
 from tikk.model import Page, RunQuery, RunRecord
 from tikk.paging import decode_token, encode_token
@@ -152,8 +153,9 @@ class CassandraRunHistory:
                     size,
                 ),
             ]
-        await self._db.execute_many(self._db.partition_batches(by_id))
-        await self._db.execute_many(self._db.partition_batches(listed))
+        packed = MAX_BATCH_PARTITIONS  # a partition's rows together, a few per request
+        await self._db.execute_many(self._db.partition_batches(by_id, packed))
+        await self._db.execute_many(self._db.partition_batches(listed, packed))
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         rows = await self._db.execute(SELECT_RUN, [namespace, run_id])

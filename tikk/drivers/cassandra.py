@@ -19,11 +19,12 @@ import ssl
 import threading
 import time
 from collections import namedtuple
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tikk.drivers.cassandra_batches import PartitionRow, packed
 from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
 from tikk.urls import BackendUrl, Credentials, TlsFiles
 
@@ -186,27 +187,26 @@ class CassandraSession:
         """A bound statement, for ``execute_many``."""
         return self.prepare(cql).bind(params)
 
-    def partition_batches(self, rows: Iterable[PartitionRow]) -> list[Any]:
-        """Unlogged batches, one or more per partition, of ``rows`` (each names its
-        partition): a batch whose rows share a partition is one mutation on one replica set,
-        the cheapest way to write them. Split below Cassandra's default batch size limit."""
-        groups: dict[Hashable, list[PartitionRow]] = {}
+    def partition_batches(
+        self, rows: Iterable[PartitionRow], partitions_per_batch: int = 1
+    ) -> list[Any]:
+        """Unlogged batches of ``rows`` (each names its partition), the rows of a partition
+        kept together: a batch whose rows share a partition is one mutation on one replica
+        set, the cheapest way to write them. ``partitions_per_batch`` > 1 packs several small
+        partitions into one batch as well: the coordinator then splits it, but the client
+        sends and settles one request instead of many, and on this driver a request's own
+        cost is most of what a small write costs (at most ``MAX_BATCH_PARTITIONS``, which
+        Cassandra warns above). Split below Cassandra's default batch size limit; a batch of
+        one row is sent as the statement alone."""
+        return [self._batch_of(rows) for rows in packed(rows, partitions_per_batch)]
+
+    def _batch_of(self, rows: Sequence[PartitionRow]) -> Any:
+        if len(rows) == 1:  # a batch of one costs more than the statement alone
+            return self.bind(rows[0].cql, rows[0].params)
+        batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for row in rows:
-            groups.setdefault(row.partition, []).append(row)
-        out: list[Any] = []
-        for group in groups.values():
-            if len(group) == 1:  # a batch of one costs more than the statement alone
-                out.append(self.bind(group[0].cql, group[0].params))
-                continue
-            batch, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0
-            for row in group:
-                if size and size + row.size > BATCH_BYTES:
-                    out.append(batch)
-                    batch, size = BatchStatement(batch_type=BatchType.UNLOGGED), 0
-                batch.add(self.prepare(row.cql), row.params)
-                size += row.size
-            out.append(batch)
-        return out
+            batch.add(self.prepare(row.cql), row.params)
+        return batch
 
     async def execute_many(self, statements: Sequence[Any], window: int = 256) -> list[list[Any]]:
         """Run ``statements`` (bound or batches) with at most ``window`` in flight; the rows
@@ -261,21 +261,6 @@ class _RowTypes:
             names = [re.sub(r"\W", "", c).strip("_") or "column" for c in key]
             row_type = self._types.setdefault(key, namedtuple("Row", names, rename=True))
         return [row_type(*row) for row in rows]
-
-
-# Bytes of the rows of one unlogged batch: under the 50 KiB Cassandra refuses by default.
-BATCH_BYTES = 40_000
-
-
-@dataclass(frozen=True)
-class PartitionRow:
-    """One write for ``partition_batches``: its partition key, statement and an estimate of
-    its size in bytes."""
-
-    partition: Hashable
-    cql: str
-    params: Sequence[Any]
-    size: int
 
 
 class _Chain:

@@ -27,7 +27,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from tikk.buckets import minute_of_second, shard_of
-from tikk.drivers.cassandra import CassandraSession, PartitionRow
+from tikk.drivers.cassandra import CassandraSession
+from tikk.drivers.cassandra_batches import PartitionRow
 from tikk.errors import AlreadyExists, Conflict, InvalidArgument, NotFound
 from tikk.model import Page, Task
 from tikk.paging import decode_token, encode_token

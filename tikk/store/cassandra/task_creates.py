@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tikk.buckets import minute_of_second
-from tikk.drivers.cassandra import CassandraSession, PartitionRow
+from tikk.drivers.cassandra import CassandraSession
+from tikk.drivers.cassandra_batches import PartitionRow
 from tikk.errors import AlreadyExists, TikkError
 from tikk.model import Task
 from tikk.store.cassandra.quotas import count_usage

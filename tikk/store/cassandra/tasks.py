@@ -23,12 +23,12 @@ in rows), ``task_creates``, ``claims`` (dispatch and start claims) and ``listing
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
 from tikk.drivers.cassandra import CassandraSession
+from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
 from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound, TikkError
 from tikk.model import (
     START_TIMEOUT,
@@ -214,17 +214,9 @@ class CassandraTaskStore:
         return task if expired and task.attempt == entry.attempt else None
 
     async def mark_handed_off(self, entries: Sequence[DueEntry], now_ms: int) -> None:
-        # One unlogged batch per due-index partition: a single round trip for its rows.
-        partitions: dict[tuple[int, int], list[tuple[str, list[Any]]]] = {}
-        for e in entries:
-            minute = minute_of_second(e.second)
-            ttl = ttl_after(e.due_ms, now_ms, DUE_RETENTION_S)
-            partitions.setdefault((e.shard, minute), []).append(
-                (HAND_OFF, [ttl, e.due_ms, e.shard, minute, e.second, e.key])
-            )
-        await asyncio.gather(
-            *(self._db.execute_batch(items, logged=False) for items in partitions.values())
-        )
+        # A partition's rows go together, a few partitions per request.
+        rows = [_hand_off_row(e, now_ms) for e in entries]
+        await self._db.execute_many(self._db.partition_batches(rows, MAX_BATCH_PARTITIONS))
 
     async def finish_attempt(
         self, namespace: str, task_id: str, attempt: int, transition: Transition, now_ms: int
@@ -356,3 +348,10 @@ def _cursor_write(shard: int, move: Cursor, current: Cursor | None) -> tuple[str
         return INIT_CURSOR, [shard, move.second, move.epoch]
     second = max(move.second, current.second)
     return MOVE_CURSOR, [second, move.epoch, shard, current.epoch]
+
+
+def _hand_off_row(e: DueEntry, now_ms: int) -> PartitionRow:
+    minute = minute_of_second(e.second)
+    ttl = ttl_after(e.due_ms, now_ms, DUE_RETENTION_S)
+    params = [ttl, e.due_ms, e.shard, minute, e.second, e.key]
+    return PartitionRow((e.shard, minute), HAND_OFF, params, 60)
