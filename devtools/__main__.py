@@ -2,6 +2,7 @@
 
 ``stack`` starts and stops the local Cassandra + Kafka + ZooKeeper; ``bench``,
 ``bench-readme`` and ``bench-schedules`` measure tikk and write the README's figures;
+``bench-peers`` runs tikk beside Celery, arq, APScheduler and a bare Redis poller;
 ``faults`` and ``fuzz`` are ``python -m devtools.faults`` and ``python -m devtools.fuzz``.
 They need the checkout (``infra/``, ``examples/``, the tests), so they are not commands of the
 installed ``tikk``. Exit codes: 0 ok, 1 refused or failed, 2 bad usage.
@@ -145,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_command(sub)
     _bench_readme_command(sub)
     _bench_schedules_command(sub)
+    _bench_peers_command(sub)
     for name, text in _PASSED_ON.items():
         sub.add_parser(name, help=text, add_help=False)
     return parser
@@ -231,6 +233,17 @@ def _bench_schedules_command(sub: Any) -> None:
     p.add_argument("--schedules", type=int, default=10_000)
     p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
     p.set_defaults(func=_run_bench_schedules)
+
+
+def _bench_peers_command(sub: Any) -> None:
+    from devtools.peers.cli import add_options, run_command
+
+    p = sub.add_parser(
+        "bench-peers",
+        help="tikk beside Celery, arq, APScheduler and a Redis poller (devtools/peers)",
+    )
+    add_options(p)
+    p.set_defaults(func=run_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
