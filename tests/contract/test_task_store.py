@@ -236,6 +236,33 @@ async def test_succeed_many_moves_only_the_attempts_still_dispatched(store: Task
     assert (await store.get("default", "a")).updated_ms == T0 + 2
 
 
+async def test_of_two_successes_of_one_attempt_exactly_one_holds(store: TaskStore) -> None:
+    # A duplicate delivery: two runs of one attempt report success in one batch, together
+    # from two servers, and one after the other.
+    tasks = [make_task(t) for t in ("one-batch", "together", "in-turn")]
+    await store.create_many(tasks)
+    await store.mark_dispatched([t.entry() for t in tasks], T0)
+    same, together, in_turn = (t.entry() for t in tasks)
+    assert sorted(await store.succeed_many([same, same], T0 + 1)) == [False, True]
+    (first,), (second,) = await asyncio.gather(
+        store.succeed_many([together], T0 + 1), store.succeed_many([together], T0 + 1)
+    )
+    assert sorted([first, second]) == [False, True]
+    assert await store.succeed_many([in_turn], T0 + 1) == [True]
+    assert await store.succeed_many([in_turn], T0 + 2) == [False]
+    assert {(await store.get("default", t.task_id)).state for t in tasks} == {TaskState.SUCCEEDED}
+
+
+async def test_a_success_never_undoes_what_came_after_the_dispatch(store: TaskStore) -> None:
+    a = make_task("a")
+    await store.create_many([a])
+    await store.mark_dispatched([a.entry()], T0)
+    await store.finish_attempt("default", "a", 1, RetryAt(T0 + 60_000, "E", "m"), T0 + 1)
+    assert await store.succeed_many([a.entry()], T0 + 2) == [False]  # the retry stands
+    task = await store.get("default", "a")
+    assert (task.state, task.attempt) == (TaskState.SCHEDULED, 2)
+
+
 async def test_finish_attempt_retry_writes_future_bucket(store: TaskStore) -> None:
     a = make_task("a")
     await store.create(a)

@@ -5,7 +5,6 @@ started or expired. Semantics in ``tikk.store.tasks`` (``mark_dispatched``, ``cl
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -14,7 +13,13 @@ from tikk.drivers.cassandra import CassandraSession
 from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
 from tikk.model import Claimed, DueEntry, TaskState
 from tikk.store.cassandra.schema import TASK_RETENTION_S
-from tikk.store.cassandra.task_rows import INSERT_DUE, SELECT_TASK, due_values, half_written
+from tikk.store.cassandra.task_rows import (
+    INSERT_DUE,
+    SELECT_TASK,
+    due_values,
+    half_written,
+    read_states,
+)
 
 # A dispatcher's claim (SCHEDULED -> DISPATCHED) takes no transaction: it is written one
 # microsecond after the state it read, so every write made after that read (a report, a
@@ -30,13 +35,6 @@ FINISH_MOVE = (
     "UPDATE tasks SET state = ?, due_ms = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
     " IF state = ? AND attempt = ? AND due_ms = ?"
 )
-# What a claim needs of a task row (not its payload), for many tasks of one namespace in one
-# request: on this driver a request's own cost is most of what a small read costs.
-SELECT_CLAIMABLE = (
-    "SELECT task_id, state, attempt, due_ms, create_pending, create_done,"
-    " WRITETIME(state) AS state_written FROM tasks WHERE namespace = ? AND task_id IN ?"
-)
-_IDS_PER_READ = 16
 CLAIM_START = (
     "INSERT INTO start_claims (namespace, task_id, attempt, due_ms, claim, claimed_ms)"
     " VALUES (?, ?, ?, ?, ?, ?) IF NOT EXISTS USING TTL ?"
@@ -47,7 +45,7 @@ async def claim_due(db: CassandraSession, entries: Sequence[DueEntry], now_ms: i
     """``TaskStore.mark_dispatched``. The task rows read a few at a time, then every claim
     written in a few unlogged batches; only a half-done move (rare) takes the slow path of
     its own."""
-    found = await _read_claimable(db, entries)
+    found = await read_states(db, entries)
     states: list[TaskState | None] = []
     writes: list[PartitionRow] = []
     unfinished: list[DueEntry] = []
@@ -68,27 +66,6 @@ async def claim_due(db: CassandraSession, entries: Sequence[DueEntry], now_ms: i
     ready = [e for e, state in zip(entries, states, strict=True) if state is not None]
     resent = sum(state is TaskState.DISPATCHED for state in states)
     return Claimed(ready, resent, unfinished)
-
-
-async def _read_claimable(
-    db: CassandraSession, entries: Sequence[DueEntry]
-) -> dict[tuple[str, str], Any]:
-    """The claimable columns of each entry's task row, by (namespace, task id)."""
-    ids: dict[str, list[str]] = defaultdict(list)
-    for e in entries:
-        if e.task_id not in ids[e.namespace]:
-            ids[e.namespace].append(e.task_id)
-    reads = [
-        (namespace, db.bind(SELECT_CLAIMABLE, [namespace, some[i : i + _IDS_PER_READ]]))
-        for namespace, some in ids.items()
-        for i in range(0, len(some), _IDS_PER_READ)
-    ]
-    found = await db.execute_many([statement for _, statement in reads])
-    return {
-        (namespace, row.task_id): row
-        for (namespace, _), rows in zip(reads, found, strict=True)
-        for row in rows
-    }
 
 
 def _claim_write(e: DueEntry, read: Any, now_ms: int) -> PartitionRow:

@@ -102,6 +102,12 @@ STORE_MIGRATIONS = [
         """CREATE TABLE IF NOT EXISTS task_usage (
             namespace text PRIMARY KEY, open_tasks counter)""",
     ]),
+    # Which report's success holds (``tikk.store.cassandra.successes``): two written at the
+    # same timestamp are told apart by this cell, whose tie Cassandra breaks the same way
+    # for every reader.
+    Migration("store", 9, "successes without a consensus round", [
+        "ALTER TABLE tasks ADD IF NOT EXISTS succeeded_by text",
+    ]),
 ]  # fmt: skip
 
 

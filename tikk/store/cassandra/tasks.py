@@ -18,7 +18,8 @@ cancel acknowledged at least that long before is visible to that read, whereas a
 might race it without a consensus round per fire.
 
 The class below is the store; its parts live beside it: ``task_rows`` (how a task is laid out
-in rows), ``task_creates``, ``claims`` (dispatch and start claims) and ``listings``.
+in rows), ``task_creates``, ``claims`` (dispatch and start claims), ``successes`` and
+``listings``.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from tikk.store.cassandra.listings import (
 )
 from tikk.store.cassandra.quotas import count_usage
 from tikk.store.cassandra.schema import DUE_RETENTION_S, INIT_CURSOR, TASK_RETENTION_S
+from tikk.store.cassandra.successes import succeed_after_read
 from tikk.store.cassandra.task_creates import create_tasks
 from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
@@ -60,7 +62,6 @@ from tikk.store.cassandra.task_rows import (
     read_task,
     task_values,
     ttl_after,
-    ttl_with_row,
 )
 from tikk.store.tasks import DUE_READ_COLUMNS, TASK_COLUMNS, check_shard_count
 
@@ -76,10 +77,6 @@ UPDATE_TASK_IF = (
 # Success needs no read: the delivery names the attempt, and the condition makes a stale
 # report a no-op. Its TTL ends with the row's other cells (written for this due time), so
 # the row never outlives them with only these two cells.
-SUCCEED_IF = (
-    "UPDATE tasks USING TTL ? SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
-    " IF state = ? AND attempt = ? AND due_ms = ?"
-)
 INIT_META = "INSERT INTO store_meta (key, value) VALUES (?, ?) IF NOT EXISTS"
 # Only the mark: an UPDATE writes no other cell, so it never revives a row's other columns.
 HAND_OFF = (
@@ -265,8 +262,7 @@ class CassandraTaskStore:
             await self._write_finished(task, now_ms)
 
     async def succeed_many(self, entries: Sequence[DueEntry], now_ms: int) -> list[bool]:
-        writes = [self._db.bind(SUCCEED_IF, _success_params(e, now_ms)) for e in entries]
-        done = [bool(rows and rows[0][0]) for rows in await self._db.execute_many(writes)]
+        done = await succeed_after_read(self._db, entries, now_ms)
         finished = [(e.namespace, -1) for e, ok in zip(entries, done, strict=True) if ok]
         await count_usage(self._db, finished)
         return done
@@ -333,13 +329,6 @@ class CassandraTaskStore:
 
     async def close(self) -> None:
         await self._db.close()
-
-
-def _success_params(e: DueEntry, now_ms: int) -> list[Any]:
-    return [
-        ttl_with_row(e.due_ms, now_ms), int(TaskState.SUCCEEDED), now_ms, e.namespace,
-        e.task_id, int(TaskState.DISPATCHED), e.attempt, e.due_ms,
-    ]  # fmt: skip
 
 
 def _cursor_write(shard: int, move: Cursor, current: Cursor | None) -> tuple[str, list[Any]]:
