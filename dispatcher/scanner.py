@@ -6,9 +6,9 @@ the ready queue) and reads rows after it in three ways:
 
 * the **forward scan** reads ahead of the clock (``prefetch_ms``), so tasks are in memory
   before they are due;
-* the **rescan** re-reads the last second and the prefetch window every
-  ``rescan_interval_ms``, so a task created "due now" (or due inside the window already read)
-  goes out within that interval;
+* the **rescan** re-reads from the last second up to one interval ahead every
+  ``rescan_interval_ms``, so a task created "due now" goes out within that interval, and one
+  created due inside the window already read is read again before it is due;
 * the **sweep** is what makes late writes safe. A row may become visible after its second was
   read: written by a server whose clock lags, or slowly. A second ``S`` counts as *swept* only
   once a read of it began at or after ``(S + 1) s + late_write_grace_s`` by this dispatcher's
@@ -35,13 +35,13 @@ import itertools
 import logging
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 from dispatcher.ownership import Ownership
 from dispatcher.queue_backoff import QueueBackoffs
 from dispatcher.schedule_steps import ScheduleStepper
 from dispatcher.settings import DispatchSettings
 from dispatcher.shard_state import NEVER, ShardState, row_key
+from dispatcher.stats import DispatchStats
 from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys
@@ -53,27 +53,6 @@ from tikk.store.tasks import TaskStore
 from tikk.telemetry import ShardGauge, Telemetry
 
 log = logging.getLogger("tikk.dispatcher")
-
-
-@dataclass
-class DispatchStats:
-    """Counters for logs, metrics and tests."""
-
-    published: int = 0
-    skipped: int = 0
-    schedule_steps: int = 0
-    publish_failures: int = 0
-    # Published although the task was already DISPATCHED: possible duplicates (a takeover
-    # re-sending what was in flight, or a publish repeated after a failure).
-    resent: int = 0
-    # Rows found already handed off by an earlier owner, so not sent again.
-    handed_off_skipped: int = 0
-    # Attempts dead-lettered because no worker started them within their start timeout.
-    expired: int = 0
-    # Reads of the due index, and the rows they returned.
-    store_reads: int = 0
-    rows_read: int = 0
-    lateness_ms: list[int] = field(default_factory=list)
 
 
 def _past_start_deadline(e: DueEntry, now_ms: int) -> bool:
@@ -197,13 +176,27 @@ class Dispatcher:
         start = max(st.scan_from, st.sweep_from)
         if now_ms - st.last_rescan_ms >= s.rescan_interval_ms:
             st.last_rescan_ms = now_ms
-            start = min(start, (max(st.swept + 1, second_of(now_ms) - 1), ""))
+            await self._rescan(shard, st, now_ms, start)
         until = second_of(now_ms + s.prefetch_ms)
+        if start[0] > until:
+            return  # nothing new entered the prefetch window
         end = await self._read(shard, st, start, until)
         if end is None:
             st.scan_from = max(st.scan_from, (until + 1, ""))
         else:
             st.scan_from = max(st.scan_from, end)
+
+    async def _rescan(
+        self, shard: int, st: ShardState, now_ms: int, forward: tuple[int, str]
+    ) -> None:
+        """Read again from the last second up to one rescan interval ahead, for rows created
+        after their second was read. Not the whole prefetch window: a row created due later
+        in it is read by a later rescan, still before it is due, so each row is read again
+        only while it is close to due (the forward scan reads beyond ``forward``)."""
+        start = (max(st.swept + 1, second_of(now_ms) - 1), "")
+        horizon = second_of(now_ms + self._settings.rescan_interval_ms)
+        if start < forward:
+            await self._read(shard, st, start, min(horizon, forward[0]))
 
     async def _sweep(self, shard: int, st: ShardState, now_ms: int) -> None:
         """Read the seconds whose grace period has passed since the last sweep."""
