@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-# sockaddr_un's path is 108 bytes on Linux, less elsewhere; stay under the smallest.
-_MAX_SOCKET_PATH = 100
+# sockaddr_un's path holds 108 bytes on Linux and 104 on macOS and the BSDs, its last a NUL.
+_MAX_SOCKET_PATH = 103
 _SUFFIX = ".sock"
 # A folder's mtime moves in coarse steps on some file systems, so a bell bound in the same step
 # as the last listing would go unseen: list again at least this often.
