@@ -54,7 +54,12 @@ def _bench_configs(args: argparse.Namespace) -> list[Any]:
 
 def _run_bench(args: argparse.Namespace) -> int:
     from devtools.bench import results_of, run_one
-    from devtools.bench_report import check_plotting, render_markdown, write_outputs
+    from devtools.bench_report import (
+        check_plotting,
+        command_line,
+        render_markdown,
+        write_outputs,
+    )
 
     check_plotting()  # before a long run, not after it
     started = datetime.now(UTC)
@@ -70,21 +75,6 @@ def _run_bench(args: argparse.Namespace) -> int:
     print(render_markdown(results))
     print(f"bench: results in {out}/")
     return EXIT_OK
-
-
-def command_line(argv: list[str]) -> str:
-    """The command as run, for the report, without ``--out``: where the results went is
-    a local detail, not part of how the figures were made."""
-    kept: list[str] = []
-    skip = False
-    for arg in argv:
-        if skip or arg.startswith("--out="):
-            skip = False
-        elif arg == "--out":
-            skip = True
-        else:
-            kept.append(arg)
-    return " ".join([PROG, *kept])
 
 
 def _run_bench_readme(args: argparse.Namespace) -> int:

@@ -367,3 +367,18 @@ def load_results(path: Path) -> dict[str, Any]:
 def check_plotting() -> None:
     """Raise the ``ImportError`` the plots would, before a long run rather than after it."""
     _pyplot()
+
+
+def command_line(argv: list[str]) -> str:
+    """The command as run, for the report, without ``--out``: where the results went is
+    a local detail, not part of how the figures were made."""
+    kept: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip or arg.startswith("--out="):
+            skip = False
+        elif arg == "--out":
+            skip = True
+        else:
+            kept.append(arg)
+    return " ".join(["python -m devtools", *kept])

@@ -13,7 +13,7 @@ import time
 
 from worker_sdk import TaskContext, Worker
 
-# At 1,000 fires/s over two workers each holds about 500/s × the server's acknowledgement time
+# At 1,000 fires/s over two workers each holds about 500/s times the server's acknowledgement time
 # (150-250 ms on the stack with every service on one machine) of results: more than the
 # default backlog (one per slot), which would cap each worker near 300 starts a second.
 worker = Worker(queues=["bench"], concurrency=64, result_backlog=256)

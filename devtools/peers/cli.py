@@ -105,8 +105,8 @@ def _brief(figures: dict[str, Any]) -> str:
 
 
 def _results_frame(args: argparse.Namespace, started: datetime) -> dict[str, Any]:
-    from devtools.__main__ import command_line
     from devtools.bench import host
+    from devtools.bench_report import command_line
 
     workloads = _listed(args.workloads)
     systems = _listed(args.systems)

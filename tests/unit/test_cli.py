@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from devtools.__main__ import build_parser as build_devtools_parser
-from devtools.__main__ import command_line
+from devtools.bench_report import command_line
 from server.cli import main
 from server.cli.options import EXIT_USAGE, parse_duration_ms, parse_time_ms
 from server.cli.workers import load_worker
