@@ -105,6 +105,11 @@ def _apply_worker_flags(worker: Worker, args: argparse.Namespace) -> None:
     def seconds(ms: int | None) -> float | None:
         return None if ms is None else ms / 1000  # a flag left out keeps the Worker's setting
 
+    from worker_sdk.inflight import backlog_for
+
+    backlog = worker.result_backlog
+    if args.result_backlog is not None:
+        backlog = backlog_for(worker.concurrency, args.result_backlog)
     given = _given_transport(worker.transport, transport(args))
     # A channel connects lazily: opening one only reads the files and checks the token rule.
     given.channel(args.server).close()
@@ -115,6 +120,7 @@ def _apply_worker_flags(worker: Worker, args: argparse.Namespace) -> None:
         instance_id=args.instance_id,
     )
     worker.transport = given
+    worker.result_backlog = backlog
 
 
 def _given_transport(own: Transport, flags: Transport) -> Transport:
@@ -169,6 +175,14 @@ def _failover_options(p: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="results unacknowledged this long: stop consuming so others take over, "
         "resume when the server acknowledges again (default 15s)",
+    )
+    p.add_argument(
+        "--result-backlog",
+        type=int,
+        metavar="N",
+        help="messages held, running or with a result the server has not acknowledged, at "
+        "least the worker's concurrency (default: the concurrency); a worker starts at most "
+        "this many per acknowledgement time",
     )
     p.add_argument(
         "--instance-id",

@@ -99,3 +99,38 @@ def test_the_worker_command_refuses_a_bad_instance_id_before_it_starts(
     )  # fmt: skip
     assert code == 2
     assert "instance id 'not ok'" in capsys.readouterr().err
+
+
+def test_the_worker_command_refuses_a_result_backlog_below_its_concurrency(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code = main(
+        ["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1",
+         "--result-backlog", "1"]
+    )  # fmt: skip
+    assert code == 2
+    assert "must be at least the concurrency" in capsys.readouterr().err
+
+
+def test_the_result_backlog_flag_lands_on_the_worker_and_a_bad_flag_changes_nothing() -> None:
+    from server.cli import build_parser
+    from server.cli.workers import _apply_worker_flags, load_worker
+
+    worker = load_worker("tests.e2e.worker_app:worker")
+    before = worker.result_backlog
+    args = build_parser().parse_args(
+        ["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1",
+         "--result-backlog", str(4 * worker.concurrency)]
+    )  # fmt: skip
+    bad = build_parser().parse_args(
+        ["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1",
+         "--result-backlog", str(4 * worker.concurrency), "--report-timeout", "0s"]
+    )  # fmt: skip
+    try:
+        with pytest.raises(ValueError, match="report timeout"):
+            _apply_worker_flags(worker, bad)
+        assert worker.result_backlog == before
+        _apply_worker_flags(worker, args)
+        assert worker.result_backlog == 4 * worker.concurrency
+    finally:
+        worker.result_backlog = before  # the module's worker is shared with other tests
