@@ -7,10 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from dispatcher.ready_queue.local import LocalReadyQueue
 from tests.contract.test_ready_queue import delivery
@@ -19,15 +16,6 @@ from tests.worker_server import WorkerServer
 from tikk.queue_doorbell import Doorbell, DoorbellRinger, bells_folder
 from worker_sdk import TaskContext, Worker
 from worker_sdk.queues.local import LocalQueueConsumer
-
-
-@pytest.fixture
-async def queue(tmp_path: Path) -> AsyncIterator[LocalReadyQueue]:
-    producer = LocalReadyQueue(str(tmp_path / "queue.db"))
-    await producer.start()
-    await producer.prepare(["q"])
-    yield producer
-    await producer.close()
 
 
 async def test_a_ring_wakes_every_listener_once_per_burst_of_rings(tmp_path: Path) -> None:
@@ -86,10 +74,8 @@ async def test_a_publish_wakes_a_local_consumer(queue: LocalReadyQueue, tmp_path
 
 
 async def test_an_idle_worker_starts_a_published_task_on_the_ring_not_the_poll(
-    queue: LocalReadyQueue, tmp_path: Path
+    queue: LocalReadyQueue, server: WorkerServer, tmp_path: Path
 ) -> None:
-    server = WorkerServer(queue_url=f"local://{tmp_path / 'queue.db'}")
-    await server.start()
     started: list[float] = []
     worker = Worker(queues=["q"], poll_interval_s=60.0)  # a poll would come far too late
 
@@ -108,5 +94,4 @@ async def test_an_idle_worker_starts_a_published_task_on_the_ring_not_the_poll(
     stop.set()
     async with asyncio.timeout(10):
         await running
-    await server.stop()
     assert started[0] - published < 5.0  # generous; a poll would take 60 s

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from dispatcher.ready_queue.local import LocalReadyQueue
 from tests.contract.test_ready_queue import delivery, fetch_until, waiting
@@ -20,23 +17,6 @@ from tikk.clock import ManualClock
 from worker_sdk import TaskContext, Worker
 from worker_sdk.commits import CommitBatcher
 from worker_sdk.queues.local import LocalQueueConsumer
-
-
-@pytest.fixture
-async def queue(tmp_path: Path) -> AsyncIterator[LocalReadyQueue]:
-    producer = LocalReadyQueue(str(tmp_path / "queue.db"))
-    await producer.start()
-    await producer.prepare(["q"])
-    yield producer
-    await producer.close()
-
-
-@pytest.fixture
-async def server(queue: LocalReadyQueue, tmp_path: Path) -> AsyncIterator[WorkerServer]:
-    s = WorkerServer(queue_url=f"local://{tmp_path / 'queue.db'}")
-    await s.start()
-    yield s
-    await s.stop()
 
 
 async def until_waiting(queue: LocalReadyQueue, count: int, timeout_s: float = 10) -> None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import pytest
 
@@ -26,23 +25,6 @@ from worker_sdk.queues.local import LocalQueueConsumer
 CONCURRENCY = 4
 # Results are never given up on during a test: how long the server is away does not matter.
 NEVER_STEP_ASIDE_S = 3600.0
-
-
-@pytest.fixture
-async def queue(tmp_path: Path) -> AsyncIterator[LocalReadyQueue]:
-    producer = LocalReadyQueue(str(tmp_path / "queue.db"))
-    await producer.start()
-    await producer.prepare(["q"])
-    yield producer
-    await producer.close()
-
-
-@pytest.fixture
-async def server(queue: LocalReadyQueue, tmp_path: Path) -> AsyncIterator[WorkerServer]:
-    s = WorkerServer(queue_url=f"local://{tmp_path / 'queue.db'}")
-    await s.start()
-    yield s
-    await s.stop()
 
 
 @pytest.fixture
