@@ -48,15 +48,17 @@ async def succeed_after_read(
     """Whether each entry's success holds (see the module); the same task may come twice."""
     found = await read_states(db, entries)
     tokens = [_token(now_ms) for _ in entries]
-    writes = [
-        _write(e, row, token, now_ms)
+    written = [
+        (e, _write(e, row, token, now_ms))
         for e, token in zip(entries, tokens, strict=True)
         if (row := found.get((e.namespace, e.task_id))) is not None and _may_succeed(e, row)
     ]
-    if not writes:
+    if not written:
         return [False] * len(entries)
+    writes = [write for _, write in written]
     await db.execute_many(db.partition_batches(writes, MAX_BATCH_PARTITIONS))
-    after = await read_states(db, entries)
+    # Only a task written to can hold a token of this call: the others are not read again.
+    after = await read_states(db, [e for e, _ in written])
     return [
         (row := after.get((e.namespace, e.task_id))) is not None
         and row.state == TaskState.SUCCEEDED
