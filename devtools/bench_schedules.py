@@ -81,7 +81,7 @@ async def run(settings: Settings, count: int, lead_s: float) -> ScheduleBenchRes
             create_per_s = count / (time.perf_counter() - started)
             if clock.now_ms() > fire_ms:
                 print("bench-schedules: creating took longer than the lead; raise --lead")
-            stepper = ScheduleStepper(schedules, store, history)
+            stepper = ScheduleStepper(schedules, store, history, clock)
             owner = SingleOwner(store.shard_count, clock.now_ms())
             # Signed as in production, so the figure includes the token's cost.
             dispatcher = Dispatcher(store, queue, owner, clock, schedules=stepper, keys=new_keys())

@@ -14,7 +14,8 @@ import asyncio
 import logging
 
 from history.run_history import RunHistory
-from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound
+from tikk.clock import Clock
+from tikk.errors import BackendUnavailable, CancelUnsettled, FailedPrecondition, NotFound
 from tikk.model import Abandon, DueEntry, Task, TaskState
 from tikk.schedules.model import OccurrenceRecord, Overlap, Schedule
 from tikk.schedules.planner import PlannedStep, is_current, plan_step
@@ -34,11 +35,14 @@ class ScheduleStepper:
         schedules: ScheduleStore,
         store: TaskStore,
         history: RunHistory,
+        clock: Clock,
         telemetry: Telemetry | None = None,
     ) -> None:
         self._schedules = schedules
         self._store = store
         self._history = history
+        # Read by a cancel when it checks and when it is written (``TaskStore.cancel``).
+        self._clock = clock
         self._telemetry = telemetry or Telemetry()
 
     async def step_all(self, ticks: list[DueEntry], now_ms: int) -> list[DueEntry]:
@@ -106,12 +110,13 @@ class ScheduleStepper:
         try:
             task = await self._store.get(ns, task_id)
             if task.state is TaskState.SCHEDULED:
-                await self._store.cancel(ns, task_id, now_ms)
+                await self._store.cancel(ns, task_id, self._clock)
             elif task.state is TaskState.DISPATCHED:
                 reason = f"cancelled: a later occurrence of schedule {schedule.schedule_id} started"
                 await self._store.finish_attempt(ns, task_id, task.attempt, Abandon(reason), now_ms)
-        except (NotFound, FailedPrecondition) as exc:
-            # Finished meanwhile, or too close to its retry to cancel safely: it runs.
+        except (NotFound, FailedPrecondition, CancelUnsettled) as exc:
+            # Finished meanwhile, or too close to its retry to cancel safely: it runs (or,
+            # unsettled, may run once).
             log.info(
                 "schedule %s: previous occurrence not cancelled: %s", schedule.schedule_id, exc
             )

@@ -108,7 +108,7 @@ async def _dispatch(
     keys: DeliveryKeys,
 ) -> None:
     store, queue, history = backends.store, backends.queue, backends.history
-    stepper = ScheduleStepper(backends.schedules, store, history, telemetry)
+    stepper = ScheduleStepper(backends.schedules, store, history, clock, telemetry)
     dispatcher = Dispatcher(
         store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
         schedules=stepper, expiry=StartTimeouts(store, history, queue, telemetry), keys=keys,

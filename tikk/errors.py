@@ -22,6 +22,8 @@
     │       └── UnknownDeliveryKey  a key this server does not    UNAVAILABLE: the worker
     │                               hold                           keeps the run
     ├── BackendUnavailable    a store or queue did not answer      UNAVAILABLE, retriable
+    ├── CancelUnsettled       a cancel written too close to the    UNAVAILABLE, not retriable:
+    │                         due time to be sure it holds         the task may run once
     └── BackendRefused        a backend refused our credentials    UNAVAILABLE, not retriable
 
 A subclass defined elsewhere names its module, and answers with its parent's status unless
@@ -84,6 +86,13 @@ class BackendUnavailable(TikkError):
     """A store or queue could not be reached or timed out; the call may be repeated."""
 
     retriable = True
+
+
+class CancelUnsettled(TikkError):
+    """A cancel was written, but the store answered so late that the task had come within
+    the cancel fence of its due time: a dispatcher may have claimed it just before, so it
+    may still run once. The task reads CANCELLED either way (a result of such a run is
+    refused), and asking again gives the same answer, never OK."""
 
 
 class Unauthenticated(TikkError):

@@ -20,6 +20,7 @@ from tikk.errors import (
     AlreadyExists,
     BackendRefused,
     BackendUnavailable,
+    CancelUnsettled,
     Conflict,
     FailedPrecondition,
     InvalidArgument,
@@ -52,6 +53,9 @@ _CODES: list[tuple[type[TikkError], grpc.StatusCode]] = [
     (StaleOwner, grpc.StatusCode.ABORTED),
     (StreamIdle, grpc.StatusCode.DEADLINE_EXCEEDED),
     (BackendUnavailable, grpc.StatusCode.UNAVAILABLE),
+    # The outcome is unknown to the server too (it may run once): UNAVAILABLE is the code
+    # clients already treat as "may or may not have taken effect"; not retriable.
+    (CancelUnsettled, grpc.StatusCode.UNAVAILABLE),
     (Unauthenticated, grpc.StatusCode.UNAUTHENTICATED),
     # A backend refusing our credentials: the server cannot serve; the message says why.
     (BackendRefused, grpc.StatusCode.UNAVAILABLE),

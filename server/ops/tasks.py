@@ -131,7 +131,7 @@ class TaskOps:
 
     async def cancel(self, namespace: str, task_id: str) -> Task:
         """Cancel a task not dispatched yet (see ``TaskStore.cancel``)."""
-        return await self._store.cancel(namespace, task_id, self._clock.now_ms())
+        return await self._store.cancel(namespace, task_id, self._clock)
 
     async def redrive(self, namespace: str, task_id: str) -> Task:
         """Schedule a dead-lettered task again, now, with a fresh attempt count."""

@@ -96,7 +96,7 @@ async def test_a_half_written_create_is_invisible(cstore: CassandraTaskStore) ->
     page = await cstore.list_tasks("default", "q", None, 100, "")
     assert [t.task_id for t in page.items] == []
     with pytest.raises(NotFound):
-        await cstore.cancel("default", "half", T0)
+        await cstore.cancel("default", "half", ManualClock(T0))
 
 
 async def test_retrying_the_create_makes_it_whole_and_due(cstore: CassandraTaskStore) -> None:

@@ -7,6 +7,7 @@ import sqlite3
 
 from tests.contract.conftest import QuotaBackend
 from tests.factories import T0, make_task
+from tikk.clock import ManualClock
 from tikk.model import DeadLetter, RetryAt, Succeed
 from tikk.quotas import NamespaceQuotas, NamespaceUsage
 from tikk.store.sqlite.quotas import SqliteQuotaStore
@@ -46,7 +47,7 @@ async def test_finished_tasks_leave_the_usage_and_redriven_ones_return(
     tasks = quota_backend.tasks
     a, b, c, d, e = (make_task(t, max_attempts=2) for t in "abcde")
     await tasks.create_many([a, b, c, d, e])
-    await tasks.cancel("default", "a", T0)
+    await tasks.cancel("default", "a", ManualClock(T0))
     await tasks.mark_dispatched([b.entry(), c.entry(), d.entry()], b.due_ms)
     assert await tasks.succeed_many([b.entry()], b.due_ms + 1) == [True]
     assert await tasks.succeed_many([b.entry()], b.due_ms + 2) == [False]  # stale: no change
@@ -75,7 +76,7 @@ async def test_recount_repairs_the_usage_from_the_tasks(quota_backend: QuotaBack
     tasks = quota_backend.tasks
     a, b, c = make_task("a"), make_task("b"), make_task("c")
     await tasks.create_many([a, b, c, make_task("z", namespace="other")])
-    await tasks.cancel("default", "a", T0)
+    await tasks.cancel("default", "a", ManualClock(T0))
     await tasks.mark_dispatched([b.entry()], b.due_ms)
     await quota_backend.quotas.put_usage("default", NamespaceUsage(tasks_stored=40))  # drifted
     assert await quota_backend.quotas.recount("default") == NamespaceUsage(tasks_stored=2)

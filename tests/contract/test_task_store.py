@@ -10,7 +10,14 @@ import pytest
 from tests.contract.conftest import Reopen
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
-from tikk.errors import AlreadyExists, FailedPrecondition, NotFound, StaleOwner
+from tikk.clock import ManualClock
+from tikk.errors import (
+    AlreadyExists,
+    CancelUnsettled,
+    FailedPrecondition,
+    NotFound,
+    StaleOwner,
+)
 from tikk.model import START_TIMEOUT, Cursor, DeadLetter, RetryAt, Succeed, Task, TaskState
 from tikk.store.cassandra.tasks import CassandraTaskStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
@@ -135,11 +142,11 @@ async def test_other_shards_are_not_read(store: TaskStore) -> None:
 async def test_cancel_removes_from_due_index(store: TaskStore) -> None:
     task = make_task("a")
     await store.create(task)
-    cancelled = await store.cancel("default", "a", T0 + 5)
+    cancelled = await store.cancel("default", "a", ManualClock(T0 + 5))
     assert cancelled.state is TaskState.CANCELLED
     assert await read_all(store, task.shard, task.due_ms) == []
     # Idempotent on an already-cancelled task.
-    assert (await store.cancel("default", "a", T0 + 6)).state is TaskState.CANCELLED
+    assert (await store.cancel("default", "a", ManualClock(T0 + 6))).state is TaskState.CANCELLED
 
 
 async def test_cancel_refuses_dispatched_and_missing(store: TaskStore) -> None:
@@ -147,9 +154,9 @@ async def test_cancel_refuses_dispatched_and_missing(store: TaskStore) -> None:
     await store.create(task)
     await store.mark_dispatched([task.entry()], T0)
     with pytest.raises(FailedPrecondition):
-        await store.cancel("default", "a", T0)
+        await store.cancel("default", "a", ManualClock(T0))
     with pytest.raises(NotFound):
-        await store.cancel("default", "missing", T0)
+        await store.cancel("default", "missing", ManualClock(T0))
 
 
 # How close to its due time each backend still cancels a task (``TaskStore.cancel``).
@@ -164,16 +171,49 @@ async def test_a_cancel_close_to_the_due_time_is_refused_only_inside_the_fence(
     await store.create(make_task("a", due_ms=T0 + lead_ms))
     if lead_ms < fence:
         with pytest.raises(FailedPrecondition, match="due within 2000 ms"):
-            await store.cancel("default", "a", T0)
+            await store.cancel("default", "a", ManualClock(T0))
         assert (await store.get("default", "a")).state is TaskState.SCHEDULED
     else:
-        assert (await store.cancel("default", "a", T0)).state is TaskState.CANCELLED
+        assert (await store.cancel("default", "a", ManualClock(T0))).state is TaskState.CANCELLED
+
+
+class SlowStoreClock:
+    """Reads ``times`` in turn, then the last for ever: the times at which a store that
+    answered slowly checked the fence and then had the cancel acknowledged."""
+
+    def __init__(self, *times: int) -> None:
+        self._times = list(times)
+
+    def now_ms(self) -> int:
+        return self._times.pop(0) if len(self._times) > 1 else self._times[0]
+
+
+async def test_a_cancel_acknowledged_inside_the_fence_is_never_answered_ok(
+    store: TaskStore,
+) -> None:
+    task = make_task("a", due_ms=T0 + 10_000)
+    await store.create(task)
+    # Checked 10 s before the due time, acknowledged 1 s before it.
+    slow = SlowStoreClock(T0, T0 + 9_000)
+    if CANCEL_FENCE_MS[type(store)] > 1_000:
+        with pytest.raises(CancelUnsettled, match="may still run once"):
+            await store.cancel("default", "a", slow)
+        # Asking again cannot turn the answer into OK, even long before the due time.
+        with pytest.raises(CancelUnsettled):
+            await store.cancel("default", "a", ManualClock(T0))
+    else:
+        assert (await store.cancel("default", "a", slow)).state is TaskState.CANCELLED
+        assert (await store.cancel("default", "a", ManualClock(T0))).state is TaskState.CANCELLED
+    # Cancelled either way: it never fires from here on.
+    assert (await store.get("default", "a")).state is TaskState.CANCELLED
+    assert await read_all(store, task.shard, task.due_ms) == []
+    assert (await store.mark_dispatched([task.entry()], T0 + 10_000)).entries == []
 
 
 async def test_mark_dispatched_filters_cancelled_and_allows_resend(store: TaskStore) -> None:
     a, b = make_task("a"), make_task("b")
     await store.create_many([a, b])
-    await store.cancel("default", "b", T0)
+    await store.cancel("default", "b", ManualClock(T0))
     ok = await store.mark_dispatched([a.entry(), b.entry()], T0 + 10_000)
     assert ([e.task_id for e in ok.entries], ok.resent) == (["a"], 0)
     assert (await store.get("default", "a")).state is TaskState.DISPATCHED
@@ -303,7 +343,7 @@ async def test_list_tasks_pages_by_queue_and_state(store: TaskStore) -> None:
     for i in range(5):
         await store.create(make_task(f"t{i}", queue="q1"))
     await store.create(make_task("other", queue="q2"))
-    await store.cancel("default", "t3", T0)
+    await store.cancel("default", "t3", ManualClock(T0))
     first = await store.list_tasks("default", "q1", None, 2, "")
     second = await store.list_tasks("default", "q1", None, 2, first.next_token)
     third = await store.list_tasks("default", "q1", None, 2, second.next_token)

@@ -163,7 +163,7 @@ async def test_cancelled_task_is_not_fired_even_when_held(rig: Rig) -> None:
     d = rig.dispatcher()
     await d.tick(T0)
     assert d.held == 1
-    await rig.store.cancel("default", "a", T0 + 100)
+    await rig.store.cancel("default", "a", ManualClock(T0 + 100))
     await d.tick(T0 + 1_500)
     assert await rig.published() == []
     assert d.stats.skipped == 1

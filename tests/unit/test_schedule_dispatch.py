@@ -50,7 +50,7 @@ class Rig:
     clock: ManualClock
 
     def dispatcher(self, epoch: int = 1) -> Dispatcher:
-        stepper = ScheduleStepper(self.schedules, self.store, self.history)
+        stepper = ScheduleStepper(self.schedules, self.store, self.history, self.clock)
         owner = SingleOwner(SHARDS, epoch)
         return Dispatcher(
             self.store, self.queue, owner, self.clock, settings=SETTINGS, schedules=stepper

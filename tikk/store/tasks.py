@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from tikk.clock import Clock
 from tikk.errors import FailedPrecondition, StaleOwner, TikkError
 from tikk.model import Claimed, Cursor, DueEntry, Page, Task, TaskState, Transition
 
@@ -73,14 +74,18 @@ class TaskStore(Protocol):
         """The task; raises ``NotFound``."""
         ...
 
-    async def cancel(self, namespace: str, task_id: str, now_ms: int) -> Task:
+    async def cancel(self, namespace: str, task_id: str, clock: Clock) -> Task:
         """Cancel a SCHEDULED task so it never fires; idempotent on a CANCELLED task.
 
         Raises ``NotFound``, or ``FailedPrecondition`` for a dispatched or finished task.
         Where a cancel cannot be atomic with a dispatcher claiming the task, it is refused
-        (``FailedPrecondition``) once the task is due within a fence of ``now_ms``, so that a
+        (``FailedPrecondition``) once the task is due within a fence of the time, so that a
         cancel that returned OK is never followed by a run: on Cassandra the fence is
         ``cancel_fence_ms`` (2 s by default); SQLite cancels up to the claim itself.
+        ``clock`` is read when the check is made and again once the write is acknowledged,
+        not when the call began: a store that answers slowly must not let a cancel through
+        on a time that has passed. A write acknowledged inside the fence raises
+        ``CancelUnsettled`` (the task may run once), and so does every later cancel of it.
         """
         ...
 

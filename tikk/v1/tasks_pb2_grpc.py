@@ -107,7 +107,10 @@ class TaskServiceServicer:
 
     def CancelTask(self, request, context):
         """Cancels a task that has not been dispatched yet. Cancelling a cancelled task is a no-op;
-        cancelling a dispatched or finished task is FAILED_PRECONDITION.
+        cancelling a dispatched or finished task is FAILED_PRECONDITION. On a store whose cancel
+        cannot be atomic with a dispatch (Cassandra), a task due within the cancel fence (2 s) is
+        FAILED_PRECONDITION too, and a cancel the store acknowledged only inside that fence is
+        UNAVAILABLE, now and when asked again: the task reads CANCELLED but may run once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

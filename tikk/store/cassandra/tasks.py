@@ -15,7 +15,8 @@ returned OK, the half-written task is not found by any read or listing, and the 
 retry (same id, same content) completes it. Cancel is refused within
 ``cancel_fence_ms`` of the due time: the dispatcher checks the task row when it fires, and a
 cancel acknowledged at least that long before is visible to that read, whereas a closer one
-might race it without a consensus round per fire.
+might race it without a consensus round per fire. A cancel checked outside the fence but
+acknowledged inside it (the store stalled) is therefore not answered OK: ``CancelUnsettled``.
 
 The class below is the store; its parts live beside it: ``task_rows`` (how a task is laid out
 in rows), ``task_creates``, ``claims`` (dispatch and start claims), ``successes`` and
@@ -28,9 +29,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
+from tikk.clock import Clock
 from tikk.drivers.cassandra import CassandraSession
 from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
-from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound, TikkError
+from tikk.errors import (
+    BackendUnavailable,
+    CancelUnsettled,
+    FailedPrecondition,
+    NotFound,
+    TikkError,
+)
 from tikk.model import (
     START_TIMEOUT,
     Claimed,
@@ -89,6 +97,7 @@ SELECT_DUE = (
     " AND (second, task_key) > (?, ?) AND (second, task_key) < (?, ?) LIMIT ?"
 )
 SET_STATE = "UPDATE tasks SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+SET_UPDATED = "UPDATE tasks SET updated_ms = ? WHERE namespace = ? AND task_id = ?"
 SELECT_CURSOR = "SELECT second, epoch FROM cursors WHERE ring = 0 AND shard = ?"
 SELECT_CURSORS = "SELECT shard, second, epoch FROM cursors WHERE ring = 0"
 MOVE_CURSOR = "UPDATE cursors SET second = ?, epoch = ? WHERE ring = 0 AND shard = ? IF epoch = ?"
@@ -136,25 +145,46 @@ class CassandraTaskStore:
         if rows and not rows[0][0]:
             check_shard_count(int(rows[0].value), self._shard_count)
 
-    async def cancel(self, namespace: str, task_id: str, now_ms: int) -> Task:
+    async def cancel(self, namespace: str, task_id: str, clock: Clock) -> Task:
         task = await self.get(namespace, task_id)
         if task.state is TaskState.CANCELLED:
+            if not self._held(task, task.updated_ms):
+                raise self._unsettled(task)
             return task
         if task.state is not TaskState.SCHEDULED:
             raise FailedPrecondition(
                 f"task {task_id!r} is {task.state.name.lower()} and can no longer be cancelled"
             )
-        if task.due_ms - now_ms < self.cancel_fence_ms:
+        # The time after the read, not when the call began: the read may have waited.
+        now_ms = clock.now_ms()
+        if not self._held(task, now_ms):
             raise FailedPrecondition(
                 f"task {task_id!r} is due within {self.cancel_fence_ms} ms and may already be "
                 "dispatched; it can no longer be cancelled"
             )
         await self._db.execute(SET_STATE, [int(TaskState.CANCELLED), now_ms, namespace, task_id])
+        written_ms = clock.now_ms()
+        if not self._held(task, written_ms):
+            # Marked so that asking again gives the same answer rather than OK.
+            await self._db.execute(SET_UPDATED, [written_ms, namespace, task_id])
         await count_usage(self._db, [(namespace, -1)])
         second = second_of(task.due_ms)
         key = task_key(namespace, task_id)
         await self._db.execute(DELETE_DUE, [task.shard, minute_of_second(second), second, key])
+        if not self._held(task, written_ms):
+            raise self._unsettled(task)
         return task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
+
+    def _held(self, task: Task, at_ms: int) -> bool:
+        """Whether a cancel known written at ``at_ms`` is seen by every claim of ``task``."""
+        return task.due_ms - at_ms >= self.cancel_fence_ms
+
+    def _unsettled(self, task: Task) -> CancelUnsettled:
+        return CancelUnsettled(
+            f"task {task.task_id!r} is cancelled, but the store acknowledged the cancel within "
+            f"{self.cancel_fence_ms} ms of its due time, when a dispatcher may already have "
+            "claimed it: it may still run once (a result of that run is refused)"
+        )
 
     async def list_tasks(
         self, namespace: str, queue: str, state: TaskState | None, page_size: int, page_token: str

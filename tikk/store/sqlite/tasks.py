@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Mapping, Sequence
 
 from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second
+from tikk.clock import Clock
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.errors import FailedPrecondition, NotFound, TikkError
 from tikk.model import (
@@ -91,9 +92,11 @@ class SqliteTaskStore:
     async def get(self, namespace: str, task_id: str) -> Task:
         return await self._db.run(lambda conn: fetch_task(conn, namespace, task_id))
 
-    async def cancel(self, namespace: str, task_id: str, now_ms: int) -> Task:
+    async def cancel(self, namespace: str, task_id: str, clock: Clock) -> Task:
+        # No fence: the check and the write are one transaction, serialised with claims.
         def work(conn: sqlite3.Connection) -> Task:
             with Transaction(conn):
+                now_ms = clock.now_ms()
                 task = fetch_task(conn, namespace, task_id)
                 if task.state is TaskState.CANCELLED:
                     return task
