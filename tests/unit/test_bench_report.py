@@ -25,6 +25,7 @@ from devtools.bench_report import (
     replace_section,
     summarize,
     target_rows,
+    windowed,
 )
 from devtools.dispatch_reads import ReadTotals, rate_between, totals
 from devtools.proc_stats import ProcSample, parse_stat, parse_status_kib
@@ -281,3 +282,12 @@ def test_the_fleet_samples_memory_between_the_phases(
         assert spiked.wait(10)
     fleet.sample()  # the next boundary: after it
     assert fleet.peaks.bytes_of("server") == 900 * 2**20
+
+
+def test_ingest_rates_are_drawn_as_window_means_weighted_by_time() -> None:
+    # Lumpy per-second acknowledgements: 0, 4,000, 0, 4,000 … average 2,000/s.
+    series = [(float(t), 4_000.0 if t % 2 else 0.0) for t in range(1, 61)]
+    assert windowed(series, 30.0) == [(30.0, 2_000.0), (60.0, 2_000.0)]
+    # A last, partial window is drawn too; a gap between samples counts at its rate.
+    assert windowed([(1.0, 10.0), (4.0, 20.0)], 30.0) == [(4.0, 70.0 / 4.0)]
+    assert windowed([], 30.0) == []
