@@ -164,14 +164,15 @@ class CassandraTaskStore:
             )
         await self._db.execute(SET_STATE, [int(TaskState.CANCELLED), now_ms, namespace, task_id])
         written_ms = clock.now_ms()
-        if not self._held(task, written_ms):
+        settled = self._held(task, written_ms)
+        if not settled:
             # Marked so that asking again gives the same answer rather than OK.
             await self._db.execute(SET_UPDATED, [written_ms, namespace, task_id])
         await count_usage(self._db, [(namespace, -1)])
         second = second_of(task.due_ms)
         key = task_key(namespace, task_id)
         await self._db.execute(DELETE_DUE, [task.shard, minute_of_second(second), second, key])
-        if not self._held(task, written_ms):
+        if not settled:
             raise self._unsettled(task)
         return task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
 
