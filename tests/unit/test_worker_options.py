@@ -90,26 +90,19 @@ def test_an_instance_id_kafka_would_refuse_is_refused_when_the_worker_is_built(
         Worker(queues=["q"], instance_id=instance_id)
 
 
-def test_the_worker_command_refuses_a_bad_instance_id_before_it_starts(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--instance-id", "not ok", "instance id 'not ok'"),
+        ("--result-backlog", "1", "must be at least the concurrency"),
+    ],
+)
+def test_the_worker_command_refuses_a_bad_flag_before_it_starts(
+    capsys: pytest.CaptureFixture[str], flag: str, value: str, message: str
 ) -> None:
-    code = main(
-        ["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1",
-         "--instance-id", "not ok"]
-    )  # fmt: skip
+    code = main(["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1", flag, value])
     assert code == 2
-    assert "instance id 'not ok'" in capsys.readouterr().err
-
-
-def test_the_worker_command_refuses_a_result_backlog_below_its_concurrency(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    code = main(
-        ["worker", "tests.e2e.worker_app:worker", "--server", "127.0.0.1:1",
-         "--result-backlog", "1"]
-    )  # fmt: skip
-    assert code == 2
-    assert "must be at least the concurrency" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
 
 
 def test_the_result_backlog_flag_lands_on_the_worker_and_a_bad_flag_changes_nothing() -> None:
