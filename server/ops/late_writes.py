@@ -12,8 +12,9 @@ two things could still put a row behind a cursor, and both are caught here:
   clocks disagree by more than the dispatchers tolerate.
 * **A write that took too long** (a stalled store answering late). After a write, a row due
   "now" that became durable more than half the grace period after its due time is moved to
-  the present, if its task is still SCHEDULED at that attempt (``reason=slow``). Half, so
-  that clocks disagreeing by up to the other half are covered too.
+  the start of the present second, if its task is still SCHEDULED at that attempt
+  (``reason=slow``). Half, so that clocks disagreeing by up to the other half are covered
+  too.
 * **A write whose outcome is unknown** (the store timed out, or the call was cancelled): it
   may still land later, behind a cursor. Such tasks are *in doubt*; once the store answers
   again each is read back, and if it exists and is still SCHEDULED it is confirmed as above.
@@ -168,8 +169,12 @@ class LateWriteGuard:
     async def _confirm_one(self, task: Task, now: int) -> Task:
         if task.state is not TaskState.SCHEDULED or now - task.due_ms <= self._slow_ms:
             return task
-        # A new second: the cursor may already be past the old one.
-        to_ms = max(now, (second_of(task.due_ms) + 1) * 1000)
+        # A new second (the cursor may already be past the old one), and its first instant:
+        # two movers of one task in the same second (a create's and a read-back's) then
+        # write the same row. A due row is keyed by its second, so the loser's row would
+        # otherwise overwrite the winner's with an instant the task does not have, and the
+        # dispatcher would drop it as stale.
+        to_ms = max(second_of(now), second_of(task.due_ms) + 1) * 1000
         try:
             moved = await self._store.move_due(
                 task.namespace, task.task_id, attempt=task.attempt, due_ms=task.due_ms,

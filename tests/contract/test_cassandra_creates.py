@@ -295,3 +295,33 @@ async def test_a_move_refused_by_the_task_row_leaves_a_row_that_fires_nothing(
     stray = task.evolve(due_ms=to_ms).entry()
     assert (await cstore.mark_dispatched([stray], to_ms)).entries == []
     assert (await cstore.get("default", "d")).due_ms == task.due_ms
+
+
+async def test_two_moves_of_one_late_task_at_once_leave_a_row_that_fires_it(
+    cstore: CassandraTaskStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A create's confirmation and the read-back of its earlier, timed-out tries move the same
+    late task in the same second. The one that read first writes its new row last, after the
+    other's whole move: the row left must still fire the task the other moved."""
+    task = make_task("late", shard_count=SHARDS)
+    await cstore.create(task)
+    second = second_of(task.due_ms) + 30
+    winner = LateWriteGuard(cstore, ManualClock(second * 1_000 + 439), grace_ms=5_000)
+    loser = LateWriteGuard(cstore, ManualClock(second * 1_000 + 300), grace_ms=5_000)
+    session = cstore.session
+    own_execute = session.execute
+
+    async def winner_moves_in_between(cql: str, params: Any = ()) -> Any:
+        if cql == INSERT_DUE:  # the loser's new row, written after its read of the task
+            monkeypatch.setattr(session, "execute", own_execute)
+            await winner.confirm([task])
+        return await own_execute(cql, params)
+
+    monkeypatch.setattr(session, "execute", winner_moves_in_between)
+    await loser.confirm([task])
+    stored = await cstore.get("default", "late")
+    assert second_of(stored.due_ms) == second
+    rows = await cstore.read_due(task.shard, (second, ""), second, 10)
+    claimed = await cstore.mark_dispatched(rows, second * 1_000 + 999)
+    assert [e.task_id for e in claimed.entries] == ["late"]
+    assert (await cstore.get("default", "late")).state is TaskState.DISPATCHED
