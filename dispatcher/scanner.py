@@ -420,8 +420,8 @@ class Dispatcher:
             st.advance()
         if not force and now_ms - self._last_flush_ms < self._settings.cursor_flush_interval_ms:
             return
-        if self._telemetry.enabled:
-            self._telemetry.report_shards(self._gauges(now_ms))
+        if self._telemetry.metering:
+            self._telemetry.report_shards(self._gauges(now_ms), self._store.shard_count)
         moves = {
             shard: Cursor(st.cursor, st.epoch)
             for shard, st in self._shards.items()

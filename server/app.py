@@ -92,7 +92,7 @@ class ApiServer:
         self.settings = settings
         self._report_backlog = (
             functools.partial(report_backlog, backends.queue, clock, telemetry)
-            if telemetry is not None and telemetry.enabled
+            if telemetry is not None and telemetry.metering
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
@@ -165,7 +165,7 @@ def interceptor_chain(
     telemetry is on), runs within the server's bounds, and what its servicer raises becomes
     its status."""
     traced: list[grpc.aio.ServerInterceptor[Any, Any]] = (
-        [CallSpans(telemetry)] if telemetry.enabled else []
+        [CallSpans(telemetry)] if telemetry.tracing else []
     )
     return [
         MalformedRequests(),

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import signal
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +23,28 @@ from dispatcher.scanner import Dispatcher
 from dispatcher.schedule_steps import ScheduleStepper
 from dispatcher.settings import DispatchSettings
 from server.app import ApiServer
+from server.auth.authenticator import CredentialView
 from server.ops.start_timeouts import StartTimeouts
+from server.web.listener import HttpSite, metrics_app, start_http
 from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
 from tikk.delivery_tokens import DeliveryKeys, keys_for
+from tikk.metric_sinks import PrometheusMetrics
 from tikk.settings import Settings
 from tikk.store.sqlite.owner_lock import OwnerLock
 from tikk.telemetry import Telemetry
 from worker_sdk import Worker
 
 log = logging.getLogger("tikk")
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Where a started server answers: its gRPC port, and its HTTP listener's URL ("" if
+    none)."""
+
+    port: int
+    http_url: str = ""
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:
@@ -122,16 +136,18 @@ async def serve(
     *,
     dispatcher: bool = False,
     workers: Sequence[Worker] = (),
-    on_ready: Callable[[int], None] = lambda port: None,
+    on_ready: Callable[[Listening], None] = lambda at: None,
     clock: Clock | None = None,
     telemetry: Telemetry | None = None,
+    metrics: PrometheusMetrics | None = None,
     reuse_port: bool = False,
     lock_store: bool = True,
 ) -> None:
-    """Serve the API (and optionally dispatch and run workers in-process) until ``stop``.
-    ``reuse_port``: other processes serve on the same port (see ``server.supervisor``).
-    ``lock_store``: a process that dispatches holds the store's owner lock (``store_owner``),
-    taken before anything opens; False for a group's member, whose supervisor holds it."""
+    """Serve the API (and optionally dispatch and run workers in-process) until ``stop``;
+    ``metrics`` on ``settings.http`` (no listener without them). ``reuse_port``: other
+    processes serve on the same port (``server.supervisor``). ``lock_store``: a process that
+    dispatches holds the store's owner lock (``store_owner``), taken before anything opens;
+    False for a group's member, whose supervisor holds it."""
     clock = clock or SystemClock()
     drivers = Drivers()
     with store_owner(settings) if dispatcher and lock_store else contextlib.nullcontext():
@@ -141,39 +157,54 @@ async def serve(
             # keys file (``<data-dir>/delivery-keys`` by default) would make it open to all.
             # One keyring for the server and its in-process dispatcher: no file needed.
             keys = keys_for(settings.security.delivery_keys_file)
-            api = ApiServer(
-                settings, backends, clock, random.Random(), telemetry, reuse_port=reuse_port,
-                keys=keys,
-            )  # fmt: skip
+            api = ApiServer(settings, backends, clock, random.Random(), telemetry,
+                            reuse_port=reuse_port, keys=keys)  # fmt: skip
             port = await api.start()
+            site = await _start_http(settings, backends, metrics)
             parts = [
                 run_dispatcher(settings, stop, clock=clock, telemetry=telemetry,
                                drivers=drivers, keys=keys, lock_store=False)
             ] if dispatcher else []  # fmt: skip
-            await _serve_until_stopped(
-                api, port, stop, parts=parts, workers=workers, on_ready=on_ready
-            )
+            at = Listening(port, site.url(settings.http.rpartition(":")[0]) if site else "")
+            ready = functools.partial(on_ready, at)
+            await _serve_until_stopped(api, site, stop, parts, workers, on_ready=ready)
         finally:
             await backends.close()
 
 
+async def _start_http(
+    settings: Settings, backends: Backends, metrics: PrometheusMetrics | None
+) -> HttpSite | None:
+    """The HTTP listener (``server.web.listener``), if the settings ask for one; with
+    ``--auth`` it checks tokens against the same credentials as the API."""
+    if not settings.http or metrics is None:
+        return None
+    view = None
+    if settings.security.auth and backends.credentials is not None:
+        view = CredentialView(backends.credentials)
+    return await start_http(settings.http, metrics_app(metrics, view), settings.security.tls)
+
+
 async def _serve_until_stopped(
-    api: ApiServer, port: int, stop: asyncio.Event, *, parts: list[Coroutine[Any, Any, None]],
-    workers: Sequence[Worker], on_ready: Callable[[int], None],
+    api: ApiServer, site: HttpSite | None, stop: asyncio.Event,
+    parts: list[Coroutine[Any, Any, None]], workers: Sequence[Worker], *,
+    on_ready: Callable[[], None],
 ) -> None:  # fmt: skip
     """Run ``parts`` (the dispatcher) and ``workers`` beside the started ``api`` until
     ``stop``, then stop them before the API (the order in this module's docstring)."""
     background: list[asyncio.Task[object]] = [asyncio.create_task(p) for p in parts]
     worker_stop = asyncio.Event()
-    address = f"127.0.0.1:{port}"
+    address = f"127.0.0.1:{api.port}"
     background += [asyncio.create_task(w.run(address, stop=worker_stop)) for w in workers]
-    on_ready(port)
+    on_ready()
     try:
         await _until_stopped(stop, background)
     finally:
         worker_stop.set()
         stop.set()
         await asyncio.gather(*background, return_exceptions=True)
+        if site is not None:
+            await site.stop()
         await api.stop()
 
 

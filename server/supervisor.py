@@ -42,6 +42,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, TypeVar
 
 from server.listen_address import refuse_if_taken
+from tikk.metric_sinks import forget_process
 
 log = logging.getLogger("tikk.supervisor")
 T = TypeVar("T")
@@ -198,6 +199,8 @@ class Supervisor:
             process = self._members[role.index]
             await _readable(process.sentinel)
             process.join()
+            if process.pid is not None:
+                forget_process(process.pid)  # its live gauges; its counts stay in the sums
             served_long = time.monotonic() - since >= _HEALTHY_AFTER_S
             quick_exits = 0 if served_long else quick_exits + 1
             delay = min(_MAX_RESTART_S, _FIRST_RESTART_S * 2 ** (quick_exits - 1))

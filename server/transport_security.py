@@ -36,11 +36,13 @@ def check_transport(settings: Settings) -> None:
     """Refuse what must not be served: raises ``ExposureRefused`` or ``TlsFilesRefused``
     naming the problem and what to add. Reads the TLS files; changes nothing."""
     check_exposure(settings.listen, settings.security)
+    if settings.http:
+        check_exposure(settings.http, settings.security, "--http")
     if settings.security.tls is not None:
         check_tls_files(settings.security.tls)
 
 
-def check_exposure(listen: str, security: Security) -> None:
+def check_exposure(listen: str, security: Security, option: str = "--listen") -> None:
     if security.insecure or is_loopback_address(listen):
         return
     missing = [
@@ -54,7 +56,7 @@ def check_exposure(listen: str, security: Security) -> None:
     if not missing:
         return
     raise ExposureRefused(
-        "--listen",
+        option,
         f"refusing to serve {listen} without {' and '.join(missing)}: other machines could "
         "reach it, and anyone reaching it could read, create and cancel tasks of every "
         "namespace and report results. Add the missing options, listen on 127.0.0.1, or "

@@ -143,6 +143,8 @@ class Settings:
     ownership_session_timeout_ms: int = 10_000
     shard_count: int = DEFAULT_SHARD_COUNT
     listen: str = "127.0.0.1:7070"
+    # HOST:PORT of the HTTP listener (``/metrics``, ``/healthz``); empty: none.
+    http: str = ""
     # How long a worker holds a message before it is handed to another worker.
     visibility_timeout_ms: int = 60_000
     # A due row written less than this long after its due time is still fired; the server

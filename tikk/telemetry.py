@@ -13,6 +13,9 @@ Metrics (units in the names' descriptions):
 - ``tikk.due.backlog``         gauge per shard: rows due now that the queue has not yet accepted
 - ``tikk.dispatch.cursor_lag`` gauge per shard, s between now and the shard's cursor (grows
   when a shard is behind, including rows not read yet)
+- ``tikk.dispatch.shards_owned``, ``tikk.dispatch.shard_count``  gauges of each dispatcher:
+  the shards it owns and the store's shard count (their sum over dispatchers below the count
+  is a shard without an owner)
 - ``tikk.dispatch.store_reads``, ``tikk.dispatch.rows_read``  counters of the dispatcher's
   reads of the due index and the rows they returned (follow what is due, not what is stored)
 - ``tikk.retries``, ``tikk.dead_letters``  counters per queue, counted by the server
@@ -32,11 +35,13 @@ Metrics (units in the names' descriptions):
 - worker side: ``tikk.run.start_lateness`` (due → handler start), ``tikk.runs``,
   ``tikk.run.duration``
 
-Off is the plain ``Telemetry`` object: every method returns at once and OpenTelemetry is not
-imported, so a process that does not trace pays nothing for it. ``open_telemetry`` builds the
-real one from a spec: ``off``, ``console`` (JSON lines on stdout), ``console:PATH`` (appended
-to a file), ``otlp`` (OTLP/gRPC to the endpoint in ``OTEL_EXPORTER_OTLP_ENDPOINT``, default
-``localhost:4317``) or ``otlp:http://host:port``.
+Every metric is described once in ``tikk.metric_catalog`` and recorded into the sinks of
+``tikk.metric_sinks`` (OpenTelemetry, Prometheus). Off is the plain ``Telemetry`` object with
+no sink: every method returns at once and OpenTelemetry is not imported, so a process that
+neither traces nor meters pays nothing for it. ``open_telemetry`` builds one from a spec:
+``off``, ``console`` (JSON lines on stdout), ``console:PATH`` (appended to a file), ``otlp``
+(OTLP/gRPC to the endpoint in ``OTEL_EXPORTER_OTLP_ENDPOINT``, default ``localhost:4317``) or
+``otlp:http://host:port``.
 """
 
 from __future__ import annotations
@@ -44,17 +49,18 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import IO, Any
 
+from tikk import metric_catalog as m
 from tikk.errors import InvalidArgument
+from tikk.metric_catalog import MetricSink, Series
+from tikk.metric_sinks import OtelMetrics
 from tikk.model import Delivery, DueEntry
 from tikk.queue_contract import TRACE_KEYS
 from tikk.schedules.model import OccurrenceRecord
 
-# Histogram buckets in ms, from "on time" to "a minute late".
-LATENESS_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000)
 _EXPORT_INTERVAL_MS = 10_000
 
 
@@ -75,11 +81,30 @@ class QueueGauge:
 
 
 class Telemetry:
-    """Telemetry switched off; ``OtelTelemetry`` is the same interface, recording."""
+    """Telemetry without tracing, recording metrics into ``sinks`` (none: off, and every
+    method returns at once); ``OtelTelemetry`` adds traces."""
 
-    enabled = False
+    tracing = False
+    sinks: tuple[MetricSink, ...] = ()
     # The SDK providers behind it, for parts wired separately (an in-process worker).
     providers: Providers | None = None
+
+    def __init__(self, sinks: Sequence[MetricSink] = ()) -> None:
+        self.sinks = tuple(sinks)
+
+    @property
+    def metering(self) -> bool:
+        """Whether metrics go anywhere (gauges worth computing)."""
+        return bool(self.sinks)
+
+    def with_sink(self, sink: MetricSink) -> Telemetry:
+        """This telemetry, recording into ``sink`` too."""
+        self.sinks = (*self.sinks, sink)
+        return self
+
+    def _add(self, metric: m.Metric, amount: float = 1, **labels: str) -> None:
+        for sink in self.sinks:
+            sink.add(metric, amount, labels)
 
     @contextlib.contextmanager
     def call_span(self, name: str, metadata: Iterable[tuple[str, Any]]) -> Iterator[None]:
@@ -94,48 +119,83 @@ class Telemetry:
 
     @contextlib.contextmanager
     def dispatching(self, deliveries: Sequence[Delivery]) -> Iterator[Sequence[Delivery]]:
-        """Observe ``deliveries`` going to the queue: each in its own dispatch span that ends
-        when the block does (as an error if it raised), counted with its lateness if it did
-        not. Yields what to publish: ``deliveries`` themselves when off, else each carrying
-        its dispatch span's trace context (which the worker's run span continues)."""
+        """Observe ``deliveries`` going to the queue: with tracing, each in its own dispatch
+        span that ends when the block does (as an error if it raised); counted with its
+        lateness if the block did not raise. Yields what to publish: ``deliveries``
+        themselves, or with tracing each carrying its dispatch span's trace context (which
+        the worker's run span continues)."""
         yield deliveries
+        self._dispatched(deliveries)
 
-    def report_shards(self, shards: Mapping[int, ShardGauge]) -> None:
-        """The latest per-shard figures; the gauges export the last report."""
+    def _dispatched(self, deliveries: Sequence[Delivery]) -> None:
+        for sink in self.sinks:
+            for d in deliveries:
+                labels = {"queue": d.entry.queue}
+                sink.observe(m.DISPATCH_LATENESS, max(0, d.fired_ms - d.entry.due_ms), labels)
+                sink.add(m.DISPATCHED, 1, labels)
+
+    def report_shards(self, shards: Mapping[int, ShardGauge], shard_count: int = 0) -> None:
+        """The latest per-shard figures of a dispatcher (and the store's shard count)."""
+        backlog: dict[Series, float] = {(str(s),): g.backlog for s, g in shards.items()}
+        lag: dict[Series, float] = {(str(s),): g.cursor_lag_s for s, g in shards.items()}
+        for sink in self.sinks:
+            sink.set_gauge(m.DUE_BACKLOG, backlog)
+            sink.set_gauge(m.CURSOR_LAG, lag)
+            sink.set_gauge(m.SHARDS_OWNED, {(): len(shards)})
+            if shard_count:
+                sink.set_gauge(m.SHARD_COUNT, {(): shard_count})
 
     def report_queues(self, queues: Mapping[str, QueueGauge]) -> None:
-        """The latest figures of each ready queue; the gauges export the last report."""
+        """The latest figures of each ready queue."""
+        waiting: dict[Series, float] = {(q,): g.waiting for q, g in queues.items()}
+        ages: dict[Series, float] = {(q,): g.oldest_age_ms for q, g in queues.items()}
+        for sink in self.sinks:
+            sink.set_gauge(m.QUEUE_WAITING, waiting)
+            sink.set_gauge(m.QUEUE_OLDEST_AGE, ages)
 
     def retried(self, queue: str) -> None:
         """One failed attempt was scheduled again."""
+        self._add(m.RETRIES, queue=queue)
 
     def store_read(self, rows: int) -> None:
         """The dispatcher read the due index once, and got ``rows`` rows."""
+        self._add(m.STORE_READS)
+        if rows:
+            self._add(m.ROWS_READ, rows)
 
     def resent(self, count: int) -> None:
         """``count`` deliveries went out for tasks already DISPATCHED: possible duplicates
         (a new shard owner re-sending what was in flight, or a publish repeated)."""
+        if count:
+            self._add(m.RESENT, count)
 
     def late_write(self, reason: str) -> None:
         """A due row was placed later than asked so no cursor passes it unread: ``skew``
         (a cursor ahead of this server's clock) or ``slow`` (the write took too long)."""
+        self._add(m.LATE_WRITES, reason=reason)
 
     def dead_lettered(self, queue: str) -> None:
         """One task was given up."""
+        self._add(m.DEAD_LETTERS, queue=queue)
 
     def result_refused(self, reason: str) -> None:
         """The server refused one run result (see ``tikk.results.refused``)."""
+        self._add(m.RESULTS_REFUSED, reason=reason)
 
     def duplicate_run(self, queue: str) -> None:
         """The server recorded another run of an attempt that had already succeeded (see
         ``tikk.results.duplicates``)."""
+        self._add(m.DUPLICATE_RUNS, queue=queue)
 
     def auth_refused(self, method: str, code: str) -> None:
         """The server refused a call of ``method``, or a message of its stream, with the
         status ``code`` (see ``tikk.auth.refused``)."""
+        self._add(m.AUTH_REFUSED, method=method, code=code)
 
     def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
         """Schedule occurrences were decided (fired, missed, skipped...)."""
+        for outcome, n in Counter(r.outcome for r in records).items():
+            self._add(m.OCCURRENCES, n, outcome=outcome.name.lower())
 
     def shutdown(self) -> None:
         """Flush what is buffered and stop exporting."""
@@ -219,100 +279,21 @@ def open_telemetry(spec: str, service_name: str) -> Telemetry:
 
 
 class OtelTelemetry(Telemetry):
-    """``Telemetry`` recording through OpenTelemetry providers (the SDK's, or any others)."""
+    """``Telemetry`` tracing, and recording metrics, through OpenTelemetry providers (the
+    SDK's, or any others); more sinks may be added (``with_sink``)."""
 
-    enabled = True
+    tracing = True
 
     def __init__(self, providers: Providers, *, owns_providers: bool = True) -> None:
         from opentelemetry import trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+        super().__init__([OtelMetrics(providers.meter_provider)])
         self.providers = providers
         self._owned = providers if owns_providers else None
         self._trace = trace
         self._propagator = TraceContextTextMapPropagator()
         self._tracer = providers.tracer_provider.get_tracer("tikk")
-        meter = providers.meter_provider.get_meter("tikk")
-        self._shards: Mapping[int, ShardGauge] = {}
-        self._queues: Mapping[str, QueueGauge] = {}
-        self._add_counters(meter)
-        self._add_gauges(meter)
-
-    def _add_counters(self, meter: Any) -> None:
-        self._lateness = meter.create_histogram(
-            "tikk.dispatch.lateness", unit="ms",
-            description="Due time to the ready queue's acknowledgement",
-            explicit_bucket_boundaries_advisory=list(LATENESS_BUCKETS_MS),
-        )  # fmt: skip
-        self._dispatched = meter.create_counter(
-            "tikk.tasks.dispatched", description="Deliveries handed to the ready queue"
-        )
-        self._retries = meter.create_counter("tikk.retries", description="Attempts retried")
-        self._store_reads = meter.create_counter(
-            "tikk.dispatch.store_reads", description="Reads of the due index by the dispatcher"
-        )
-        self._rows_read = meter.create_counter(
-            "tikk.dispatch.rows_read", description="Rows the dispatcher's due-index reads returned"
-        )
-        self._resent = meter.create_counter(
-            "tikk.dispatch.resent", description="Deliveries of tasks already DISPATCHED"
-        )
-        self._late_writes = meter.create_counter(
-            "tikk.late_writes", description="Due rows re-placed ahead of a cursor, by reason"
-        )
-        self._dead = meter.create_counter("tikk.dead_letters", description="Tasks given up")
-        self._refused = meter.create_counter(
-            "tikk.results.refused", description="Run results refused by the server, by reason"
-        )
-        self._duplicates = meter.create_counter(
-            "tikk.results.duplicates", description="Further runs of a succeeded attempt recorded"
-        )
-        self._auth_refused = meter.create_counter(
-            "tikk.auth.refused", description="Calls and stream messages refused by auth, by code"
-        )
-        self._occurrences = meter.create_counter(
-            "tikk.schedule.occurrences",
-            description="Schedule occurrences decided, by outcome",
-        )
-
-    def _add_gauges(self, meter: Any) -> None:
-        meter.create_observable_gauge(
-            "tikk.due.backlog", callbacks=[self._observe(lambda g: g.backlog)],
-            description="Rows due now that the queue has not yet accepted, per shard",
-        )  # fmt: skip
-        meter.create_observable_gauge(
-            "tikk.dispatch.cursor_lag", unit="s",
-            callbacks=[self._observe(lambda g: g.cursor_lag_s)],
-            description="Seconds between now and the shard's dispatch cursor",
-        )  # fmt: skip
-        meter.create_observable_gauge(
-            "tikk.queue.waiting", callbacks=[self._observe_queues(lambda g: g.waiting)],
-            description="Tasks in the ready queue not yet consumed for good, per queue",
-        )  # fmt: skip
-        meter.create_observable_gauge(
-            "tikk.queue.oldest_age_ms", unit="ms",
-            callbacks=[self._observe_queues(lambda g: g.oldest_age_ms)],
-            description="Age of the oldest task waiting in the ready queue, per queue",
-        )  # fmt: skip
-
-    def _observe(self, value: Callable[[ShardGauge], int]) -> Callable[[Any], list[Any]]:
-        from opentelemetry.metrics import Observation
-
-        def callback(_options: Any) -> list[Any]:
-            # Runs on the exporter's thread; the mapping is replaced whole, never mutated.
-            shards = self._shards
-            return [Observation(value(g), {"shard": s}) for s, g in shards.items()]
-
-        return callback
-
-    def _observe_queues(self, value: Callable[[QueueGauge], int]) -> Callable[[Any], list[Any]]:
-        from opentelemetry.metrics import Observation
-
-        def callback(_options: Any) -> list[Any]:
-            queues = self._queues  # replaced whole, never mutated (read on another thread)
-            return [Observation(value(g), {"queue": q}) for q, g in queues.items()]
-
-        return callback
 
     def _context_of(self, carrier: Mapping[str, str]) -> Any:
         return self._propagator.extract(carrier=dict(carrier)) if carrier else None
@@ -351,10 +332,7 @@ class OtelTelemetry(Telemetry):
             raise
         for span in spans:
             span.end()
-        for d in deliveries:
-            attributes = {"queue": d.entry.queue}
-            self._lateness.record(max(0, d.fired_ms - d.entry.due_ms), attributes)
-            self._dispatched.add(1, attributes)
+        self._dispatched(deliveries)
 
     def _dispatch_span(self, e: DueEntry, now_ms: int) -> Any:
         return self._tracer.start_span(
@@ -369,43 +347,6 @@ class OtelTelemetry(Telemetry):
                 "tikk.lateness_ms": max(0, now_ms - e.due_ms),
             },
         )  # fmt: skip
-
-    def report_shards(self, shards: Mapping[int, ShardGauge]) -> None:
-        self._shards = dict(shards)
-
-    def report_queues(self, queues: Mapping[str, QueueGauge]) -> None:
-        self._queues = dict(queues)
-
-    def retried(self, queue: str) -> None:
-        self._retries.add(1, {"queue": queue})
-
-    def store_read(self, rows: int) -> None:
-        self._store_reads.add(1)
-        if rows:
-            self._rows_read.add(rows)
-
-    def resent(self, count: int) -> None:
-        if count:
-            self._resent.add(count)
-
-    def late_write(self, reason: str) -> None:
-        self._late_writes.add(1, {"reason": reason})
-
-    def dead_lettered(self, queue: str) -> None:
-        self._dead.add(1, {"queue": queue})
-
-    def result_refused(self, reason: str) -> None:
-        self._refused.add(1, {"reason": reason})
-
-    def duplicate_run(self, queue: str) -> None:
-        self._duplicates.add(1, {"queue": queue})
-
-    def auth_refused(self, method: str, code: str) -> None:
-        self._auth_refused.add(1, {"method": method, "code": code})
-
-    def occurrences(self, records: Sequence[OccurrenceRecord]) -> None:
-        for outcome, n in Counter(r.outcome for r in records).items():
-            self._occurrences.add(n, {"outcome": outcome.name.lower()})
 
     def shutdown(self) -> None:
         if self._owned is not None:

@@ -15,20 +15,23 @@ due time to handler start), ``tikk.runs`` (counter by queue, handler and outcome
 ``tikk.run.duration`` (histogram, ms).
 
 Without ``telemetry`` a Worker records nothing and does not import OpenTelemetry. Providers
-default to the globally configured ones.
+default to the globally configured ones. ``RunMetrics(sinks)`` records the metrics alone (into
+Prometheus, say: ``tikk worker --metrics``), and ``RunTelemetry(..., sinks=...)`` adds sinks
+to its own.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from tikk.metric_catalog import RUN_DURATION, RUN_START_LATENESS, RUNS, MetricSink
+from tikk.metric_sinks import OtelMetrics
 from tikk.queue_contract import trace_carrier
 from tikk.v1 import worker_pb2
 from worker_sdk.queues.consumer import Message
 
-_LATENESS_BUCKETS_MS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 60_000)
 _OUTCOMES = {
     worker_pb2.RESULT_KIND_SUCCEEDED: "succeeded",
     worker_pb2.RESULT_KIND_FAILED: "failed",
@@ -52,26 +55,46 @@ def _ignore(result: worker_pb2.RunResult) -> None:
     pass
 
 
-class RunTelemetry(NoTelemetry):
+class RunMetrics(NoTelemetry):
+    """Records each run in the run metrics of ``sinks``, traced nowhere."""
+
+    def __init__(self, sinks: Sequence[MetricSink] = ()) -> None:
+        self.sinks = tuple(sinks)
+
+    @contextlib.contextmanager
+    def run(self, message: Message, started_ms: int) -> Iterator[Finish]:
+        lateness = max(0, started_ms - message.delivery.due_time.ToMilliseconds())
+        yield lambda result: self._record(result, lateness)
+
+    def _record(self, result: worker_pb2.RunResult, lateness_ms: int) -> None:
+        d = result.delivery
+        labels = {"queue": d.queue, "handler": d.handler}
+        duration = result.finish_time.ToMilliseconds() - result.start_time.ToMilliseconds()
+        outcome = {**labels, "outcome": _OUTCOMES.get(result.kind, "unknown")}
+        for sink in self.sinks:
+            sink.observe(RUN_START_LATENESS, lateness_ms, labels)
+            sink.observe(RUN_DURATION, max(0, duration), labels)
+            sink.add(RUNS, 1, outcome)
+
+
+class RunTelemetry(RunMetrics):
     """Records each run as a span and in the run metrics."""
 
-    def __init__(self, tracer_provider: Any = None, meter_provider: Any = None) -> None:
+    def __init__(
+        self,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        *,
+        sinks: Sequence[MetricSink] = (),
+    ) -> None:
         from opentelemetry import metrics, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+        meters = meter_provider or metrics.get_meter_provider()
+        super().__init__([OtelMetrics(meters, "tikk.worker"), *sinks])
         self._trace = trace
         self._propagator = TraceContextTextMapPropagator()
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("tikk.worker")
-        meter = (meter_provider or metrics.get_meter_provider()).get_meter("tikk.worker")
-        self._lateness = meter.create_histogram(
-            "tikk.run.start_lateness", unit="ms", description="Due time to handler start",
-            explicit_bucket_boundaries_advisory=list(_LATENESS_BUCKETS_MS),
-        )  # fmt: skip
-        self._duration = meter.create_histogram(
-            "tikk.run.duration", unit="ms", description="Handler start to finish",
-            explicit_bucket_boundaries_advisory=list(_LATENESS_BUCKETS_MS),
-        )  # fmt: skip
-        self._runs = meter.create_counter("tikk.runs", description="Runs by outcome")
 
     def _parent(self, message: Message) -> Any:
         carrier = trace_carrier(message.headers, message.delivery.trace_context)
@@ -103,9 +126,4 @@ class RunTelemetry(NoTelemetry):
         if result.kind != worker_pb2.RESULT_KIND_SUCCEEDED:
             description = f"{result.error_type}: {result.error_message}"
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, description))
-        d = result.delivery
-        labels = {"queue": d.queue, "handler": d.handler}
-        self._lateness.record(lateness_ms, labels)
-        duration = result.finish_time.ToMilliseconds() - result.start_time.ToMilliseconds()
-        self._duration.record(max(0, duration), labels)
-        self._runs.add(1, {**labels, "outcome": outcome})
+        self._record(result, lateness_ms)

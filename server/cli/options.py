@@ -55,9 +55,22 @@ def settings(args: argparse.Namespace) -> Settings:
         ownership_session_timeout_ms=args.session_timeout,
         shard_count=args.shards,
         listen=getattr(args, "listen", "127.0.0.1:7070"),
+        http=http_address(args),
         visibility_timeout_ms=getattr(args, "visibility_timeout", 60_000),
         security=security(args),
     )
+
+
+def http_address(args: argparse.Namespace) -> str:
+    """``--http``: HOST:PORT, or "" for ``off``. ``auto`` (``tikk dev``'s default) is the
+    port after ``--listen``'s on the same host, or any free port when that one is 0."""
+    given = getattr(args, "http", "") or ""
+    if given == "off":
+        return ""
+    if given != "auto":
+        return str(given)
+    host, _, port = getattr(args, "listen", "127.0.0.1:7070").rpartition(":")
+    return f"{host}:{int(port) + 1 if port.isdigit() and int(port) else 0}"
 
 
 def security(args: argparse.Namespace) -> Security:
@@ -266,3 +279,14 @@ def read_token_file(path: str) -> str:
 def paging(p: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, default=100)
     p.add_argument("--page-token", default="")
+
+
+def metrics_option(p: argparse.ArgumentParser) -> None:
+    """``--metrics HOST:PORT`` of a dispatcher or worker (``server.web.listener``)."""
+    p.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        default="",
+        help="serve /metrics (Prometheus) and /healthz on this address (port 0: any; "
+        "default: none). It shows metric values only: queue and handler names, counts",
+    )

@@ -8,23 +8,33 @@ import asyncio
 import sys
 from typing import Any
 
-from server.cli.options import EXIT_OK, EXIT_REFUSED, backend_options, security_options, settings
+from server.cli.options import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    backend_options,
+    metrics_option,
+    security_options,
+    settings,
+)
 from server.cli.serving import run_process, serving_commands
-from server.cli.workers import worker_command
+from server.cli.workers import prometheus_sink, worker_command
 from tikk.errors import TikkError
 from tikk.telemetry import open_telemetry
 
 
 def _run_dispatcher(args: argparse.Namespace) -> int:
     from server.runtime import install_stop_signals, run_dispatcher
+    from server.web.listener import metrics_listener
 
     telemetry = open_telemetry(args.otel, "tikk-dispatcher")
+    metrics = prometheus_sink(args, telemetry)
 
     async def main() -> None:
         stop = asyncio.Event()
         install_stop_signals(stop)
         print("tikk dispatcher running", flush=True)
-        await run_dispatcher(settings(args), stop, telemetry=telemetry)
+        async with metrics_listener(args.metrics, metrics):
+            await run_dispatcher(settings(args), stop, telemetry=telemetry)
 
     return run_process("dispatcher", main, telemetry)
 
@@ -50,6 +60,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("dispatcher", help="a dispatcher: moves due tasks to the ready queue")
     backend_options(p)
     security_options(p, serves=False)
+    metrics_option(p)
     p.set_defaults(func=_run_dispatcher)
     worker_command(sub)
     _migrate_command(sub)

@@ -9,8 +9,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
+import socket
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,19 +24,22 @@ from server.cli.options import (
     EXIT_REFUSED,
     EXIT_USAGE,
     backend_options,
+    http_address,
     parse_duration_ms,
     security_options,
     settings,
 )
 from server.cli.workers import load_worker, trace_worker
 from tikk.errors import InvalidArgument, TikkError
+from tikk.metric_sinks import MULTIPROCESS_ENV, PrometheusMetrics
 from tikk.settings import Settings
-from tikk.telemetry import open_telemetry
+from tikk.telemetry import Telemetry, open_telemetry
 from tikk.text_rules import bound_log_text
 from tikk.urls import redact
 
 if TYPE_CHECKING:
     from server.certs import DevPki
+    from server.runtime import Listening
     from server.supervisor import Member
     from worker_sdk import Worker
 
@@ -109,15 +115,13 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
     if member is not None:
         config = _as_member(config, member)
 
-    telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
-    for worker in workers:
-        trace_worker(worker, telemetry.providers)
+    telemetry, metrics = _telemetry(args, workers)
 
-    def ready(port: int) -> None:
+    def ready(at: Listening) -> None:
         if member is not None:
-            member.serving(port)
+            member.serving(at.port)
         else:
-            _announce(args.command, config, port, getattr(args, "dev_pki", None))
+            _announce(args.command, config, at, getattr(args, "dev_pki", None))
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -126,18 +130,34 @@ def _serve_process(args: argparse.Namespace, dispatcher: bool, member: Member | 
             member.stop_with_supervisor(stop)
         await serve(
             config, stop, dispatcher=dispatcher and in_process_parts, workers=workers,
-            on_ready=ready, telemetry=telemetry, reuse_port=member is not None,
+            on_ready=ready, telemetry=telemetry, metrics=metrics, reuse_port=member is not None,
             lock_store=member is None,
         )  # fmt: skip
 
     return run_process(args.command, main, telemetry)
 
 
+def _telemetry(
+    args: argparse.Namespace, workers: list[Worker]
+) -> tuple[Telemetry, PrometheusMetrics | None]:
+    """The process's telemetry (``--otel``), and with an HTTP listener its Prometheus sink,
+    given to the in-process workers too. Every member of a group records (into the files the
+    supervisor shares); the first serves them all."""
+    telemetry = open_telemetry(args.otel, f"tikk-{args.command}")
+    metrics = PrometheusMetrics() if http_address(args) else None
+    if metrics is not None:
+        telemetry.with_sink(metrics)
+    for worker in workers:
+        trace_worker(worker, telemetry)
+    return telemetry, metrics
+
+
 def _as_member(config: Settings, member: Member) -> Settings:
     """A group member's settings: the group's address, and its share of each namespace's
     tasks per second (``server.quotas``)."""
     shares = replace(config.quotas, processes=member.role.count)
-    return replace(config, listen=member.role.listen, quotas=shares)
+    http = config.http if member.role.first else ""
+    return replace(config, listen=member.role.listen, http=http, quotas=shares)
 
 
 def _in_process_workers(args: argparse.Namespace, config: Settings) -> list[Worker]:
@@ -172,12 +192,15 @@ def _reach_own_server(worker: Worker, config: Settings, dev_pki: DevPki | None) 
         )
 
 
-def _announce(command: str, config: Settings, port: int, dev_pki: DevPki | None = None) -> None:
-    """The line tests and tools wait for (``listening on HOST:PORT``), then the backends and,
-    with ``tikk dev --tls``, how a client connects."""
+def _announce(command: str, config: Settings, at: Listening, dev_pki: DevPki | None = None) -> None:
+    """The line tests and tools wait for (``listening on HOST:PORT``), then the backends, the
+    HTTP listener's metrics URL and, with ``tikk dev --tls``, how a client connects."""
     host = config.listen.rpartition(":")[0] or "127.0.0.1"
+    port = at.port
     print(f"tikk {command} listening on {host}:{port}", flush=True)
     print(f"  store {redact(config.store_url)}\n  queue {redact(config.queue_url)}", flush=True)
+    if at.http_url:
+        print(f"  metrics {at.http_url}metrics", flush=True)
     if config.security.tls is not None:
         print(f"  tls {config.security.tls.cert_file}", flush=True)
     if dev_pki is not None:
@@ -194,15 +217,16 @@ def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
     outlives a ``kill -9`` of its supervisor only until it notices
     (``Member.stop_with_supervisor``); an owner started in that moment fences the member's
     dispatcher by its epoch."""
-    from server.runtime import install_stop_signals, store_owner
+    from server.runtime import Listening, install_stop_signals, store_owner
     from server.supervisor import StartFailed, Supervisor
 
+    args.http = _fixed_port(http_address(args)) or "off"
     config = settings(args)
     group = Supervisor(_serve_member, (args, dispatcher), args.processes, config.listen)
 
     def serving(address: str) -> None:
-        port = int(address.rpartition(":")[2])
-        _announce(args.command, config, port, getattr(args, "dev_pki", None))
+        at = Listening(_port(address), _group_http_url(config))
+        _announce(args.command, config, at, getattr(args, "dev_pki", None))
         print(f"  processes {' '.join(map(str, group.pids))}", flush=True)
 
     async def main() -> None:
@@ -212,7 +236,8 @@ def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
             await group.run(stop, serving)
 
     try:
-        asyncio.run(main())
+        with shared_metrics() if config.http else contextlib.nullcontext():
+            asyncio.run(main())
     except StartFailed as failed:
         print(f"tikk {args.command}: {failed}; no process serves", file=sys.stderr)
         return failed.code
@@ -220,6 +245,44 @@ def _supervise(args: argparse.Namespace, dispatcher: bool) -> int:
         print(f"tikk {args.command}: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     return EXIT_OK
+
+
+def _fixed_port(address: str) -> str:
+    """``address`` with a free port in place of 0: a group's first member listens there, and
+    again on the same port when it is started again."""
+    if not address or _port(address) != 0:
+        return address
+    host = _listen_host(address)
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host or "0.0.0.0", 0))
+        return f"{address.rpartition(':')[0]}:{probe.getsockname()[1]}"
+
+
+def _group_http_url(config: Settings) -> str:
+    """The URL of a group's HTTP listener (its first member's, on a fixed port)."""
+    if not config.http:
+        return ""
+    host = _listen_host(config.http)
+    shown = "127.0.0.1" if _wildcard(host) else host
+    return f"{'https' if config.security.tls else 'http'}://{shown}:{_port(config.http)}/"
+
+
+def _port(address: str) -> int:
+    port = address.rpartition(":")[2]
+    return int(port) if port.isdigit() else 0
+
+
+@contextlib.contextmanager
+def shared_metrics() -> Iterator[None]:
+    """A directory where the members of a group record their metrics and the first reads
+    them all (``tikk.metric_sinks``), removed when the group ends."""
+    folder = tempfile.mkdtemp(prefix="tikk-metrics-")
+    os.environ[MULTIPROCESS_ENV] = folder  # the members inherit it
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROCESS_ENV, None)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _serve_member(args: argparse.Namespace, dispatcher: bool, member: Member) -> None:
@@ -266,6 +329,7 @@ def _serving_command(sub: Any, name: str, fn: Callable[..., int], help_text: str
     backend_options(p)
     security_options(p, serves=True)
     p.add_argument("--listen", default="127.0.0.1:7070", help="host:port (port 0 = any)")
+    _http_option(p, "auto" if name == "dev" else "off")
     p.add_argument(
         "--visibility-timeout",
         type=parse_duration_ms,
@@ -295,6 +359,16 @@ def _serving_command(sub: Any, name: str, fn: Callable[..., int], help_text: str
             "<data-dir>/tls; prints the CA clients trust",
         )
     p.set_defaults(func=fn)
+
+
+def _http_option(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument(
+        "--http",
+        default=default,
+        metavar="HOST:PORT",
+        help="serve /metrics (Prometheus) and /healthz here, over the API's TLS and tokens; "
+        f"'auto': the port after --listen's; 'off': none (default: {default})",
+    )
 
 
 def _process_count(text: str) -> int:

@@ -19,13 +19,15 @@ from server.cli.options import (
     EXIT_USAGE,
     backend_urls,
     config_option,
+    metrics_option,
     otel_option,
     parse_duration_ms,
     transport,
     transport_options,
 )
 from tikk.errors import TikkError
-from tikk.telemetry import Providers, open_telemetry
+from tikk.metric_sinks import OtelMetrics, PrometheusMetrics
+from tikk.telemetry import Telemetry, open_telemetry
 
 if TYPE_CHECKING:
     from tikk.client.transport import Transport
@@ -53,12 +55,28 @@ def load_worker(target: str) -> Any:
     return obj
 
 
-def trace_worker(worker: Worker, providers: Providers | None) -> None:
-    """Give a worker without telemetry of its own the process's providers."""
-    from worker_sdk.telemetry import NoTelemetry, RunTelemetry
+def trace_worker(worker: Worker, telemetry: Telemetry) -> None:
+    """Give a worker without telemetry of its own the process's: traces and metrics through
+    its providers, and its other metric sinks (Prometheus)."""
+    from worker_sdk.telemetry import NoTelemetry, RunMetrics, RunTelemetry
 
-    if providers is not None and type(worker.telemetry) is NoTelemetry:
-        worker.telemetry = RunTelemetry(providers.tracer_provider, providers.meter_provider)
+    if type(worker.telemetry) is not NoTelemetry:
+        return
+    others = [s for s in telemetry.sinks if not isinstance(s, OtelMetrics)]
+    p = telemetry.providers
+    if p is not None:
+        worker.telemetry = RunTelemetry(p.tracer_provider, p.meter_provider, sinks=others)
+    elif others:
+        worker.telemetry = RunMetrics(others)
+
+
+def prometheus_sink(args: argparse.Namespace, telemetry: Telemetry) -> PrometheusMetrics | None:
+    """With ``--metrics``, the Prometheus sink ``telemetry`` now records into too."""
+    if not args.metrics:
+        return None
+    metrics = PrometheusMetrics()
+    telemetry.with_sink(metrics)
+    return metrics
 
 
 def _run_worker(args: argparse.Namespace) -> int:
@@ -77,14 +95,19 @@ def _run_worker(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     telemetry = open_telemetry(args.otel, "tikk-worker")
-    trace_worker(worker, telemetry.providers)
-
+    metrics = prometheus_sink(args, telemetry)
+    trace_worker(worker, telemetry)
     queue_url = backend_urls(_worker_queue(args)).get("queue")
 
     async def main() -> int:
+        from server.web.listener import metrics_listener
+
         stop = asyncio.Event()
         install_stop_signals(stop)
-        done: int = await worker.run(args.server, burst=args.burst, stop=stop, queue_url=queue_url)
+        async with metrics_listener(args.metrics, metrics):
+            done: int = await worker.run(
+                args.server, burst=args.burst, stop=stop, queue_url=queue_url
+            )
         return done
 
     try:
@@ -151,6 +174,7 @@ def worker_command(sub: Any) -> None:
     )
     config_option(p)
     otel_option(p)
+    metrics_option(p)
     p.set_defaults(func=_run_worker)
 
 

@@ -140,7 +140,12 @@ class Server:
         self._stop = asyncio.Event()
         bound: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._serving = asyncio.create_task(
-            serve(self.settings, self._stop, dispatcher=True, on_ready=bound.set_result)
+            serve(
+                self.settings,
+                self._stop,
+                dispatcher=True,
+                on_ready=lambda at: bound.set_result(at.port),
+            )
         )
         await asyncio.wait_for(bound, 30)
 

@@ -190,9 +190,11 @@ async def test_the_dispatcher_reports_backlog_and_cursor_lag_per_shard(
     lag = {p.attributes["shard"]: p.value for p in recorded.points("tikk.dispatch.cursor_lag")}
     # Once everything is sent, the cursor trails now by the late-write grace (5 s) and the
     # second that has to end before its grace starts.
-    assert lag == dict.fromkeys(range(4), settings.late_write_grace_s + 1)
+    assert lag == dict.fromkeys("0123", settings.late_write_grace_s + 1)
     backlog = {p.attributes["shard"]: p.value for p in recorded.points("tikk.due.backlog")}
-    assert backlog == dict.fromkeys(range(4), 0)
+    assert backlog == dict.fromkeys("0123", 0)
+    assert [p.value for p in recorded.points("tikk.dispatch.shards_owned")] == [4]
+    assert [p.value for p in recorded.points("tikk.dispatch.shard_count")] == [4]
     (lateness,) = recorded.points("tikk.dispatch.lateness")
     assert (lateness.count, lateness.sum) == (1, 19_500)
 

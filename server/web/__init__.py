@@ -1,0 +1,1 @@
+"""What a server offers over HTTP: ``/metrics`` and ``/healthz`` (``listener``)."""
