@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PROTOS := $(wildcard proto/tikk/v1/*.proto)
 
-.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit
+.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit browser
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,7 +45,11 @@ stack-down: venv
 audit: venv
 	bash scripts/audit-deps.sh
 
+# The browser the console's tests drive (Debian's chromium; installed when missing, as root).
+browser:
+	bash scripts/browser.sh
+
 # The audit runs after the tests, so a run reports both the tests and the dependencies.
-test: check stack-up
+test: check browser stack-up
 	CI=$${CI:-true} bash scripts/run-tests.sh
 	bash scripts/audit-deps.sh

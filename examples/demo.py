@@ -13,8 +13,10 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import grpc
 
@@ -29,7 +31,8 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def start_dev(data_dir: str) -> tuple[subprocess.Popen[str], str]:
+def start_dev(data_dir: str) -> tuple[subprocess.Popen[str], str, str]:
+    """``tikk dev`` with the demo worker: the process, its address and its console's URL."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -49,11 +52,21 @@ def start_dev(data_dir: str) -> tuple[subprocess.Popen[str], str]:
         text=True,
     )
     assert proc.stdout is not None
+    address = ""
     for line in proc.stdout:
         print(f"  | {line.rstrip()}")
         if m := re.search(r"listening on ([\d.]+:\d+)", line):
-            return proc, m.group(1)
+            address = m.group(1)
+        if address and (m := re.search(r"console (\S+)", line)):  # the banner's last line
+            threading.Thread(target=_drain, args=(proc.stdout,), daemon=True).start()
+            return proc, address, m.group(1)
     raise SystemExit("tikk dev exited before it was ready")
+
+
+def _drain(out: IO[str]) -> None:
+    """Keep reading the server's output, so that it never blocks on a full pipe."""
+    for _ in out:
+        pass
 
 
 def schedule(tasks: tasks_pb2_grpc.TaskServiceStub) -> dict[str, int]:
@@ -165,7 +178,7 @@ def report(runs: list[history_pb2.Run], history: history_pb2_grpc.HistoryService
 
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="tikk-demo-") as data_dir:
-        proc, address = start_dev(data_dir)
+        proc, address, console = start_dev(data_dir)
         try:
             with grpc.insecure_channel(address) as channel:
                 tasks = tasks_pb2_grpc.TaskServiceStub(channel)
@@ -173,6 +186,9 @@ def main() -> int:
                 since = now_ms()
                 dues = schedule(tasks)
                 ok = report(follow(history, tasks, dues, since), history)
+            print(f"\nthe console shows these runs and the dead letter: {console}")
+            if sys.stdin.isatty():
+                input("press Enter to stop tikk dev ")
         finally:
             proc.terminate()
             proc.wait(30)

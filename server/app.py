@@ -113,6 +113,11 @@ class ApiServer:
         )
         self.port = 0
 
+    @property
+    def ops(self) -> Operations:
+        """The operations this server's services call (the console calls them too)."""
+        return self._ops
+
     async def start(self) -> int:
         check_transport(self.settings)
         # Bound before anything starts: an address in use is refused with nothing to undo.

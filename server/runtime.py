@@ -25,6 +25,9 @@ from dispatcher.settings import DispatchSettings
 from server.app import ApiServer
 from server.auth.authenticator import CredentialView
 from server.ops.start_timeouts import StartTimeouts
+from server.web.console.routes import Console
+from server.web.console.sessions import ConsoleSessions
+from server.web.console.stats import MetricWindows
 from server.web.listener import HttpSite, metrics_app, start_http
 from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
@@ -160,7 +163,7 @@ async def serve(
             api = ApiServer(settings, backends, clock, random.Random(), telemetry,
                             reuse_port=reuse_port, keys=keys)  # fmt: skip
             port = await api.start()
-            site = await _start_http(settings, backends, metrics)
+            site = await _start_http(settings, backends, api, metrics, clock)
             parts = [
                 run_dispatcher(settings, stop, clock=clock, telemetry=telemetry,
                                drivers=drivers, keys=keys, lock_store=False)
@@ -173,16 +176,24 @@ async def serve(
 
 
 async def _start_http(
-    settings: Settings, backends: Backends, metrics: PrometheusMetrics | None
-) -> HttpSite | None:
-    """The HTTP listener (``server.web.listener``), if the settings ask for one; with
-    ``--auth`` it checks tokens against the same credentials as the API."""
+    settings: Settings, backends: Backends, api: ApiServer, metrics: PrometheusMetrics | None,
+    clock: Clock,
+) -> HttpSite | None:  # fmt: skip
+    """The HTTP listener (``server.web.listener``) with the console, if the settings ask for
+    one; with ``--auth`` both check tokens against the same credentials as the API."""
     if not settings.http or metrics is None:
         return None
     view = None
     if settings.security.auth and backends.credentials is not None:
         view = CredentialView(backends.credentials)
-    return await start_http(settings.http, metrics_app(metrics, view), settings.security.tls)
+    app = metrics_app(metrics, view)
+    windows = MetricWindows(metrics, clock)
+    tls = settings.security.tls
+    console = Console(api.ops, ConsoleSessions(view), windows, clock, secure_cookie=bool(tls))
+    console.add_routes(app)
+    site = await start_http(settings.http, app, tls)
+    site.background.append(asyncio.create_task(windows.run(), name="tikk-console-stats"))
+    return site
 
 
 async def _serve_until_stopped(

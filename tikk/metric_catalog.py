@@ -105,12 +105,21 @@ RUN_START_LATENESS = _lateness(
 )
 RUN_DURATION = _lateness("tikk.run.duration", "Handler start to finish", ("queue", "handler"))
 RUNS = Metric("tikk.runs", "counter", "Runs by outcome", ("queue", "handler", "outcome"))
+RESULTS_RECORDED = Metric(
+    "tikk.results.recorded", "counter", "Runs the server recorded, by queue and status",
+    ("queue", "status"),
+)  # fmt: skip
+RESULT_START_LATENESS = _lateness(
+    "tikk.results.start_lateness",
+    "Due time to handler start of each run the server recorded (as its worker reported)",
+    ("queue",),
+)
 
 ALL: tuple[Metric, ...] = (
     DISPATCH_LATENESS, DISPATCHED, RETRIES, DEAD_LETTERS, STORE_READS, ROWS_READ, RESENT,
     LATE_WRITES, RESULTS_REFUSED, DUPLICATE_RUNS, AUTH_REFUSED, OCCURRENCES, DUE_BACKLOG,
     CURSOR_LAG, SHARDS_OWNED, SHARD_COUNT, QUEUE_WAITING, QUEUE_OLDEST_AGE,
-    RUN_START_LATENESS, RUN_DURATION, RUNS,
+    RUN_START_LATENESS, RUN_DURATION, RUNS, RESULTS_RECORDED, RESULT_START_LATENESS,
 )  # fmt: skip
 
 # The label values of one series of a gauge, in the order of its metric's labels.

@@ -106,17 +106,32 @@ class PrometheusMetrics(MetricSink):
         for series, value in values.items():
             gauge.labels(*series).set(value)
 
-    def exposition(self) -> tuple[bytes, str]:
-        """The text a scrape gets, and its content type: this process's metrics, or with
-        ``PROMETHEUS_MULTIPROC_DIR`` set, those of every process that shares the directory."""
-        from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    def samples(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample a scrape would show now: (name, sorted labels) → value."""
+        return {
+            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in self._registry_now().collect()
+            for sample in family.samples
+        }
+
+    def _registry_now(self) -> Any:
+        """This process's registry, or with ``PROMETHEUS_MULTIPROC_DIR`` one reading every
+        process's files."""
+        from prometheus_client import CollectorRegistry
         from prometheus_client.multiprocess import MultiProcessCollector
 
         if not os.environ.get(MULTIPROCESS_ENV):
-            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+            return self.registry
         merged = CollectorRegistry()
         MultiProcessCollector(merged)  # type: ignore[no-untyped-call]
-        return generate_latest(merged), CONTENT_TYPE_LATEST
+        return merged
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text a scrape gets, and its content type: this process's metrics, or with
+        ``PROMETHEUS_MULTIPROC_DIR`` set, those of every process that shares the directory."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self._registry_now()), CONTENT_TYPE_LATEST
 
 
 def forget_process(pid: int) -> None:

@@ -24,6 +24,9 @@ Metrics (units in the names' descriptions):
   out: ``token_expired``; a task not running that attempt: ``not_dispatched``,
   ``stale_attempt``; or a finished attempt that took its share of further runs:
   ``too_many_runs``). Not by queue: a refused result's queue is whatever the sender wrote.
+- ``tikk.results.recorded``, ``tikk.results.start_lateness``  runs the server recorded, by
+  queue and status, and their due → start lateness as the workers reported it: what every
+  run came to, read in one place (the console's overview draws it)
 - ``tikk.results.duplicates``  counter per queue of runs recorded for an attempt that had
   already succeeded (duplicate deliveries: at-least-once)
 - ``tikk.auth.refused``  counter of calls (or messages of a stream) the server's
@@ -173,6 +176,13 @@ class Telemetry:
         """A due row was placed later than asked so no cursor passes it unread: ``skew``
         (a cursor ahead of this server's clock) or ``slow`` (the write took too long)."""
         self._add(m.LATE_WRITES, reason=reason)
+
+    def run_recorded(self, queue: str, status: str, start_lateness_ms: int) -> None:
+        """The server recorded a run (``succeeded``, ``failed``, ``dead_lettered``) that
+        started ``start_lateness_ms`` after its due time, as its worker reported."""
+        self._add(m.RESULTS_RECORDED, queue=queue, status=status)
+        for sink in self.sinks:
+            sink.observe(m.RESULT_START_LATENESS, max(0, start_lateness_ms), {"queue": queue})
 
     def dead_lettered(self, queue: str) -> None:
         """One task was given up."""

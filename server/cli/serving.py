@@ -201,6 +201,7 @@ def _announce(command: str, config: Settings, at: Listening, dev_pki: DevPki | N
     print(f"  store {redact(config.store_url)}\n  queue {redact(config.queue_url)}", flush=True)
     if at.http_url:
         print(f"  metrics {at.http_url}metrics", flush=True)
+        print(f"  console {at.http_url}console/", flush=True)
     if config.security.tls is not None:
         print(f"  tls {config.security.tls.cert_file}", flush=True)
     if dev_pki is not None:

@@ -162,6 +162,10 @@ class ResultRecorder:
         )  # fmt: skip
         self._telemetry.result_refused(exc.reason)
 
+    def _counted(self, report: RunReport, status: RunStatus) -> None:
+        lateness = report.started_ms - report.entry.due_ms
+        self._telemetry.run_recorded(report.entry.queue, status.name.lower(), lateness)
+
     async def _claim_start(self, report: RunReport) -> None:
         """May the worker run this attempt (which has a start timeout)? Raises
         ``StartTooLate`` if not."""
@@ -192,6 +196,8 @@ class ResultRecorder:
         # A repeat is written again as first stored: it completes a write a crash cut short,
         # and changes nothing of the record.
         await self._history.append(report.record(status, now) if first is None else first)
+        if first is None:
+            self._counted(report, status)
         if isinstance(transition, DeadLetter) and running:
             # Before the task moves: if this fails the worker reports again, and the copy is
             # published then (at least once). Once it moved, the copy went out before: a
@@ -235,6 +241,8 @@ class ResultRecorder:
         done = [r for r, ok in zip(reports, moved, strict=True) if ok]
         # Before the others: a run of an attempt that just succeeded counts its runs.
         await self._history.append_many([r.record(RunStatus.SUCCEEDED, now) for r in done])
+        for report in done:
+            self._counted(report, RunStatus.SUCCEEDED)
         for pending, ok in zip(batch, moved, strict=True):
             if not ok:
                 pending.refused = await self._not_applied(pending.report, now)
@@ -282,6 +290,7 @@ class ResultRecorder:
             if runs > most:
                 raise too_many_runs(e, most)
             await self._history.append(report.record(RunStatus.SUCCEEDED, now))
+            self._counted(report, RunStatus.SUCCEEDED)
         self._telemetry.duplicate_run(e.queue)
 
     async def _refuse(self, task: Task, e: DueEntry, now: int) -> None:

@@ -12,11 +12,12 @@ any role): metric labels name queues and handlers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -33,17 +34,21 @@ _Route = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @dataclass
 class HttpSite:
-    """A started listener: its port, and how to stop it."""
+    """A started listener: its port, and how to stop it (with the work it runs beside)."""
 
     runner: web.AppRunner
     port: int
     scheme: str
+    background: list[asyncio.Task[None]] = field(default_factory=list)
 
     def url(self, host: str) -> str:
         shown = "127.0.0.1" if host in {"", "0.0.0.0", "::"} else host
         return f"{self.scheme}://{shown}:{self.port}/"
 
     async def stop(self) -> None:
+        for task in self.background:
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
         await self.runner.cleanup()
 
 
@@ -73,8 +78,9 @@ def _tls_context(tls: Tls) -> ssl.SSLContext:
 
 
 def metrics_app(metrics: PrometheusMetrics, view: CredentialView | None = None) -> web.Application:
-    """``/metrics`` and ``/healthz``; with ``view``, a scrape needs a valid token."""
-    app = web.Application()
+    """``/metrics`` and ``/healthz``; with ``view``, a scrape needs a valid token. A server
+    adds the console's routes (``server.web.console``)."""
+    app = web.Application(client_max_size=64 * 1024)
 
     async def scrape(request: web.Request) -> web.Response:
         body, content_type = metrics.exposition()

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import time
+from pathlib import Path
 
 from worker_sdk import NonRetryableError, Retry, TaskContext, Worker
 
@@ -45,6 +46,18 @@ def flaky(ctx: TaskContext, payload: bytes) -> bytes:
     if ctx.attempt < int(payload):
         raise ConnectionError(f"attempt {ctx.attempt} fails")
     return b"recovered"
+
+
+@worker.handler("fail_first_run")
+def fail_first_run(ctx: TaskContext, payload: bytes) -> bytes:
+    """Fails the first time its task runs and succeeds after (a re-drive runs it again)."""
+    log = Path(os.environ["TIKK_E2E_LOG"])
+    lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    earlier = any(json.loads(line)["task_id"] == ctx.task_id for line in lines)
+    _log(ctx, "start")
+    if not earlier:
+        raise ValueError("the first run of this task fails")
+    return b"ok"
 
 
 @worker.handler("always_fail")

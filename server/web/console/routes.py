@@ -1,0 +1,227 @@
+"""The console's routes (aiohttp): each reads or acts through ``server.ops``, the same
+objects the gRPC services call, so every rule of the API (quotas, the cancel fence, late
+writes) holds here too.
+
+Every request goes through ``_session``: it finds the browser's session (opening one without
+``--auth``; sending to the login page with it), re-checks its credential, refuses a POST whose
+CSRF token does not match, and turns a ``TikkError`` into its HTTP status on a page that says
+what went wrong. Every read is bounded: a page of tasks or runs, one task, the queues' backlog,
+the metrics the server already holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from aiohttp import web
+
+from server.app import Operations
+from server.web.console import pages
+from server.web.console.sessions import COOKIE, ConsoleSessions, Session, Viewer
+from server.web.console.stats import MetricWindows
+from tikk.clock import Clock
+from tikk.credentials import Role
+from tikk.errors import (
+    BackendUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    TikkError,
+    Unauthenticated,
+)
+from tikk.model import RunQuery, RunStatus
+
+STATIC = Path(__file__).with_name("static")
+_PAGE_SIZE = 50
+_HOUR_MS = 3_600_000
+_STATUS_OF: list[tuple[type[TikkError], type[web.HTTPException]]] = [
+    (NotFound, web.HTTPNotFound), (PermissionDenied, web.HTTPForbidden),
+    (InvalidArgument, web.HTTPBadRequest), (FailedPrecondition, web.HTTPConflict),
+    (BackendUnavailable, web.HTTPServiceUnavailable),
+]  # fmt: skip
+_Page = Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]
+
+
+class Console:
+    """The console of one server process, over its operations."""
+
+    def __init__(
+        self, ops: Operations, sessions: ConsoleSessions, windows: MetricWindows, clock: Clock,
+        *, secure_cookie: bool,
+    ) -> None:  # fmt: skip
+        self._ops = ops
+        self._sessions = sessions
+        self._windows = windows
+        self._clock = clock
+        self._secure = secure_cookie
+
+    def add_routes(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get("/", self._home)
+        r.add_get("/console/login", self._login_form)
+        r.add_post("/console/login", self._login)
+        r.add_post("/console/logout", self._session(self._logout))
+        r.add_static("/console/static", STATIC)
+        for path, page in [
+            ("/console/", self._overview), ("/console/api/overview", self._overview_data),
+            ("/console/tasks", self._find_task), ("/console/ns/{ns}/tasks/{task_id}", self._task),
+            ("/console/ns/{ns}/dead-letters", self._dead_letters),
+            ("/console/ns/{ns}/runs", self._runs),
+        ]:  # fmt: skip
+            r.add_get(path, self._session(page))
+        r.add_post("/console/ns/{ns}/tasks/{task_id}/{verb}", self._session(self._act))
+
+    def _session(self, page: _Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        async def handler(request: web.Request) -> web.StreamResponse:
+            session = self._sessions.find(request.cookies.get(COOKIE))
+            if session is None and self._sessions.auth:
+                return _redirect("/console/login")
+            fresh = session is None
+            session = session or self._sessions.open()
+            viewer: Viewer | None = None
+            try:
+                viewer = await self._sessions.viewer(session)
+                if request.method == "POST":
+                    await self._check_csrf(request, session)
+                response = await page(request, viewer)
+            except Unauthenticated:
+                self._sessions.close(session.session_id)
+                return _redirect("/console/login")
+            except TikkError as exc:
+                response = _error(exc, viewer)
+            if fresh:
+                self._set_cookie(response, session)
+            return response
+
+        return handler
+
+    async def _check_csrf(self, request: web.Request, session: Session) -> None:
+        form = await request.post()
+        if not self._sessions.csrf_matches(session, str(form.get("csrf", ""))):
+            raise PermissionDenied("the form is stale or came from another site: reload it")
+
+    def _set_cookie(self, response: web.StreamResponse, session: Session) -> None:
+        response.set_cookie(
+            COOKIE, session.session_id, httponly=True, samesite="Strict", secure=self._secure,
+            path="/",
+        )  # fmt: skip
+
+    async def _home(self, request: web.Request) -> web.StreamResponse:
+        return _redirect("/console/")
+
+    async def _login_form(self, request: web.Request) -> web.StreamResponse:
+        if not self._sessions.auth:
+            return _redirect("/console/")
+        return _html(pages.login_page())
+
+    async def _login(self, request: web.Request) -> web.StreamResponse:
+        form = await request.post()
+        try:
+            session = await self._sessions.login(str(form.get("token", "")).strip())
+        except Unauthenticated:
+            return _html(pages.login_page("That token is not valid."), 401)
+        except BackendUnavailable as exc:
+            return _html(pages.login_page(str(exc)), 503)
+        response = _redirect("/console/")
+        self._set_cookie(response, session)
+        return response
+
+    async def _logout(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        self._sessions.close(request.cookies.get(COOKIE, ""))
+        response = _redirect("/console/login")
+        response.del_cookie(COOKIE, path="/")
+        return response
+
+    async def _overview(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        backlog = (await self._ops.tasks.queues(1_000, "")).items
+        page = pages.overview_page(
+            viewer, backlog, self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS),
+            self._clock.now_ms(),
+        )  # fmt: skip
+        return _html(page)
+
+    async def _overview_data(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        """What the overview's script redraws every few seconds."""
+        backlog = (await self._ops.tasks.queues(1_000, "")).items
+        now = self._clock.now_ms()
+        last5, last60 = self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS)
+        rows = [
+            pages.queue_row(q, next((b for b in backlog if b.queue == q), None),
+                             last5.get(q), last60.get(q), now)
+            for q in sorted({b.queue for b in backlog} | set(last5) | set(last60))
+        ]  # fmt: skip
+        chart = [{"at": at, "p50": p50, "p99": p99} for at, p50, p99 in self._windows.chart()]
+        return web.json_response({"now_ms": now, "rows": rows, "chart": chart})
+
+    async def _find_task(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace = request.query.get("namespace", "default")
+        task_id = request.query.get("task_id", "").strip()
+        if task_id:
+            return _redirect(pages.task_path(namespace, task_id))
+        return _html(pages.find_task_page(viewer, namespace))
+
+    async def _task(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace, task_id = request.match_info["ns"], request.match_info["task_id"]
+        viewer.require(Role.READ, namespace)
+        task = await self._ops.tasks.get(namespace, task_id)
+        runs = await self._ops.history.runs_of_task(namespace, task_id, _PAGE_SIZE, "")
+        return _html(pages.task_page(viewer, task, runs))
+
+    async def _act(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace, task_id = request.match_info["ns"], request.match_info["task_id"]
+        viewer.require(Role.WRITE, namespace)
+        verb = request.match_info["verb"]
+        if verb == "cancel":
+            await self._ops.tasks.cancel(namespace, task_id)
+        elif verb == "redrive":
+            await self._ops.tasks.redrive(namespace, task_id)
+        else:
+            raise NotFound(f"no action {verb!r} on a task (cancel, redrive)")
+        return _redirect(pages.task_path(namespace, task_id))
+
+    async def _dead_letters(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace = request.match_info["ns"]
+        viewer.require(Role.READ, namespace)
+        queue, token = request.query.get("queue", ""), request.query.get("token", "")
+        page = await self._ops.tasks.dead_letters(namespace, queue, _PAGE_SIZE, token)
+        return _html(pages.dead_letters_page(viewer, namespace, queue, page))
+
+    async def _runs(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace = request.match_info["ns"]
+        viewer.require(Role.READ, namespace)
+        q = request.query
+        queue, status, hours = q.get("queue", ""), q.get("status", ""), _hours(q.get("hours"))
+        page = None
+        if queue:
+            now = self._clock.now_ms()
+            chosen = RunStatus[status.upper()] if status.upper() in RunStatus.__members__ else None
+            query = RunQuery(namespace, queue, now - hours * _HOUR_MS, now + 1, chosen)
+            page = await self._ops.history.runs(query, _PAGE_SIZE, q.get("token", ""))
+        return _html(pages.runs_page(viewer, namespace, queue, status, hours=hours, page=page))
+
+
+def _hours(given: str | None) -> int:
+    try:
+        return min(720, max(1, int(given or "24")))
+    except ValueError:
+        return 24
+
+
+def _html(body: str, status: int = 200) -> web.Response:
+    response = web.Response(text=body, status=status, content_type="text/html")
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'self'; script-src 'self'; style-src 'self'; frame-ancestors 'none'"
+    )
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def _redirect(to: str) -> web.Response:
+    return web.Response(status=303, headers={"Location": to})
+
+
+def _error(exc: TikkError, viewer: Viewer | None) -> web.Response:
+    status = next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), web.HTTPBadRequest)
+    return _html(pages.error_page(viewer, status().reason, str(exc)), status.status_code)

@@ -1,0 +1,199 @@
+"""The web console in a real browser (Debian's chromium driven by Playwright) against a real
+``tikk dev``: the pages a person reads, a redrive by clicking, and a read-only login refused
+an action. Each page's screenshot is written under ``test-results/console/``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+
+from tests.e2e.auth_stack import AuthStack
+from tests.e2e.conftest import ROOT, Process, read_executions
+from tests.waiting import eventually
+from tikk.client import Client, Transport
+from tikk.v1 import tasks_pb2
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM = os.environ.get("TIKK_CHROMIUM", "/usr/bin/chromium")
+SHOTS = Path(os.environ.get("TIKK_SCREENSHOTS", ROOT / "test-results" / "console"))
+_LISTENING = re.compile(r"listening on ([\d.]+:\d+)")
+_CONSOLE = re.compile(r"metrics (http://[\d.]+:\d+/)metrics")
+_SETTLED = {tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_DEAD_LETTERED}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    assert Path(CHROMIUM).exists(), (
+        f"no browser at {CHROMIUM}: apt-get install chromium (make test does), or set TIKK_CHROMIUM"
+    )
+    with sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+def shot(page: Page, name: str) -> None:
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
+
+
+class Dev:
+    """A ``tikk dev`` with its console, and a client of it."""
+
+    def __init__(self, data_dir: Path, *extra: str) -> None:
+        self.log = data_dir / "executions.jsonl"
+        self.process = Process(
+            ["dev", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
+             "--http", "127.0.0.1:0", *extra],
+            {"TIKK_E2E_LOG": str(self.log), "PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        self.address = self.process.wait_for(_LISTENING, timeout=60).group(1)
+        self.console = self.process.wait_for(_CONSOLE).group(1) + "console/"
+
+    def client(self, namespace: str, token: str = "") -> Client:
+        transport = Transport(token=token) if token else None
+        return Client(self.address, namespace=namespace, transport=transport)
+
+
+def create(client: Client, task_id: str, handler: str, **fields: Any) -> None:
+    request = tasks_pb2.CreateTaskRequest(
+        task_id=task_id, queue="e2e", handler=handler, payload=b"2", **fields
+    )
+    client.create_task(request)
+
+
+def state(client: Client, task_id: str) -> int:
+    return int(client.get_task(task_id).state)
+
+
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
+    running = Dev(tmp_path_factory.mktemp("console"), "--worker", "tests.e2e.worker_app:worker")
+    with running.client("shop") as client:
+        create(client, "ok-1", "record")
+        create(client, "flaky-1", "flaky")  # fails once, then succeeds
+        once = tasks_pb2.RetryPolicy(max_attempts=1)
+        create(client, "broken", "fail_first_run", retry_policy=once)
+        ids = ["ok-1", "flaky-1", "broken"]
+        eventually(lambda: all(state(client, t) in _SETTLED for t in ids), timeout=60)
+    time.sleep(6)  # one more sample of the metrics, so the overview's windows have two
+    yield running
+    running.process.stop()
+
+
+def test_the_overview_shows_each_queue_with_its_runs_and_lateness(
+    browser: Browser, dev: Dev
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(dev.console)
+    row = page.locator("table.queues tbody tr", has_text="e2e")
+    expect(row).to_have_count(1)
+    cells = row.locator("td")
+    expect(cells.nth(3)).not_to_have_text("—")  # runs/s over 5 minutes
+    expect(cells.nth(5)).to_contain_text(" ms / ")  # start p50 / p99
+    expect(page.locator("#lateness-chart polyline.p99")).to_have_count(1)  # the live chart
+    shot(page, "overview")
+
+
+def test_a_task_page_shows_every_run_with_its_lateness_and_error(
+    browser: Browser, dev: Dev
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(dev.console + "tasks?namespace=shop&task_id=flaky-1")
+    expect(page.locator("h1")).to_have_text("Task flaky-1")
+    expect(page.locator("dd .state")).to_have_text("SUCCEEDED")
+    runs = page.locator("table.runs tbody tr")
+    expect(runs).to_have_count(2)
+    expect(runs.nth(0)).to_contain_text("SUCCEEDED")
+    expect(runs.nth(1)).to_contain_text("FAILED")
+    expect(runs.nth(1)).to_contain_text("ConnectionError: attempt 1 fails")
+    expect(page.locator("dd code")).to_have_text(re.compile(r"^shop/flaky-1@\d+$"))
+    shot(page, "task")
+
+
+def test_a_dead_letter_is_redriven_by_clicking_and_runs_again(browser: Browser, dev: Dev) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(dev.console + "ns/shop/dead-letters")
+    row = page.locator("table.dead-letters tbody tr", has_text="broken")
+    expect(row).to_contain_text("ValueError: the first run of this task fails")
+    shot(page, "dead-letters")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Run broken again now?"
+    row.get_by_role("button", name="Redrive").click()
+    expect(page.locator("h1")).to_have_text("Task broken")
+    with dev.client("shop") as client:
+        eventually(lambda: state(client, "broken") == tasks_pb2.TASK_STATE_SUCCEEDED, timeout=60)
+    page.reload()
+    expect(page.locator("dd .state")).to_have_text("SUCCEEDED")
+    expect(page.locator("table.runs tbody tr")).to_have_count(2)
+    starts = [e for e in read_executions(dev.log) if e["task_id"] == "broken"]
+    assert len(starts) == 2
+
+
+def test_the_run_history_is_searched_by_queue_and_status(browser: Browser, dev: Dev) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(dev.console + "ns/shop/runs")
+    page.fill("input[name=queue]", "e2e")
+    page.select_option("select[name=status]", "failed")
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("table.runs tbody tr")
+    expect(rows.first).to_be_visible()
+    texts = rows.all_inner_texts()
+    assert texts and all("FAILED" in t for t in texts)
+    assert any("flaky-1" in t for t in texts)
+    shot(page, "runs")
+
+
+def test_a_read_only_login_sees_but_is_refused_an_action(browser: Browser, tmp_path: Path) -> None:
+    stack = AuthStack(tmp_path)
+    _, writer = stack.create("writer", "write:shop")
+    _, reader = stack.create("reader", "read:shop")
+    dev = Dev(tmp_path, "--auth")
+    try:
+        with dev.client("shop", writer) as client:
+            create(client, "later", "record", delay=_seconds(3_600))
+        page = browser.new_page(viewport={"width": 1280, "height": 760})
+        page.goto(dev.console)
+        expect(page).to_have_url(re.compile(r"/console/login$"))
+        _login(page, "tikk_" + "0" * 32 + "_nope")
+        expect(page.locator(".error")).to_have_text("That token is not valid.")
+        _login(page, reader)
+        page.goto(dev.console + "ns/shop/tasks/later")
+        expect(page.locator("dd .state")).to_have_text("SCHEDULED")
+        expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
+        expect(page.locator(".hint")).to_contain_text("Read-only")
+        shot(page, "read-only")
+        csrf = page.evaluate("document.cookie")  # HttpOnly: the session is not readable
+        assert "tikk_session" not in csrf
+        forged = page.request.post(dev.console + "ns/shop/tasks/later/cancel",
+                                   form={"csrf": "guess"})  # fmt: skip
+        assert forged.status == 403
+        page.goto(dev.console + "ns/other/dead-letters")
+        expect(page.locator(".error")).to_contain_text("may not read in namespace 'other'")
+        page.get_by_role("button", name="Sign out").click()
+        _login(page, writer)
+        page.goto(dev.console + "ns/shop/tasks/later")
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.get_by_role("button", name="Cancel").click()
+        expect(page.locator("dd .state")).to_have_text("CANCELLED")
+    finally:
+        dev.process.stop()
+
+
+def _login(page: Page, token: str) -> None:
+    page.fill("input[name=token]", token)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def _seconds(n: int) -> Any:
+    from google.protobuf.duration_pb2 import Duration
+
+    return Duration(seconds=n)
