@@ -171,13 +171,17 @@ class ScheduleOps:
         )
         return task
 
-    async def backfill(
+    async def backfill_preview(
         self, namespace: str, schedule_id: str, start_ms: int, end_ms: int
-    ) -> tuple[int, int]:
-        """Run the occurrences with nominal instants in [start_ms, end_ms) now; those that
-        already have a task (fired or backfilled before) are counted, not run again."""
-        now = self._clock.now_ms()
-        if end_ms > now:
+    ) -> list[Occurrence]:
+        """The occurrences ``backfill`` of the same range would run (those that already have
+        a task are among them: the backfill counts and skips them). Raises as it does."""
+        return (await self._backfill_range(namespace, schedule_id, start_ms, end_ms))[1]
+
+    async def _backfill_range(
+        self, namespace: str, schedule_id: str, start_ms: int, end_ms: int
+    ) -> tuple[Schedule, list[Occurrence]]:
+        if end_ms > self._clock.now_ms():
             raise InvalidArgument("end_time", "backfill covers the past: must not be after now")
         if start_ms >= end_ms:
             raise InvalidArgument("start_time", "must be before end_time")
@@ -189,6 +193,15 @@ class ScheduleOps:
             raise InvalidArgument("end_time", f"the range holds more than {most} occurrences "
                                               "(max_backfill_occurrences); backfill it in "
                                               "parts")  # fmt: skip
+        return s, found
+
+    async def backfill(
+        self, namespace: str, schedule_id: str, start_ms: int, end_ms: int
+    ) -> tuple[int, int]:
+        """Run the occurrences with nominal instants in [start_ms, end_ms) now; those that
+        already have a task (fired or backfilled before) are counted, not run again."""
+        s, found = await self._backfill_range(namespace, schedule_id, start_ms, end_ms)
+        now = self._clock.now_ms()
         tasks = [s.occurrence_task(o.nominal_ms, now, now) for o in found]
         await self._queue.prepare([s.action.queue])
         outcomes = await self._store.create_many(tasks)

@@ -18,7 +18,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.e2e.auth_stack import AuthStack
 from tests.e2e.conftest import ROOT, Process, read_executions
 from tests.waiting import eventually
-from tikk.client import Client, Transport
+from tikk.client import Client, Recurrence, ScheduleDefinition, Transport
 from tikk.v1 import tasks_pb2
 
 pytestmark = pytest.mark.e2e
@@ -84,6 +84,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
         once = tasks_pb2.RetryPolicy(max_attempts=1)
         create(client, "broken", "fail_first_run", retry_policy=once)
         ids = ["ok-1", "flaky-1", "broken"]
+        every_2s = Recurrence(cron="*/2 * * * * *", timezone="Europe/Oslo")
+        client.create_schedule(ScheduleDefinition("heartbeat", every_2s, "e2e", "record"))
         eventually(lambda: all(state(client, t) in _SETTLED for t in ids), timeout=60)
     time.sleep(6)  # one more sample of the metrics, so the overview's windows have two
     yield running
@@ -136,6 +138,40 @@ def test_a_dead_letter_is_redriven_by_clicking_and_runs_again(browser: Browser, 
     expect(page.locator("table.runs tbody tr")).to_have_count(2)
     starts = [e for e in read_executions(dev.log) if e["task_id"] == "broken"]
     assert len(starts) == 2
+
+
+def test_a_schedule_shows_its_next_fire_times_and_ledger_and_is_paused_and_backfilled(
+    browser: Browser, dev: Dev
+) -> None:
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.goto(dev.console + "ns/shop/schedules")
+    page.get_by_role("link", name="heartbeat").click()
+    expect(page.locator("h1")).to_have_text("Schedule heartbeat")
+    expect(page.locator("dl.facts")).to_contain_text("cron */2 * * * * * (Europe/Oslo)")
+    upcoming = page.locator("table.upcoming tbody tr")
+    expect(upcoming).to_have_count(10)
+    expect(upcoming.first).to_contain_text("CET")  # each fire time in the schedule's zone too
+    expect(page.locator("table.ledger tbody tr", has_text="fired").first).to_be_visible()
+    shot(page, "schedule")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("dd .state")).to_have_text("paused")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator("dd .state")).to_have_text("active")
+    # The preview of a backfill of 10 s in the past lists its 5 occurrences, then runs them.
+    end = (int(time.time()) - 120) // 10 * 10
+    span = {"from": _iso(end - 10), "to": _iso(end)}
+    page.goto(dev.console + "ns/shop/schedules/heartbeat?" + "&".join(
+        f"{k}={v}" for k, v in span.items()))  # fmt: skip
+    expect(page.locator("table.backfill tbody tr")).to_have_count(5)
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Backfill 5 occurrence(s)").click()
+    expect(page.locator("table.ledger tbody tr", has_text="backfilled")).to_have_count(5)
+
+
+def _iso(epoch_s: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s))
 
 
 def test_the_run_history_is_searched_by_queue_and_status(browser: Browser, dev: Dev) -> None:

@@ -60,6 +60,7 @@ def layout(title: str, body: str, viewer: Viewer | None, namespace: str = "") ->
             '<nav><a href="/console/">Overview</a>'
             f"{link(base + '/dead-letters', 'Dead letters')}"
             f"{link(base + '/runs', 'Run history')}"
+            f"{link(base + '/schedules', 'Schedules')}"
             f"{link('/console/tasks', 'Find a task', namespace=ns)}"
             f'<span class="who">{text(viewer.name)}</span>'
             f"{_logout(viewer)}</nav>"

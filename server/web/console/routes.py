@@ -18,29 +18,18 @@ from aiohttp import web
 
 from server.app import Operations
 from server.web.console import pages
+from server.web.console.responses import error_response, html_page, redirect
+from server.web.console.schedule_routes import SchedulePages
 from server.web.console.sessions import COOKIE, ConsoleSessions, Session, Viewer
 from server.web.console.stats import MetricWindows
 from tikk.clock import Clock
 from tikk.credentials import Role
-from tikk.errors import (
-    BackendUnavailable,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    TikkError,
-    Unauthenticated,
-)
+from tikk.errors import BackendUnavailable, NotFound, PermissionDenied, TikkError, Unauthenticated
 from tikk.model import RunQuery, RunStatus
 
 STATIC = Path(__file__).with_name("static")
 _PAGE_SIZE = 50
 _HOUR_MS = 3_600_000
-_STATUS_OF: list[tuple[type[TikkError], type[web.HTTPException]]] = [
-    (NotFound, web.HTTPNotFound), (PermissionDenied, web.HTTPForbidden),
-    (InvalidArgument, web.HTTPBadRequest), (FailedPrecondition, web.HTTPConflict),
-    (BackendUnavailable, web.HTTPServiceUnavailable),
-]  # fmt: skip
 _Page = Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]
 
 
@@ -72,12 +61,13 @@ class Console:
         ]:  # fmt: skip
             r.add_get(path, self._session(page))
         r.add_post("/console/ns/{ns}/tasks/{task_id}/{verb}", self._session(self._act))
+        SchedulePages(self._ops, self._clock).add_routes(app, self._session)
 
     def _session(self, page: _Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
             session = self._sessions.find(request.cookies.get(COOKIE))
             if session is None and self._sessions.auth:
-                return _redirect("/console/login")
+                return redirect("/console/login")
             fresh = session is None
             session = session or self._sessions.open()
             viewer: Viewer | None = None
@@ -88,9 +78,9 @@ class Console:
                 response = await page(request, viewer)
             except Unauthenticated:
                 self._sessions.close(session.session_id)
-                return _redirect("/console/login")
+                return redirect("/console/login")
             except TikkError as exc:
-                response = _error(exc, viewer)
+                response = error_response(exc, viewer)
             if fresh:
                 self._set_cookie(response, session)
             return response
@@ -109,28 +99,28 @@ class Console:
         )  # fmt: skip
 
     async def _home(self, request: web.Request) -> web.StreamResponse:
-        return _redirect("/console/")
+        return redirect("/console/")
 
     async def _login_form(self, request: web.Request) -> web.StreamResponse:
         if not self._sessions.auth:
-            return _redirect("/console/")
-        return _html(pages.login_page())
+            return redirect("/console/")
+        return html_page(pages.login_page())
 
     async def _login(self, request: web.Request) -> web.StreamResponse:
         form = await request.post()
         try:
             session = await self._sessions.login(str(form.get("token", "")).strip())
         except Unauthenticated:
-            return _html(pages.login_page("That token is not valid."), 401)
+            return html_page(pages.login_page("That token is not valid."), 401)
         except BackendUnavailable as exc:
-            return _html(pages.login_page(str(exc)), 503)
-        response = _redirect("/console/")
+            return html_page(pages.login_page(str(exc)), 503)
+        response = redirect("/console/")
         self._set_cookie(response, session)
         return response
 
     async def _logout(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         self._sessions.close(request.cookies.get(COOKIE, ""))
-        response = _redirect("/console/login")
+        response = redirect("/console/login")
         response.del_cookie(COOKIE, path="/")
         return response
 
@@ -140,7 +130,7 @@ class Console:
             viewer, backlog, self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS),
             self._clock.now_ms(),
         )  # fmt: skip
-        return _html(page)
+        return html_page(page)
 
     async def _overview_data(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         """What the overview's script redraws every few seconds."""
@@ -159,15 +149,15 @@ class Console:
         namespace = request.query.get("namespace", "default")
         task_id = request.query.get("task_id", "").strip()
         if task_id:
-            return _redirect(pages.task_path(namespace, task_id))
-        return _html(pages.find_task_page(viewer, namespace))
+            return redirect(pages.task_path(namespace, task_id))
+        return html_page(pages.find_task_page(viewer, namespace))
 
     async def _task(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace, task_id = request.match_info["ns"], request.match_info["task_id"]
         viewer.require(Role.READ, namespace)
         task = await self._ops.tasks.get(namespace, task_id)
         runs = await self._ops.history.runs_of_task(namespace, task_id, _PAGE_SIZE, "")
-        return _html(pages.task_page(viewer, task, runs))
+        return html_page(pages.task_page(viewer, task, runs))
 
     async def _act(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace, task_id = request.match_info["ns"], request.match_info["task_id"]
@@ -179,14 +169,14 @@ class Console:
             await self._ops.tasks.redrive(namespace, task_id)
         else:
             raise NotFound(f"no action {verb!r} on a task (cancel, redrive)")
-        return _redirect(pages.task_path(namespace, task_id))
+        return redirect(pages.task_path(namespace, task_id))
 
     async def _dead_letters(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
         viewer.require(Role.READ, namespace)
         queue, token = request.query.get("queue", ""), request.query.get("token", "")
         page = await self._ops.tasks.dead_letters(namespace, queue, _PAGE_SIZE, token)
-        return _html(pages.dead_letters_page(viewer, namespace, queue, page))
+        return html_page(pages.dead_letters_page(viewer, namespace, queue, page))
 
     async def _runs(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
@@ -199,7 +189,7 @@ class Console:
             chosen = RunStatus[status.upper()] if status.upper() in RunStatus.__members__ else None
             query = RunQuery(namespace, queue, now - hours * _HOUR_MS, now + 1, chosen)
             page = await self._ops.history.runs(query, _PAGE_SIZE, q.get("token", ""))
-        return _html(pages.runs_page(viewer, namespace, queue, status, hours=hours, page=page))
+        return html_page(pages.runs_page(viewer, namespace, queue, status, hours=hours, page=page))
 
 
 def _hours(given: str | None) -> int:
@@ -207,21 +197,3 @@ def _hours(given: str | None) -> int:
         return min(720, max(1, int(given or "24")))
     except ValueError:
         return 24
-
-
-def _html(body: str, status: int = 200) -> web.Response:
-    response = web.Response(text=body, status=status, content_type="text/html")
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'self'; script-src 'self'; style-src 'self'; frame-ancestors 'none'"
-    )
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
-
-
-def _redirect(to: str) -> web.Response:
-    return web.Response(status=303, headers={"Location": to})
-
-
-def _error(exc: TikkError, viewer: Viewer | None) -> web.Response:
-    status = next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), web.HTTPBadRequest)
-    return _html(pages.error_page(viewer, status().reason, str(exc)), status.status_code)

@@ -1,0 +1,44 @@
+"""The console's HTTP answers: a page (with its security headers), a redirect, an error
+page with the status a ``TikkError`` maps to."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from server.web.console import pages
+from server.web.console.sessions import Viewer
+from tikk.errors import (
+    BackendUnavailable,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+    TikkError,
+)
+
+_STATUS_OF: list[tuple[type[TikkError], type[web.HTTPException]]] = [
+    (NotFound, web.HTTPNotFound), (PermissionDenied, web.HTTPForbidden),
+    (InvalidArgument, web.HTTPBadRequest), (FailedPrecondition, web.HTTPConflict),
+    (BackendUnavailable, web.HTTPServiceUnavailable),
+]  # fmt: skip
+
+
+def html_page(body: str, status: int = 200) -> web.Response:
+    """A page; scripts and styles only from the console itself, never framed."""
+    response = web.Response(text=body, status=status, content_type="text/html")
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'self'; script-src 'self'; style-src 'self'; frame-ancestors 'none'"
+    )
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
+def redirect(to: str) -> web.Response:
+    """See ``to`` (after a POST, so that a reload does not act again)."""
+    return web.Response(status=303, headers={"Location": to})
+
+
+def error_response(exc: TikkError, viewer: Viewer | None) -> web.Response:
+    """What went wrong, under the status its kind of error maps to."""
+    status = next((s for kind, s in _STATUS_OF if isinstance(exc, kind)), web.HTTPBadRequest)
+    return html_page(pages.error_page(viewer, status().reason, str(exc)), status.status_code)
