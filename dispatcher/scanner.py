@@ -39,7 +39,6 @@ from collections.abc import Mapping
 from dispatcher.ownership import Ownership
 from dispatcher.queue_backoff import QueueBackoffs
 from dispatcher.schedule_steps import ScheduleStepper
-from dispatcher.settings import DispatchSettings
 from dispatcher.shard_state import NEVER, ShardState, row_key
 from dispatcher.stats import DispatchStats
 from tikk.buckets import second_of
@@ -48,6 +47,7 @@ from tikk.delivery_tokens import DeliveryKeys
 from tikk.errors import BackendUnavailable
 from tikk.model import Cursor, Delivery, DueEntry
 from tikk.ready_queue import ReadyQueue
+from tikk.settings import DispatchSettings
 from tikk.start_expiry import StartExpiry
 from tikk.store.tasks import TaskStore
 from tikk.telemetry import ShardGauge, Telemetry
@@ -359,7 +359,7 @@ class Dispatcher:
         self.stats.publish_failures += 1
         log.warning(
             "queue %r refused %d deliveries (failure %d, next try in %d ms): %s",
-            queue, len(entries), failures, delay, exc,
+            queue, len(entries), failures, delay, exc, extra={"queue": queue},
         )  # fmt: skip
         self._hold_again(entries, now_ms + delay)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import random
@@ -21,7 +22,6 @@ from typing import Any
 from dispatcher.ownership import Ownership
 from dispatcher.scanner import Dispatcher
 from dispatcher.schedule_steps import ScheduleStepper
-from dispatcher.settings import DispatchSettings
 from server.app import ApiServer
 from server.auth.authenticator import CredentialView
 from server.ops.start_timeouts import StartTimeouts
@@ -33,7 +33,7 @@ from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
 from tikk.delivery_tokens import DeliveryKeys, keys_for
 from tikk.metric_sinks import PrometheusMetrics
-from tikk.settings import Settings
+from tikk.settings import DispatchSettings, Settings
 from tikk.store.sqlite.owner_lock import OwnerLock
 from tikk.telemetry import Telemetry
 from worker_sdk import Worker
@@ -95,7 +95,8 @@ async def run_dispatcher(
     ``lock_store``: hold the store's owner lock meanwhile (``store_owner``); False when the
     caller holds it."""
     clock = clock or SystemClock()
-    dispatch = dispatch or DispatchSettings(late_write_grace_s=settings.late_write_grace_ms // 1000)
+    grace_s = settings.late_write_grace_ms // 1000  # one grace for servers and dispatchers
+    dispatch = dispatch or dataclasses.replace(settings.dispatch, late_write_grace_s=grace_s)
     with store_owner(settings) if lock_store else contextlib.nullcontext():
         backends = await open_backends(settings, drivers)
         try:

@@ -8,8 +8,6 @@ Exit codes: 0 ok, 1 the server refused the request, 2 bad usage, 3 server unreac
 from __future__ import annotations
 
 import argparse
-import logging
-import os
 import sys
 from collections.abc import Sequence
 
@@ -24,8 +22,8 @@ from server.cli import (
     tasks,
 )
 from server.cli.options import EXIT_USAGE
+from server.log_format import configure_logging
 from tikk.errors import InvalidArgument
-from tikk.text_rules import bound_log_text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,13 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # Log lines carry request text (run ids, task ids, errors): one escaped, bounded line each.
-    bound_log_text()
     args = build_parser().parse_args(argv)
+    # Log lines carry request text (run ids, task ids, errors): one escaped, bounded line each.
+    configure_logging(getattr(args, "log_format", None))
     try:
         code: int = args.func(args)
     except InvalidArgument as exc:

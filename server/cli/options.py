@@ -8,8 +8,9 @@ import re
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from server.cli.tunables import SECTIONS, apply
 from tikk.errors import InvalidArgument
 from tikk.settings import Security, Settings, Tls, embedded_urls
 from tikk.urls import has_inline_password
@@ -47,7 +48,8 @@ def settings(args: argparse.Namespace) -> Settings:
     config file (``config_option``)."""
     urls = embedded_urls(args.data_dir)
     chosen = backend_urls(args)
-    return Settings(
+    path = getattr(args, "config", None) or ""
+    chosen_settings = Settings(
         store_url=chosen.get("store") or urls["store_url"],
         history_url=chosen.get("history") or urls["history_url"],
         queue_url=chosen.get("queue") or urls["queue_url"],
@@ -59,6 +61,7 @@ def settings(args: argparse.Namespace) -> Settings:
         visibility_timeout_ms=getattr(args, "visibility_timeout", 60_000),
         security=security(args),
     )
+    return apply(chosen_settings, config_document(path), repr(path))
 
 
 def http_address(args: argparse.Namespace) -> str:
@@ -159,20 +162,27 @@ def backend_urls(args: argparse.Namespace) -> dict[str, str]:
     return chosen
 
 
-def read_config(path: str) -> dict[str, str]:
-    """The ``[backends]`` table of the TOML file at ``path`` ({} for no file)."""
+def config_document(path: str) -> dict[str, Any]:
+    """The TOML file at ``path`` ({} for no file): ``[backends]`` and the settings' tables
+    (``server.cli.tunables``)."""
     if not path:
         return {}
     try:
         with open(path, "rb") as f:
-            document = tomllib.load(f)
+            return tomllib.load(f)
     except OSError as exc:
         raise InvalidArgument("--config", f"cannot read {path!r}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         # The parser's message quotes no value, only where the syntax broke.
         raise InvalidArgument("--config", f"{path!r} is not valid TOML: {exc}") from None
+
+
+def read_config(path: str) -> dict[str, str]:
+    """The ``[backends]`` table of the TOML file at ``path`` ({} for no file)."""
+    document = config_document(path)
     table = document.get("backends", {})
-    unknown = sorted(set(document) - {"backends"}) + sorted(set(table) - set(BACKEND_KEYS))
+    known_tables = {"backends", *(section.name for section in SECTIONS)}
+    unknown = sorted(set(document) - known_tables) + sorted(set(table) - set(BACKEND_KEYS))
     if unknown:
         known = ", ".join(BACKEND_KEYS)
         raise InvalidArgument(
@@ -202,6 +212,18 @@ def backend_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--shards", type=int, default=256, help="shard count (fixed per store)")
     otel_option(p)
+    log_format_option(p)
+
+
+def log_format_option(p: argparse.ArgumentParser) -> None:
+    """``--log-format`` of a long-lived process (``server.log_format``)."""
+    p.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=None,
+        help="log lines as text, or one JSON object per line with the task, queue and trace "
+        "ids where known (default: $TIKK_LOG_FORMAT, else text)",
+    )
 
 
 def otel_option(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import os
 import shutil
 import socket
@@ -30,11 +29,11 @@ from server.cli.options import (
     settings,
 )
 from server.cli.workers import load_worker, trace_worker
+from server.log_format import configure_logging
 from tikk.errors import InvalidArgument, TikkError
 from tikk.metric_sinks import MULTIPROCESS_ENV, PrometheusMetrics
 from tikk.settings import Settings
 from tikk.telemetry import Telemetry, open_telemetry
-from tikk.text_rules import bound_log_text
 from tikk.urls import redact
 
 if TYPE_CHECKING:
@@ -289,11 +288,7 @@ def shared_metrics() -> Iterator[None]:
 def _serve_member(args: argparse.Namespace, dispatcher: bool, member: Member) -> None:
     """The body of one member, in the fresh interpreter the supervisor started."""
     # As ``tikk`` does at start; this interpreter did not run it.
-    logging.basicConfig(
-        level=os.environ.get("TIKK_LOG_LEVEL", "WARNING"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    bound_log_text()
+    configure_logging(getattr(args, "log_format", None))
     try:
         code = _serve_process(args, dispatcher, member)
     except InvalidArgument as exc:  # a bad option value found while starting

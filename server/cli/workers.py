@@ -19,6 +19,7 @@ from server.cli.options import (
     EXIT_USAGE,
     backend_urls,
     config_option,
+    log_format_option,
     metrics_option,
     otel_option,
     parse_duration_ms,
@@ -174,6 +175,7 @@ def worker_command(sub: Any) -> None:
     )
     config_option(p)
     otel_option(p)
+    log_format_option(p)
     metrics_option(p)
     p.set_defaults(func=_run_worker)
 

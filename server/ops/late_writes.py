@@ -187,6 +187,7 @@ class LateWriteGuard:
         log.warning(
             "slow write: task %s/%s due at %d became durable %d ms later; moved to %d",
             task.namespace, task.task_id, task.due_ms, now - task.due_ms, to_ms,
+            extra={"namespace": task.namespace, "task_id": task.task_id, "queue": task.queue},
         )  # fmt: skip
         self._telemetry.late_write("slow")
         return moved

@@ -159,6 +159,8 @@ class ResultRecorder:
         log.warning(
             "result %s refused (%s): namespace %r task %r queue %r attempt %d: %s",
             report.run_id, exc.reason, e.namespace, e.task_id, e.queue, e.attempt, exc,
+            extra={"namespace": e.namespace, "task_id": e.task_id, "queue": e.queue,
+                   "run_id": report.run_id},
         )  # fmt: skip
         self._telemetry.result_refused(exc.reason)
 

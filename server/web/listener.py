@@ -57,7 +57,9 @@ async def start_http(address: str, app: web.Application, tls: Tls | None = None)
     Raises ``FailedPrecondition`` naming the address when it cannot be bound."""
     host, _, port = address.rpartition(":")
     host = host[1:-1] if host.startswith("[") else host
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # A page or a scrape in flight gets a few seconds to finish: a stopping server must not
+    # wait the default minute for a browser's request.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
     await runner.setup()
     context = _tls_context(tls) if tls is not None else None
     site = web.TCPSite(runner, host or None, int(port), ssl_context=context, reuse_address=True)

@@ -17,7 +17,6 @@ import pytest
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from history.sqlite import SqliteRunHistory
 from server.ops.late_writes import LateWriteGuard
 from server.ops.refusals import ResultRefused
@@ -42,7 +41,7 @@ from tikk.model import (
     TaskState,
     apply_transition,
 )
-from tikk.settings import Limits
+from tikk.settings import DispatchSettings, Limits
 from tikk.store.cassandra.task_creates import CREATE_TASK
 from tikk.store.cassandra.task_rows import INSERT_DUE, SELECT_TASK, due_values, task_values
 from tikk.store.cassandra.tasks import CassandraTaskStore

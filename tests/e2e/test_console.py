@@ -78,18 +78,20 @@ def state(client: Client, task_id: str) -> int:
 @pytest.fixture(scope="module")
 def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
     running = Dev(tmp_path_factory.mktemp("console"), "--worker", "tests.e2e.worker_app:worker")
-    with running.client("shop") as client:
-        create(client, "ok-1", "record")
-        create(client, "flaky-1", "flaky")  # fails once, then succeeds
-        once = tasks_pb2.RetryPolicy(max_attempts=1)
-        create(client, "broken", "fail_first_run", retry_policy=once)
-        ids = ["ok-1", "flaky-1", "broken"]
-        every_2s = Recurrence(cron="*/2 * * * * *", timezone="Europe/Oslo")
-        client.create_schedule(ScheduleDefinition("heartbeat", every_2s, "e2e", "record"))
-        eventually(lambda: all(state(client, t) in _SETTLED for t in ids), timeout=60)
-    time.sleep(6)  # one more sample of the metrics, so the overview's windows have two
-    yield running
-    running.process.stop()
+    try:
+        with running.client("shop") as client:
+            create(client, "ok-1", "record")
+            create(client, "flaky-1", "flaky")  # fails once, then succeeds
+            once = tasks_pb2.RetryPolicy(max_attempts=1)
+            create(client, "broken", "fail_first_run", retry_policy=once)
+            ids = ["ok-1", "flaky-1", "broken"]
+            every_2s = Recurrence(cron="*/2 * * * * *", timezone="Europe/Oslo")
+            client.create_schedule(ScheduleDefinition("heartbeat", every_2s, "e2e", "record"))
+            eventually(lambda: all(state(client, t) in _SETTLED for t in ids), timeout=60)
+        time.sleep(6)  # one more sample of the metrics, so the overview's windows have two
+        yield running
+    finally:
+        assert running.process.stop() == 0, running.process.output()
 
 
 def test_the_overview_shows_each_queue_with_its_runs_and_lateness(

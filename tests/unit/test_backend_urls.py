@@ -187,7 +187,7 @@ def test_an_inline_password_on_the_command_line_is_refused_without_echoing_it() 
     [
         ("[backends]\nstore = 1\n", "must be a string"),
         ("[backends]\nstor = 'x'\n", "unknown key 'stor'"),
-        ("[server]\nlisten = 'x'\n", "unknown key 'server'"),
+        ("[serve]\nlisten = 'x'\n", "unknown key 'serve'"),
         (f"[backends]\nstore = 'cassandra://tikk:{SECRET}@db", "not valid TOML"),
     ],
 )

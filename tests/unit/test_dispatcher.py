@@ -11,12 +11,12 @@ import pytest
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock
 from tikk.errors import BackendUnavailable
 from tikk.model import Delivery, DueEntry, TaskState
+from tikk.settings import DispatchSettings
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 

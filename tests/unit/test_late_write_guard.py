@@ -15,7 +15,6 @@ import pytest
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from server.ops.late_writes import LateWriteGuard
 from server.ops.tasks import TaskOps
 from tests.factories import T0, make_task
@@ -23,6 +22,7 @@ from tests.ops_parts import quota_gate
 from tikk.clock import ManualClock
 from tikk.errors import BackendUnavailable, TikkError
 from tikk.model import Task
+from tikk.settings import DispatchSettings
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
+from tikk.settings import DispatchSettings
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 

@@ -17,7 +17,6 @@ import pytest
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from history.sqlite import SqliteRunHistory
 from server.ops.late_writes import LateWriteGuard
 from server.ops.refusals import ResultRefused
@@ -28,7 +27,7 @@ from tikk import delivery_codec
 from tikk.clock import ManualClock
 from tikk.delivery_tokens import DeliveryKeys, TokenRefused, new_keys
 from tikk.model import Delivery, ResultKind, RunQuery, RunReport, RunStatus, TaskState
-from tikk.settings import Limits
+from tikk.settings import DispatchSettings, Limits
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.telemetry import Telemetry
 from worker_sdk.queues.consumer import Message

@@ -17,7 +17,6 @@ from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
 from dispatcher.schedule_steps import ScheduleStepper
-from dispatcher.settings import DispatchSettings
 from history.sqlite import SqliteRunHistory
 from tests.factories import T0, make_schedule
 from tikk.clock import ManualClock
@@ -31,6 +30,7 @@ from tikk.schedules.model import (
     SchedulePolicy,
 )
 from tikk.schedules.spec import next_occurrence, preview
+from tikk.settings import DispatchSettings
 from tikk.store.sqlite.schedules import SqliteScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer

@@ -14,7 +14,6 @@ import pytest
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from history.sqlite import SqliteRunHistory
 from server.ops.late_writes import LateWriteGuard
 from server.ops.refusals import StartTooLate
@@ -25,7 +24,7 @@ from tikk import delivery_codec
 from tikk.clock import ManualClock
 from tikk.delivery_tokens import DeliveryKeys, new_keys
 from tikk.model import START_TIMEOUT, ResultKind, RunReport, RunStatus, Task, TaskState
-from tikk.settings import Limits
+from tikk.settings import DispatchSettings, Limits
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 

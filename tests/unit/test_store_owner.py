@@ -16,12 +16,11 @@ import pytest
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from server.runtime import store_owner
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
 from tikk.errors import FailedPrecondition
-from tikk.settings import Settings, embedded_urls
+from tikk.settings import DispatchSettings, Settings, embedded_urls
 from tikk.store.sqlite.owner_lock import LOCK_FILE, OwnerLock
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer

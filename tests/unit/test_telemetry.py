@@ -26,12 +26,12 @@ from opentelemetry.trace import SpanKind, StatusCode
 from dispatcher.ownership import SingleOwner
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
-from dispatcher.settings import DispatchSettings
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
 from tikk.errors import InvalidArgument
 from tikk.model import Delivery
 from tikk.schedules.model import OccurrenceRecord, Outcome
+from tikk.settings import DispatchSettings
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import advance_cursor
 from tikk.telemetry import OtelTelemetry, Providers, Telemetry, build_providers, open_telemetry
