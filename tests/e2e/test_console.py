@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import os
 import re
+import ssl
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,7 @@ pytestmark = pytest.mark.e2e
 CHROMIUM = os.environ.get("TIKK_CHROMIUM", "/usr/bin/chromium")
 SHOTS = Path(os.environ.get("TIKK_SCREENSHOTS", ROOT / "test-results" / "console"))
 _LISTENING = re.compile(r"listening on ([\d.]+:\d+)")
-_CONSOLE = re.compile(r"metrics (http://[\d.]+:\d+/)metrics")
+_CONSOLE = re.compile(r"metrics (https?://[\d.]+:\d+/)metrics")
 _SETTLED = {tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_DEAD_LETTERED}
 
 
@@ -235,3 +238,20 @@ def _seconds(n: int) -> Any:
     from google.protobuf.duration_pb2 import Duration
 
     return Duration(seconds=n)
+
+
+def test_over_tls_the_console_is_https_and_its_cookie_secure(tmp_path: Path) -> None:
+    dev = Dev(tmp_path, "--tls")
+    try:
+        assert dev.console.startswith("https://")
+        trusted = ssl.create_default_context(cafile=str(tmp_path / "tls" / "ca.pem"))
+        with urllib.request.urlopen(dev.console, context=trusted, timeout=10) as answer:
+            cookie = answer.headers["Set-Cookie"]
+            policy = answer.headers["Content-Security-Policy"]
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert "script-src 'self'" in policy
+        plain = ssl.create_default_context()  # trusts no development CA: refused
+        with pytest.raises(urllib.error.URLError):
+            urllib.request.urlopen(dev.console, context=plain, timeout=10)
+    finally:
+        assert dev.process.stop() == 0
