@@ -179,6 +179,41 @@ def _iso(epoch_s: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(epoch_s))
 
 
+def test_dead_letters_are_filtered_by_error_type_and_a_selection_redriven_at_once(
+    browser: Browser, dev: Dev
+) -> None:
+    once = tasks_pb2.RetryPolicy(max_attempts=1)
+    with dev.client("shop") as client:
+        for task_id in ("bulk-1", "bulk-2"):
+            create(client, task_id, "fail_first_run", retry_policy=once)
+        create(client, "rejected", "reject")
+        ids = ["bulk-1", "bulk-2", "rejected"]
+        dead = tasks_pb2.TASK_STATE_DEAD_LETTERED
+        eventually(lambda: all(state(client, t) == dead for t in ids), timeout=60)
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(dev.console + "ns/shop/dead-letters?error_type=ValueError")
+    rows = page.locator("table.dead-letters tbody tr")
+    assert all("ValueError" in t for t in rows.all_inner_texts())
+    expect(rows.filter(has_text="rejected")).to_have_count(0)
+    for task_id in ("bulk-1", "bulk-2"):
+        page.check(f"input[name=task_id][value={task_id}]")
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    shot(page, "dead-letters-filtered")
+    page.once("dialog", answer)
+    page.get_by_role("button", name="Redrive selected").click()
+    expect(page.locator(".notice")).to_have_text("2 of 2 redriven")
+    assert asked == ["Redrive 2 selected dead letter(s) now?"]
+    with dev.client("shop") as client:
+        done = tasks_pb2.TASK_STATE_SUCCEEDED
+        eventually(lambda: all(state(client, t) == done for t in ids[:2]), timeout=60)
+        assert state(client, "rejected") == tasks_pb2.TASK_STATE_DEAD_LETTERED
+
+
 def test_the_run_history_is_searched_by_queue_and_status(browser: Browser, dev: Dev) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 760})
     page.goto(dev.console + "ns/shop/runs")

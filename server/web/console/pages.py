@@ -240,25 +240,7 @@ def runs_table(runs: Sequence[RunRecord], *, with_task: bool) -> str:
     return table(headers, rows, "No run recorded.", "runs")
 
 
-def dead_letters_page(viewer: Viewer, namespace: str, queue: str, page: Page[Task]) -> str:
-    rows = [
-        [link(task_path(t.namespace, t.task_id), t.task_id), text(t.queue), text(t.handler),
-         text(t.attempt), when(t.updated_ms),
-         text(f"{t.last_error_type}: {t.last_error_message}", _TEXT_LIMIT),
-         action_form(viewer, t, "redrive", "Redrive", f"Run {t.task_id} again now?")
-         if viewer.may(Role.WRITE, namespace) else ""]
-        for t in page.items
-    ]  # fmt: skip
-    headers = ["task", "queue", "handler", "attempts", "given up", "last error", ""]
-    body = (
-        _filter_form(f"/console/ns/{quote(namespace, safe='')}/dead-letters", queue)
-        + table(headers, rows, "No dead letter.", "dead-letters")
-        + _next(page.next_token, queue=queue)
-    )
-    return layout(f"Dead letters of {namespace}", body, viewer, namespace)
-
-
-def _filter_form(action: str, queue: str, extra: str = "") -> str:
+def filter_form(action: str, queue: str, extra: str = "") -> str:
     return (
         f"<form method='get' action='{html.escape(action)}' class='filter'>"
         f"<label>Queue <input name='queue' value='{text(queue)}'></label>{extra}"
@@ -266,7 +248,7 @@ def _filter_form(action: str, queue: str, extra: str = "") -> str:
     )
 
 
-def _next(token: str, **query: str) -> str:
+def next_link(token: str, **query: str) -> str:
     return f"<p>{link('', 'Next page', **query, token=token)}</p>" if token else ""
 
 
@@ -281,10 +263,10 @@ def runs_page(viewer: Viewer, namespace: str, queue: str, status: str, *, hours:
         f"<label>Last hours <input name='hours' type='number' min='1' max='720' "
         f"value='{hours}'></label>"
     )
-    form = _filter_form(f"/console/ns/{quote(namespace, safe='')}/runs", queue, extra)
+    form = filter_form(f"/console/ns/{quote(namespace, safe='')}/runs", queue, extra)
     if page is None:
         found = '<p class="hint">Choose a queue to search its runs.</p>'
     else:
         found = runs_table(page.items, with_task=True)
-        found += _next(page.next_token, queue=queue, status=status, hours=str(hours))
+        found += next_link(page.next_token, queue=queue, status=status, hours=str(hours))
     return layout(f"Run history of {namespace}", form + found, viewer, namespace)

@@ -3,6 +3,8 @@ page with the status a ``TikkError`` maps to."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 
 from server.web.console import pages
@@ -15,6 +17,10 @@ from tikk.errors import (
     PermissionDenied,
     TikkError,
 )
+
+# What a page of the console is, and the wrapper that gives it its viewer (``routes``).
+ConsolePage = Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]
+SessionWrap = Callable[[ConsolePage], Callable[[web.Request], Awaitable[web.StreamResponse]]]
 
 _STATUS_OF: list[tuple[type[TikkError], type[web.HTTPException]]] = [
     (NotFound, web.HTTPNotFound), (PermissionDenied, web.HTTPForbidden),

@@ -18,7 +18,8 @@ from aiohttp import web
 
 from server.app import Operations
 from server.web.console import pages
-from server.web.console.responses import error_response, html_page, redirect
+from server.web.console.dead_letter_routes import DeadLetterPages
+from server.web.console.responses import ConsolePage, error_response, html_page, redirect
 from server.web.console.schedule_routes import SchedulePages
 from server.web.console.sessions import COOKIE, ConsoleSessions, Session, Viewer
 from server.web.console.stats import MetricWindows
@@ -30,7 +31,6 @@ from tikk.model import RunQuery, RunStatus
 STATIC = Path(__file__).with_name("static")
 _PAGE_SIZE = 50
 _HOUR_MS = 3_600_000
-_Page = Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]
 
 
 class Console:
@@ -56,14 +56,14 @@ class Console:
         for path, page in [
             ("/console/", self._overview), ("/console/api/overview", self._overview_data),
             ("/console/tasks", self._find_task), ("/console/ns/{ns}/tasks/{task_id}", self._task),
-            ("/console/ns/{ns}/dead-letters", self._dead_letters),
             ("/console/ns/{ns}/runs", self._runs),
         ]:  # fmt: skip
             r.add_get(path, self._session(page))
         r.add_post("/console/ns/{ns}/tasks/{task_id}/{verb}", self._session(self._act))
         SchedulePages(self._ops, self._clock).add_routes(app, self._session)
+        DeadLetterPages(self._ops, self._clock).add_routes(app, self._session)
 
-    def _session(self, page: _Page) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    def _session(self, page: ConsolePage) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
             session = self._sessions.find(request.cookies.get(COOKIE))
             if session is None and self._sessions.auth:
@@ -170,13 +170,6 @@ class Console:
         else:
             raise NotFound(f"no action {verb!r} on a task (cancel, redrive)")
         return redirect(pages.task_path(namespace, task_id))
-
-    async def _dead_letters(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
-        namespace = request.match_info["ns"]
-        viewer.require(Role.READ, namespace)
-        queue, token = request.query.get("queue", ""), request.query.get("token", "")
-        page = await self._ops.tasks.dead_letters(namespace, queue, _PAGE_SIZE, token)
-        return html_page(pages.dead_letters_page(viewer, namespace, queue, page))
 
     async def _runs(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
 from aiohttp import web
 
 from server.app import Operations
 from server.web.console import schedule_pages
-from server.web.console.responses import html_page, redirect
+from server.web.console.responses import SessionWrap, html_page, redirect
 from server.web.console.sessions import Viewer
 from tikk.clock import Clock
 from tikk.credentials import Role
@@ -20,10 +19,6 @@ from tikk.schedules.model import OccurrenceQuery
 _PAGE_SIZE = 50
 _NEXT = 10
 _LEDGER_MS = 7 * 24 * 3_600_000
-Wrap = Callable[
-    [Callable[[web.Request, Viewer], Awaitable[web.StreamResponse]]],
-    Callable[[web.Request], Awaitable[web.StreamResponse]],
-]
 
 
 class SchedulePages:
@@ -33,7 +28,7 @@ class SchedulePages:
         self._ops = ops
         self._clock = clock
 
-    def add_routes(self, app: web.Application, session: Wrap) -> None:
+    def add_routes(self, app: web.Application, session: SessionWrap) -> None:
         base = "/console/ns/{ns}/schedules"
         app.router.add_get(base, session(self._list))
         app.router.add_get(base + "/{sid}", session(self._one))

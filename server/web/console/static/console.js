@@ -2,7 +2,17 @@
 "use strict";
 
 document.addEventListener("submit", (event) => {
-  const question = event.target.dataset.confirm;
+  const form = event.target;
+  let question = form.dataset.confirm;
+  if (form.dataset.confirmCount) {
+    const picked = document.querySelectorAll(`input[form="${form.id}"]:checked`).length;
+    if (picked === 0) {
+      window.alert("Select at least one first.");
+      event.preventDefault();
+      return;
+    }
+    question = form.dataset.confirmCount.replace("{n}", String(picked));
+  }
   if (question && !window.confirm(question)) event.preventDefault();
 });
 

@@ -1,0 +1,102 @@
+"""The console's dead-letter routes: a bounded, filtered read of a namespace's dead letters
+(``TaskOps.dead_letters``, newest first) and the redrive of a selection (``TaskOps.redrive``
+each, as the gRPC RedriveTask does)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import urlencode
+
+from aiohttp import web
+
+from server.app import Operations
+from server.web.console.dead_letter_pages import (
+    DeadLetterFilter,
+    dead_letters_page,
+    dead_letters_path,
+)
+from server.web.console.responses import SessionWrap, html_page, redirect
+from server.web.console.sessions import Viewer
+from tikk.clock import Clock
+from tikk.credentials import Role
+from tikk.errors import InvalidArgument, TikkError
+from tikk.model import Task
+
+_SHOWN = 50
+# Dead letters one page reads at most while filtering: a filter that matches rarely shows a
+# short page and a link to read on, never a read that grows with the dead letters kept.
+_READ_AT_MOST = 2_000
+_READ_PAGE = 500
+_MAX_SELECTED = 200
+_HOUR_MS = 3_600_000
+
+
+class DeadLetterPages:
+    """A namespace's dead letters, and the redrive of a selection of them."""
+
+    def __init__(self, ops: Operations, clock: Clock) -> None:
+        self._ops = ops
+        self._clock = clock
+
+    def add_routes(self, app: web.Application, session: SessionWrap) -> None:
+        app.router.add_get("/console/ns/{ns}/dead-letters", session(self._list))
+        app.router.add_post("/console/ns/{ns}/dead-letters/redrive", session(self._redrive))
+
+    async def _list(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace = request.match_info["ns"]
+        viewer.require(Role.READ, namespace)
+        chosen = _filter_of(request.query)
+        found, token = await self._matching(namespace, chosen, request.query.get("token", ""))
+        notice = request.query.get("notice", "")[:300]
+        return html_page(
+            dead_letters_page(viewer, namespace, chosen, found, token=token, notice=notice)
+        )
+
+    async def _matching(
+        self, namespace: str, chosen: DeadLetterFilter, token: str
+    ) -> tuple[list[Task], str]:
+        """Up to a page of matches from at most ``_READ_AT_MOST`` dead letters; the token to
+        read on ("" when none are left)."""
+        since = self._clock.now_ms() - chosen.hours * _HOUR_MS if chosen.hours else 0
+        found: list[Task] = []
+        read = 0
+        while read < _READ_AT_MOST and len(found) < _SHOWN:
+            page = await self._ops.tasks.dead_letters(namespace, chosen.queue, _READ_PAGE, token)
+            read += len(page.items)
+            for task in page.items:
+                if task.updated_ms < since:
+                    return found, ""  # newest first: the rest are older still
+                if not chosen.error_type or task.last_error_type == chosen.error_type:
+                    found.append(task)
+            token = page.next_token
+            if not token:
+                break
+        return found, token
+
+    async def _redrive(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace = request.match_info["ns"]
+        viewer.require(Role.WRITE, namespace)
+        form = await request.post()
+        chosen = [str(v) for v in form.getall("task_id", [])]
+        if not chosen or len(chosen) > _MAX_SELECTED:
+            raise InvalidArgument("task_id", f"select 1 to {_MAX_SELECTED} dead letters")
+        failed: list[str] = []
+        for task_id in chosen:
+            try:
+                await self._ops.tasks.redrive(namespace, task_id)
+            except TikkError as exc:
+                failed.append(f"{task_id}: {exc}")
+        notice = f"{len(chosen) - len(failed)} of {len(chosen)} redriven"
+        notice += f"; not redriven: {'; '.join(failed)}" if failed else ""
+        query = {**_filter_of(form).query(), "notice": notice[:300]}
+        return redirect(f"{dead_letters_path(namespace)}?{urlencode(query)}")
+
+
+def _filter_of(values: Mapping[str, object]) -> DeadLetterFilter:
+    try:
+        hours = min(720, max(0, int(str(values.get("hours", "0") or "0"))))
+    except ValueError:
+        hours = 0
+    return DeadLetterFilter(
+        str(values.get("queue", "")).strip(), str(values.get("error_type", "")).strip(), hours
+    )
