@@ -42,6 +42,7 @@ from server.ops.results import ResultRecorder
 from server.ops.schedules import ScheduleOps
 from server.ops.start_timeouts import StartTimeouts
 from server.ops.tasks import TaskOps
+from server.ops.upcoming import UpcomingCounts
 from server.transport_security import check_transport, server_credentials
 from server.wiring import Backends
 from tikk.clock import Clock
@@ -96,6 +97,7 @@ class ApiServer:
             else None
         )
         self._reporting: asyncio.Task[None] | None = None
+        self._counting: asyncio.Task[None] | None = None
         telemetry = telemetry or Telemetry()
         self._server = grpc.aio.server(
             interceptors=interceptor_chain(settings, backends.credentials, telemetry),
@@ -127,6 +129,7 @@ class ApiServer:
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         if self._report_backlog is not None:
             self._reporting = asyncio.create_task(self._report_backlog())
+        self._counting = asyncio.create_task(self._ops.upcoming.run(), name="tikk-due-counts")
         return self.port
 
     def _bind(self) -> int:
@@ -152,6 +155,10 @@ class ApiServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reporting
         await self._server.stop(grace_s)
+        if self._counting is not None:  # after the calls: what they counted is written
+            self._counting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._counting
         await self._ops.guard.close()
 
     async def wait(self) -> None:
@@ -207,6 +214,8 @@ class Operations:
     admin: AdminOps
     # Every due row the operations write goes through it; it reads the cursors while serving.
     guard: LateWriteGuard
+    # The due counts the writes change (the console's upcoming view); flushed while serving.
+    upcoming: UpcomingCounts
 
     @classmethod
     def over(
@@ -222,13 +231,15 @@ class Operations:
             b.schedules, b.store, b.history, clock, settings.limits, queue=b.queue, quotas=quotas
         )
         expiry = StartTimeouts(b.store, b.history, b.queue, telemetry)
+        upcoming = UpcomingCounts(b.due_counts, clock)
         results = ResultRecorder(
             b.store, b.history, b.queue, clock, guard=guard, expiry=expiry, keys=keys,
             limits=settings.limits, rng=rng, telemetry=telemetry, schedules=schedules,
+            upcoming=upcoming,
         )  # fmt: skip
-        tasks = TaskOps(b.store, b.queue, clock, guard=guard, quotas=quotas)
+        tasks = TaskOps(b.store, b.queue, clock, guard=guard, quotas=quotas, upcoming=upcoming)
         admin = AdminOps(b.quotas, quotas, clock)
-        return cls(tasks, results, schedules, HistoryOps(b.history), admin, guard)
+        return cls(tasks, results, schedules, HistoryOps(b.history), admin, guard, upcoming)
 
 
 def _add_services(

@@ -22,6 +22,7 @@ from tikk.errors import InvalidArgument
 from tikk.ready_queue import ReadyQueue
 from tikk.settings import Settings
 from tikk.store.credentials import CredentialStore
+from tikk.store.due_counts import DueCountStore
 from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
@@ -96,6 +97,18 @@ def _cassandra_quotas(url: str, shards: int, drivers: Drivers) -> QuotaStore:
     return CassandraQuotaStore(drivers.cassandra(url, "store_url"))
 
 
+def _sqlite_due_counts(url: str, shards: int, drivers: Drivers) -> DueCountStore:
+    from tikk.store.sqlite.due_counts import SqliteDueCountStore
+
+    return SqliteDueCountStore(split_url("store_url", url)[1])
+
+
+def _cassandra_due_counts(url: str, shards: int, drivers: Drivers) -> DueCountStore:
+    from tikk.store.cassandra.due_counts import CassandraDueCountStore
+
+    return CassandraDueCountStore(drivers.cassandra(url, "store_url"))
+
+
 def _sqlite_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
     from history.sqlite import SqliteRunHistory
 
@@ -150,6 +163,11 @@ CREDENTIAL_STORES: Mapping[str, Callable[[str, int, Drivers], CredentialStore]] 
 QUOTA_STORES: Mapping[str, Callable[[str, int, Drivers], QuotaStore]] = {
     "sqlite": _sqlite_quotas,
     "cassandra": _cassandra_quotas,
+}
+# What is due per minute, counted beside the tasks (the console's upcoming view).
+DUE_COUNT_STORES: Mapping[str, Callable[[str, int, Drivers], DueCountStore]] = {
+    "sqlite": _sqlite_due_counts,
+    "cassandra": _cassandra_due_counts,
 }
 RUN_HISTORIES: Mapping[str, Callable[[str, int, Drivers], RunHistory]] = {
     "sqlite": _sqlite_history,
@@ -209,6 +227,11 @@ async def open_credentials(settings: Settings, drivers: Drivers) -> CredentialSt
 async def open_quotas(settings: Settings, drivers: Drivers) -> QuotaStore:
     url, shards = settings.store_url, settings.shard_count
     return await started(build(QUOTA_STORES, "store_url", url, shards, drivers))
+
+
+async def open_due_counts(settings: Settings, drivers: Drivers) -> DueCountStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(DUE_COUNT_STORES, "store_url", url, shards, drivers))
 
 
 async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
@@ -276,12 +299,14 @@ class Backends:
     queue: ReadyQueue
     schedules: ScheduleStore
     quotas: QuotaStore
+    due_counts: DueCountStore
     # Open when the API checks callers (``settings.security.auth``).
     credentials: CredentialStore | None = None
 
     async def close(self) -> None:
         if self.credentials is not None:
             await self.credentials.close()
+        await self.due_counts.close()
         await self.quotas.close()
         await self.queue.close()
         await self.schedules.close()
@@ -303,8 +328,10 @@ async def open_backends(settings: Settings, drivers: Drivers | None = None) -> B
         opened.push_async_callback(schedules.close)
         quotas = await open_quotas(settings, drivers)
         opened.push_async_callback(quotas.close)
+        due_counts = await open_due_counts(settings, drivers)
+        opened.push_async_callback(due_counts.close)
         credentials = None
         if settings.security.auth:
             credentials = await open_credentials(settings, drivers)
         opened.pop_all()
-    return Backends(store, history, queue, schedules, quotas, credentials)
+    return Backends(store, history, queue, schedules, quotas, due_counts, credentials)

@@ -58,6 +58,7 @@ from server.ops.refusals import (
     same_attempt,
     too_many_runs,
 )
+from server.ops.upcoming import UpcomingCounts
 from tikk.backoff import retry_delay_ms
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys, TokenRefused
@@ -117,8 +118,10 @@ class ResultRecorder:
         rng: random.Random | None = None,
         telemetry: Telemetry | None = None,
         schedules: ScheduleOutcomes | None = None,
+        upcoming: UpcomingCounts | None = None,
     ) -> None:
         self._store = store
+        self._upcoming = upcoming
         self._history = history
         self._queue = queue
         self._clock = clock
@@ -224,7 +227,9 @@ class ResultRecorder:
                 # A repeated report: if the first one's retry landed late, it is moved now.
                 await self._guard.confirm([await self._store.get(e.namespace, e.task_id)])
             elif task.state is TaskState.SCHEDULED:
-                await self._guard.confirm([task])
+                [task] = await self._guard.confirm([task])
+                if self._upcoming is not None:  # the retry waits for its due minute
+                    self._upcoming.scheduled([task])
             if task is not None:
                 await self._occurrence_finished(e, task.state)
 

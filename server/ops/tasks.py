@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Collection, Sequence
 
 from server.ops.late_writes import LateWriteGuard
 from server.ops.quotas import QuotaGate
+from server.ops.upcoming import UpcomingCounts
 from tikk.buckets import shard_of
 from tikk.clock import Clock
 from tikk.errors import TikkError
@@ -65,12 +66,14 @@ class TaskOps:
         *,
         guard: LateWriteGuard,
         quotas: QuotaGate,
+        upcoming: UpcomingCounts | None = None,
     ) -> None:
         self._store = store
         self._queue = queue
         self._clock = clock
         self._guard = guard
         self._quotas = quotas
+        self._upcoming = upcoming
 
     async def create(self, task: Task) -> tuple[Task, bool]:
         """``create_many`` of one task, raising its refusal."""
@@ -102,9 +105,12 @@ class TaskOps:
         placed = [self._guard.place(t) for t in tasks]
         async with self._guard.watching((t.namespace, t.task_id) for t in placed):
             outcomes = await self._store.create_many(placed, new_ids=new_ids)
-        written = [o[0] for o in outcomes if not isinstance(o, TikkError)]
-        confirmed = iter(await self._guard.confirm(written))
-        return [o if isinstance(o, TikkError) else (next(confirmed), o[1]) for o in outcomes]
+        kept = [o for o in outcomes if not isinstance(o, TikkError)]
+        confirmed = await self._guard.confirm([t for t, _ in kept])
+        if self._upcoming is not None:  # each created here waits for its due minute
+            self._upcoming.scheduled(t for t, (_, new) in zip(confirmed, kept, strict=True) if new)
+        stood = iter(confirmed)
+        return [o if isinstance(o, TikkError) else (next(stood), o[1]) for o in outcomes]
 
     async def _prepare_each(self, queues: Collection[str]) -> dict[str, TikkError]:
         """Prepare each of ``queues`` on its own; returns the error of each that failed."""
@@ -131,7 +137,11 @@ class TaskOps:
 
     async def cancel(self, namespace: str, task_id: str) -> Task:
         """Cancel a task not dispatched yet (see ``TaskStore.cancel``)."""
-        return await self._store.cancel(namespace, task_id, self._clock)
+        began = self._clock.now_ms()
+        task = await self._store.cancel(namespace, task_id, self._clock)
+        if self._upcoming is not None and task.updated_ms >= began:  # this call cancelled it
+            self._upcoming.scheduled([task], -1)
+        return task
 
     async def redrive(self, namespace: str, task_id: str) -> Task:
         """Schedule a dead-lettered task again, now, with a fresh attempt count."""
@@ -140,6 +150,8 @@ class TaskOps:
         async with self._guard.watching([(namespace, task_id)]):
             redriven = await self._store.redrive(namespace, task_id, due)
         [task] = await self._guard.confirm([redriven])
+        if self._upcoming is not None:
+            self._upcoming.scheduled([task])
         return task
 
     async def get(self, namespace: str, task_id: str) -> Task:

@@ -214,6 +214,32 @@ def test_dead_letters_are_filtered_by_error_type_and_a_selection_redriven_at_onc
         assert state(client, "rejected") == tasks_pb2.TASK_STATE_DEAD_LETTERED
 
 
+def test_upcoming_shows_what_is_due_in_each_coming_minute_per_queue(
+    browser: Browser, dev: Dev
+) -> None:
+    with dev.client("shop") as client:
+        for i, minutes in enumerate((10, 10, 10, 20, 20, 90)):
+            request = tasks_pb2.CreateTaskRequest(
+                task_id=f"later-{i}", queue="later", handler="record",
+                delay=_seconds(minutes * 60 + 5),
+            )  # fmt: skip
+            client.create_task(request)
+        client.cancel_task("later-2")
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+
+    def shown() -> str:
+        page.goto(dev.console + "ns/shop/upcoming")
+        return page.locator("main p").first.inner_text()
+
+    eventually(lambda: shown().startswith("4 task(s) due in the next 60"), timeout=30)
+    rows = page.locator("table.upcoming-minutes tbody tr")
+    expect(rows).to_have_count(2)  # the minutes 10 and 20 from now; 90 is outside the hour
+    assert [r.split("\t")[-2].strip() for r in rows.all_inner_texts()] == ["2", "2"]
+    shot(page, "upcoming")
+    page.goto(dev.console + "ns/shop/upcoming?minutes=120")
+    expect(page.locator("table.upcoming-minutes tbody tr")).to_have_count(3)
+
+
 def test_the_run_history_is_searched_by_queue_and_status(browser: Browser, dev: Dev) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 760})
     page.goto(dev.console + "ns/shop/runs")

@@ -18,6 +18,7 @@ from server.web.console.stats import QueueFigures
 from tikk.credentials import Role
 from tikk.model import Page, RunRecord, Task, TaskState
 from tikk.ready_queue import QueueBacklog
+from tikk.store.due_counts import DueCount
 
 _TEXT_LIMIT = 2_000
 _SHOWN_LIMIT = 200
@@ -59,6 +60,7 @@ def layout(title: str, body: str, viewer: Viewer | None, namespace: str = "") ->
         nav = (
             '<nav><a href="/console/">Overview</a>'
             f"{link(base + '/dead-letters', 'Dead letters')}"
+            f"{link(base + '/upcoming', 'Upcoming')}"
             f"{link(base + '/runs', 'Run history')}"
             f"{link(base + '/schedules', 'Schedules')}"
             f"{link('/console/tasks', 'Find a task', namespace=ns)}"
@@ -270,3 +272,45 @@ def runs_page(viewer: Viewer, namespace: str, queue: str, status: str, *, hours:
         found = runs_table(page.items, with_task=True)
         found += next_link(page.next_token, queue=queue, status=status, hours=str(hours))
     return layout(f"Run history of {namespace}", form + found, viewer, namespace)
+
+
+_MAX_QUEUE_COLUMNS = 8
+
+
+def upcoming_page(viewer: Viewer, namespace: str, counts: Sequence[DueCount], minutes: int) -> str:
+    """Tasks due in each of the coming minutes, per queue (the busiest queues each a column,
+    the rest together), with a bar of each minute's total."""
+    per_queue: dict[str, int] = {}
+    for c in counts:
+        per_queue[c.queue] = per_queue.get(c.queue, 0) + c.tasks
+    shown = sorted(per_queue, key=lambda q: (-per_queue[q], q))[:_MAX_QUEUE_COLUMNS]
+    rest = len(per_queue) > len(shown)
+    by_minute: dict[int, dict[str, int]] = {}
+    for c in counts:
+        column = c.queue if c.queue in shown else "other queues"
+        row = by_minute.setdefault(c.minute, {})
+        row[column] = row.get(column, 0) + c.tasks
+    top = max((sum(r.values()) for r in by_minute.values()), default=1)
+    columns = [*shown, *(["other queues"] if rest else [])]
+    rows = [
+        [when(m * 60_000)[:16] + "Z", *(text(r.get(q, 0)) for q in columns),
+         text(sum(r.values())), _bar(sum(r.values()), top)]
+        for m, r in sorted(by_minute.items())
+    ]  # fmt: skip
+    form = (
+        f"<form method='get' class='filter'><label>Minutes ahead <input name='minutes' "
+        f"type='number' min='1' max='1440' value='{minutes}'></label><button>Show</button></form>"
+    )
+    total = sum(per_queue.values())
+    body = (
+        form + f"<p>{total:,} task(s) due in the next {minutes} minute(s), by the minute they "
+        "are due (as created; a schedule's occurrences count once they fire).</p>"
+        + table(["minute", *columns, "total", ""], rows, "Nothing is due in this window.",
+                "upcoming-minutes")
+    )  # fmt: skip
+    return layout(f"Upcoming in {namespace}", body, viewer, namespace)
+
+
+def _bar(value: int, top: int) -> str:
+    width = max(1, round(200 * value / top)) if value else 0
+    return f'<span class="bar w{width // 10}" title="{value}"></span>'

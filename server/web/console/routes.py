@@ -57,6 +57,7 @@ class Console:
             ("/console/", self._overview), ("/console/api/overview", self._overview_data),
             ("/console/tasks", self._find_task), ("/console/ns/{ns}/tasks/{task_id}", self._task),
             ("/console/ns/{ns}/runs", self._runs),
+            ("/console/ns/{ns}/upcoming", self._upcoming),
         ]:  # fmt: skip
             r.add_get(path, self._session(page))
         r.add_post("/console/ns/{ns}/tasks/{task_id}/{verb}", self._session(self._act))
@@ -171,6 +172,13 @@ class Console:
             raise NotFound(f"no action {verb!r} on a task (cancel, redrive)")
         return redirect(pages.task_path(namespace, task_id))
 
+    async def _upcoming(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        namespace = request.match_info["ns"]
+        viewer.require(Role.READ, namespace)
+        minutes = _minutes(request.query.get("minutes"))
+        counts = await self._ops.upcoming.coming(namespace, minutes)
+        return html_page(pages.upcoming_page(viewer, namespace, counts, minutes))
+
     async def _runs(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
         viewer.require(Role.READ, namespace)
@@ -183,6 +191,13 @@ class Console:
             query = RunQuery(namespace, queue, now - hours * _HOUR_MS, now + 1, chosen)
             page = await self._ops.history.runs(query, _PAGE_SIZE, q.get("token", ""))
         return html_page(pages.runs_page(viewer, namespace, queue, status, hours=hours, page=page))
+
+
+def _minutes(given: str | None) -> int:
+    try:
+        return min(1_440, max(1, int(given or "60")))
+    except ValueError:
+        return 60
 
 
 def _hours(given: str | None) -> int:

@@ -108,6 +108,13 @@ STORE_MIGRATIONS = [
     Migration("store", 9, "successes without a consensus round", [
         "ALTER TABLE tasks ADD IF NOT EXISTS succeeded_by text",
     ]),
+    # Tasks due per minute and queue (``tikk.store.cassandra.due_counts``): one partition
+    # per namespace and day, so the next hour is one or two partition slices.
+    Migration("store", 10, "due counts per minute", [
+        """CREATE TABLE IF NOT EXISTS due_counts (
+            namespace text, day bigint, minute bigint, queue text, tasks counter,
+            PRIMARY KEY ((namespace, day), minute, queue))""",
+    ]),
 ]  # fmt: skip
 
 
