@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PROTOS := $(wildcard proto/tikk/v1/*.proto)
 
-.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit browser
+.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit browser deploy-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,11 @@ audit: venv
 browser:
 	bash scripts/browser.sh
 
+# helm and kubeconform built into .tools/ (once), then the chart and compose checks.
+deploy-check: venv
+	bash scripts/deploy-check.sh
+
 # The audit runs after the tests, so a run reports both the tests and the dependencies.
-test: check browser stack-up
+test: check browser deploy-check stack-up
 	CI=$${CI:-true} bash scripts/run-tests.sh
 	bash scripts/audit-deps.sh
