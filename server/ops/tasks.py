@@ -154,6 +154,10 @@ class TaskOps:
             self._upcoming.scheduled([task])
         return task
 
+    async def purge(self, namespace: str, task_id: str) -> Task:
+        """Delete a dead-lettered task for good (see ``TaskStore.purge_dead_letter``)."""
+        return await self._store.purge_dead_letter(namespace, task_id)
+
     async def get(self, namespace: str, task_id: str) -> Task:
         return await self._store.get(namespace, task_id)
 

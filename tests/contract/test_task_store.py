@@ -334,6 +334,31 @@ async def test_finish_attempt_dead_letter_and_redrive(store: TaskStore) -> None:
         await store.redrive("default", "a", T0 + 200)
 
 
+async def test_a_purged_dead_letter_is_gone_and_only_a_dead_letter_is_purged(
+    store: TaskStore,
+) -> None:
+    for task_id in ("a", "b"):
+        await store.create(make_task(task_id, queue="q1"))
+    await store.mark_dispatched([make_task("a", queue="q1").entry()], T0)
+    await store.finish_attempt("default", "a", 1, DeadLetter("E", "bad"), T0 + 1)
+    purged = await store.purge_dead_letter("default", "a")
+    assert (purged.task_id, purged.state) == ("a", TaskState.DEAD_LETTERED)
+    with pytest.raises(NotFound):
+        await store.get("default", "a")
+    assert (await store.list_dead_letters("default", "", 10, "", T0 + 1000)).items == []
+    assert [t.task_id for t in (await store.list_tasks("default", "q1", None, 10, "")).items] == [
+        "b"
+    ]
+    with pytest.raises(NotFound):
+        await store.purge_dead_letter("default", "a")
+    with pytest.raises(FailedPrecondition, match="scheduled, not dead-lettered"):
+        await store.purge_dead_letter("default", "b")
+    assert (await store.get("default", "b")).state is TaskState.SCHEDULED
+    # The id is free again: a new task may take it.
+    created, new = await store.create(make_task("a", queue="q1"))
+    assert new and created.state is TaskState.SCHEDULED
+
+
 async def test_finish_attempt_on_missing_task_is_not_found(store: TaskStore) -> None:
     with pytest.raises(NotFound):
         await store.finish_attempt("default", "nope", 1, Succeed(), T0)

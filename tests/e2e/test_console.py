@@ -21,7 +21,7 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from tests.e2e.auth_stack import AuthStack
 from tests.e2e.conftest import ROOT, Process, read_executions
 from tests.waiting import eventually
-from tikk.client import Client, Recurrence, ScheduleDefinition, Transport
+from tikk.client import Client, NotFoundError, Recurrence, ScheduleDefinition, Transport
 from tikk.v1 import tasks_pb2
 
 pytestmark = pytest.mark.e2e
@@ -212,6 +212,27 @@ def test_dead_letters_are_filtered_by_error_type_and_a_selection_redriven_at_onc
         done = tasks_pb2.TASK_STATE_SUCCEEDED
         eventually(lambda: all(state(client, t) == done for t in ids[:2]), timeout=60)
         assert state(client, "rejected") == tasks_pb2.TASK_STATE_DEAD_LETTERED
+    purge_the_one_that_never_works(page, dev)
+
+
+def purge_the_one_that_never_works(page: Page, dev: Dev) -> None:
+    """Purged: the task is gone, its runs are kept."""
+    page.goto(dev.console + "ns/shop/dead-letters")
+    page.check("input[name=task_id][value=rejected]")
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", answer)
+    page.get_by_role("button", name="Purge selected").click()
+    expect(page.locator(".notice")).to_have_text("1 of 1 purged")
+    assert asked[0].startswith("Delete 1 selected dead letter(s) for good?")
+    with dev.client("shop") as client, pytest.raises(NotFoundError):
+        client.get_task("rejected")
+    page.goto(dev.console + "ns/shop/runs?queue=e2e&status=dead_lettered")
+    expect(page.locator("table.runs tbody tr", has_text="rejected")).to_have_count(1)
 
 
 def test_upcoming_shows_what_is_due_in_each_coming_minute_per_queue(

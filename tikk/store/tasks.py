@@ -175,6 +175,12 @@ class TaskStore(Protocol):
         occurrence. Raises ``NotFound`` or ``FailedPrecondition`` if not dead-lettered."""
         ...
 
+    async def purge_dead_letter(self, namespace: str, task_id: str) -> Task:
+        """Delete a dead-lettered task for good (its runs stay in the history until their
+        retention); returns it as it was. Raises ``NotFound``, or ``FailedPrecondition`` if
+        it is not dead-lettered (a re-drive racing the purge: one of the two wins whole)."""
+        ...
+
     async def move_due(
         self, namespace: str, task_id: str, *, attempt: int, due_ms: int, to_ms: int, now_ms: int
     ) -> Task | None:

@@ -73,6 +73,8 @@ def _row(viewer: Viewer, t: Task, may_act: bool) -> list[str]:
         text(t.attempt), when(t.updated_ms),
         text(f"{t.last_error_type}: {t.last_error_message}", _ERROR_LIMIT),
         action_form(viewer, t, "redrive", "Redrive", f"Run {t.task_id} again now?")
+        + action_form(viewer, t, "purge", "Purge", f"Delete {t.task_id} for good? Its runs stay "
+                      "in the history.")
         if may_act else "",
     ]  # fmt: skip
 
@@ -88,13 +90,18 @@ def _filters(namespace: str, chosen: DeadLetterFilter) -> str:
 
 
 def _bulk(viewer: Viewer, namespace: str, chosen: DeadLetterFilter) -> str:
-    """The form the rows' checkboxes belong to; the script asks with the count first."""
+    """The form the rows' checkboxes belong to: two buttons, each asking with the count of
+    the selection first (the script); Purge posts to its own action."""
     back = "".join(
         f"<input type='hidden' name='{k}' value='{text(v)}'>" for k, v in chosen.query().items()
     )
-    action = html.escape(dead_letters_path(namespace) + "/redrive")
+    path = html.escape(dead_letters_path(namespace))
+    purge_question = "Delete {n} selected dead letter(s) for good? Their runs stay in the history."
     return (
-        f"<form id='bulk' method='post' action='{action}' class='bulk' "
-        "data-confirm-count='Redrive {n} selected dead letter(s) now?'>"
-        f"{csrf_field(viewer)}{back}<button class='redrive'>Redrive selected</button></form>"
+        f"<form id='bulk' method='post' action='{path}/redrive' class='bulk actions'>"
+        f"{csrf_field(viewer)}{back}"
+        "<button class='redrive' data-confirm-count='Redrive {n} selected dead letter(s) now?'>"
+        "Redrive selected</button>"
+        f"<button class='cancel' formaction='{path}/purge' "
+        f"data-confirm-count='{text(purge_question)}'>Purge selected</button></form>"
     )

@@ -19,7 +19,7 @@ from server.web.console.responses import SessionWrap, html_page, redirect
 from server.web.console.sessions import Viewer
 from tikk.clock import Clock
 from tikk.credentials import Role
-from tikk.errors import InvalidArgument, TikkError
+from tikk.errors import InvalidArgument, NotFound, TikkError
 from tikk.model import Task
 
 _SHOWN = 50
@@ -40,7 +40,7 @@ class DeadLetterPages:
 
     def add_routes(self, app: web.Application, session: SessionWrap) -> None:
         app.router.add_get("/console/ns/{ns}/dead-letters", session(self._list))
-        app.router.add_post("/console/ns/{ns}/dead-letters/redrive", session(self._redrive))
+        app.router.add_post("/console/ns/{ns}/dead-letters/{verb}", session(self._act))
 
     async def _list(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
@@ -73,9 +73,14 @@ class DeadLetterPages:
                 break
         return found, token
 
-    async def _redrive(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
-        namespace = request.match_info["ns"]
+    async def _act(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        """Redrive or purge the selected dead letters, each on its own; the page then says
+        how many it did and why each other one was not."""
+        namespace, verb = request.match_info["ns"], request.match_info["verb"]
         viewer.require(Role.WRITE, namespace)
+        act = {"redrive": self._ops.tasks.redrive, "purge": self._ops.tasks.purge}.get(verb)
+        if act is None:
+            raise NotFound(f"no action {verb!r} on dead letters (redrive, purge)")
         form = await request.post()
         chosen = [str(v) for v in form.getall("task_id", [])]
         if not chosen or len(chosen) > _MAX_SELECTED:
@@ -83,10 +88,11 @@ class DeadLetterPages:
         failed: list[str] = []
         for task_id in chosen:
             try:
-                await self._ops.tasks.redrive(namespace, task_id)
+                await act(namespace, task_id)
             except TikkError as exc:
                 failed.append(f"{task_id}: {exc}")
-        notice = f"{len(chosen) - len(failed)} of {len(chosen)} redriven"
+        done = {"redrive": "redriven", "purge": "purged"}[verb]
+        notice = f"{len(chosen) - len(failed)} of {len(chosen)} {done}"
         notice += f"; not redriven: {'; '.join(failed)}" if failed else ""
         query = {**_filter_of(form).query(), "notice": notice[:300]}
         return redirect(f"{dead_letters_path(namespace)}?{urlencode(query)}")

@@ -214,6 +214,9 @@ def _task_actions(viewer: Viewer, task: Task) -> str:
         actions.append(("cancel", "Cancel", "Cancel this task? It will not run."))
     if task.state is TaskState.DEAD_LETTERED:
         actions.append(("redrive", "Redrive", "Run this task again now, from attempt 1?"))
+        actions.append(
+            ("purge", "Purge", "Delete this task for good? Its runs stay in the history.")
+        )
     return "".join(action_form(viewer, task, *a) for a in actions)
 
 

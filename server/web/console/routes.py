@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -168,8 +169,14 @@ class Console:
             await self._ops.tasks.cancel(namespace, task_id)
         elif verb == "redrive":
             await self._ops.tasks.redrive(namespace, task_id)
+        elif verb == "purge":
+            await self._ops.tasks.purge(namespace, task_id)
+            notice = f"{task_id} purged"
+            return redirect(
+                f"/console/ns/{quote(namespace, safe='')}/dead-letters?notice={quote(notice)}"
+            )
         else:
-            raise NotFound(f"no action {verb!r} on a task (cancel, redrive)")
+            raise NotFound(f"no action {verb!r} on a task (cancel, redrive, purge)")
         return redirect(pages.task_path(namespace, task_id))
 
     async def _upcoming(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:

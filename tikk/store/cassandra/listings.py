@@ -31,10 +31,20 @@ SELECT_DEAD = (
 )
 
 
+DELETE_QUEUE_LISTED = (
+    "DELETE FROM tasks_by_queue WHERE namespace = ? AND queue = ? AND shard = ? AND task_id = ?"
+)
+
+
 def dead_letter_write(t: Task) -> tuple[str, list[Any]]:
     """The statement and values that list the dead-lettered task ``t``."""
     day = t.updated_ms // DAY_MS
     return INSERT_DEAD, [t.namespace, day, t.updated_ms, t.task_id, t.queue, TASK_RETENTION_S]
+
+
+def queue_listing_delete(t: Task) -> tuple[str, list[Any]]:
+    """The statement and values that take the task ``t`` off its queue's listing."""
+    return DELETE_QUEUE_LISTED, [t.namespace, t.queue, t.shard, t.task_id]
 
 
 def dead_letter_delete(t: Task) -> tuple[str, list[Any]]:

@@ -57,6 +57,7 @@ from tikk.store.cassandra.listings import (
     dead_letter_write,
     list_dead_tasks,
     list_queue_tasks,
+    queue_listing_delete,
 )
 from tikk.store.cassandra.quotas import count_usage
 from tikk.store.cassandra.schema import DUE_RETENTION_S, INIT_CURSOR, TASK_RETENTION_S
@@ -101,6 +102,10 @@ SET_UPDATED = "UPDATE tasks SET updated_ms = ? WHERE namespace = ? AND task_id =
 SELECT_CURSOR = "SELECT second, epoch FROM cursors WHERE ring = 0 AND shard = ?"
 SELECT_CURSORS = "SELECT shard, second, epoch FROM cursors WHERE ring = 0"
 MOVE_CURSOR = "UPDATE cursors SET second = ?, epoch = ? WHERE ring = 0 AND shard = ? IF epoch = ?"
+
+
+# A purge deletes the task only as it was read (still dead-lettered, not re-driven since).
+PURGE_TASK = "DELETE FROM tasks WHERE namespace = ? AND task_id = ? IF state = ? AND updated_ms = ?"
 
 
 class CassandraTaskStore:
@@ -317,6 +322,19 @@ class CassandraTaskStore:
             dead_letter_delete(task),
         ])  # fmt: skip
         return again
+
+    async def purge_dead_letter(self, namespace: str, task_id: str) -> Task:
+        task = await self.get(namespace, task_id)
+        if task.state is not TaskState.DEAD_LETTERED:
+            raise FailedPrecondition(
+                f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
+            )
+        # Only the task as read: a re-drive in between wins, and nothing is deleted.
+        params = [namespace, task_id, int(TaskState.DEAD_LETTERED), task.updated_ms]
+        if not (await self._db.execute(PURGE_TASK, params))[0][0]:
+            raise FailedPrecondition(f"task {task_id!r} changed while it was purged; look again")
+        await self._db.execute_batch([dead_letter_delete(task), queue_listing_delete(task)])
+        return task
 
     async def move_due(
         self, namespace: str, task_id: str, *, attempt: int, due_ms: int, to_ms: int, now_ms: int

@@ -269,6 +269,21 @@ class SqliteTaskStore:
 
         return await self._db.run(work)
 
+    async def purge_dead_letter(self, namespace: str, task_id: str) -> Task:
+        def work(conn: sqlite3.Connection) -> Task:
+            with Transaction(conn):
+                task = fetch_task(conn, namespace, task_id)
+                if task.state is not TaskState.DEAD_LETTERED:
+                    raise FailedPrecondition(
+                        f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
+                    )
+                conn.execute(
+                    "DELETE FROM tasks WHERE namespace = ? AND task_id = ?", (namespace, task_id)
+                )
+                return task
+
+        return await self._db.run(work)
+
     async def move_due(
         self, namespace: str, task_id: str, *, attempt: int, due_ms: int, to_ms: int, now_ms: int
     ) -> Task | None:

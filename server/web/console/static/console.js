@@ -4,14 +4,15 @@
 document.addEventListener("submit", (event) => {
   const form = event.target;
   let question = form.dataset.confirm;
-  if (form.dataset.confirmCount) {
+  const counted = event.submitter && event.submitter.dataset.confirmCount;
+  if (counted) {
     const picked = document.querySelectorAll(`input[form="${form.id}"]:checked`).length;
     if (picked === 0) {
       window.alert("Select at least one first.");
       event.preventDefault();
       return;
     }
-    question = form.dataset.confirmCount.replace("{n}", String(picked));
+    question = counted.replace("{n}", String(picked));
   }
   if (question && !window.confirm(question)) event.preventDefault();
 });
