@@ -127,6 +127,17 @@ def test_a_task_page_shows_every_run_with_its_lateness_and_error(
     shot(page, "task")
 
 
+def test_a_task_page_follows_the_task_without_a_reload(browser: Browser, dev: Dev) -> None:
+    with dev.client("shop") as client:
+        create(client, "soon", "record", delay=_seconds(3))
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(dev.console + "ns/shop/tasks/soon")
+    expect(page.locator("dd .state")).to_have_text("SCHEDULED")
+    # The page's live part is read again every 5 s: the run shows up by itself.
+    expect(page.locator("dd .state")).to_have_text("SUCCEEDED", timeout=30_000)
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
+
+
 def test_a_dead_letter_is_redriven_by_clicking_and_runs_again(browser: Browser, dev: Dev) -> None:
     page = browser.new_page(viewport={"width": 1280, "height": 760})
     page.goto(dev.console + "ns/shop/dead-letters")

@@ -194,9 +194,15 @@ def task_page(viewer: Viewer, task: Task, runs: Page[RunRecord]) -> str:
         ("payload", f"<pre>{text(_payload(task.payload), _TEXT_LIMIT)}</pre>"),
     ]  # fmt: skip
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
-    body = f'<dl class="facts">{dl}</dl>{_task_actions(viewer, task)}<h2>Runs</h2>'
-    body += runs_table(runs.items, with_task=False)
+    body = live(f'<dl class="facts">{dl}</dl>{_task_actions(viewer, task)}<h2>Runs</h2>'
+                + runs_table(runs.items, with_task=False))  # fmt: skip
     return layout(f"Task {task.task_id}", body, viewer, task.namespace)
+
+
+def live(html_text: str) -> str:
+    """A part of a page the script reads again every few seconds and swaps in place (only
+    parts without a field a person types in: a reload would lose it)."""
+    return f'<section id="live" data-refresh="5">{html_text}</section>'
 
 
 def _payload(payload: bytes) -> str:
@@ -272,7 +278,7 @@ def runs_page(viewer: Viewer, namespace: str, queue: str, status: str, *, hours:
     if page is None:
         found = '<p class="hint">Choose a queue to search its runs.</p>'
     else:
-        found = runs_table(page.items, with_task=True)
+        found = live(runs_table(page.items, with_task=True))
         found += next_link(page.next_token, queue=queue, status=status, hours=str(hours))
     return layout(f"Run history of {namespace}", form + found, viewer, namespace)
 
@@ -308,8 +314,8 @@ def upcoming_page(viewer: Viewer, namespace: str, counts: Sequence[DueCount], mi
     body = (
         form + f"<p>{total:,} task(s) due in the next {minutes} minute(s), by the minute they "
         "are due (as created; a schedule's occurrences count once they fire).</p>"
-        + table(["minute", *columns, "total", ""], rows, "Nothing is due in this window.",
-                "upcoming-minutes")
+        + live(table(["minute", *columns, "total", ""], rows, "Nothing is due in this window.",
+                     "upcoming-minutes"))
     )  # fmt: skip
     return layout(f"Upcoming in {namespace}", body, viewer, namespace)
 

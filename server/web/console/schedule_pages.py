@@ -14,6 +14,7 @@ from server.web.console.pages import (
     csrf_field,
     layout,
     link,
+    live,
     table,
     task_path,
     text,
@@ -72,10 +73,10 @@ def schedule_page(
     next_rows = [[local(o.fire_ms, zone), local(o.nominal_ms, zone)] for o in upcoming]
     body = (
         f'<dl class="facts">{_facts(s)}</dl>{_actions(viewer, s)}{backfill}'
-        "<h2>Next fire times</h2>"
-        + table(["fires at", "occurrence (nominal)"], next_rows, "No further occurrence.",
-                "upcoming")
-        + "<h2>Occurrences</h2>" + _ledger(ledger, zone)
+        + live("<h2>Next fire times</h2>"
+               + table(["fires at", "occurrence (nominal)"], next_rows,
+                       "No further occurrence.", "upcoming")
+               + "<h2>Occurrences</h2>" + _ledger(ledger, zone))
     )  # fmt: skip
     return layout(f"Schedule {s.schedule_id}", body, viewer, s.namespace)
 

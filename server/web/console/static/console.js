@@ -72,9 +72,23 @@ async function refresh(section) {
   if (svg) drawChart(svg, data.chart);
 }
 
+// A page's live part (pages.live) is read again and swapped in place; not while the tab is
+// hidden, and never the rest of the page, so nothing a person typed is lost.
+async function swap(part) {
+  if (document.hidden) return;
+  const answer = await fetch(window.location.href, { credentials: "same-origin" });
+  if (!answer.ok) return;
+  const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
+  const replacement = fresh.getElementById(part.id);
+  if (replacement) part.replaceChildren(...replacement.childNodes);
+}
+
 document.addEventListener("DOMContentLoaded", () => {
   const live = document.querySelector("[data-live]");
-  if (!live) return;
-  refresh(live);
-  window.setInterval(() => refresh(live), 5000);
+  if (live) {
+    refresh(live);
+    window.setInterval(() => refresh(live), 5000);
+  }
+  const part = document.querySelector("[data-refresh]");
+  if (part) window.setInterval(() => swap(part), Number(part.dataset.refresh) * 1000);
 });
