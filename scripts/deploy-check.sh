@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Checks the deployment files: the Helm chart (deploy/helm/tikk) with `helm lint --strict`, and
+# Checks the deployment files: the alert rules (deploy/prometheus) with promtool's check and
+# unit tests; the Helm chart (deploy/helm/tikk) with `helm lint --strict`, and
 # its manifests, rendered with the default values and with the other branches of the values,
 # against the Kubernetes API's JSON schemas with kubeconform -strict; the compose stack
 # (deploy/compose) parsed, with the services it must run, and its shell scripts' syntax.
 #
-# Everything comes from package registries, nothing from a web site: helm and kubeconform are
-# Go programs built into .tools/bin at pinned versions (Go at /usr/local/go or on the PATH).
+# Everything comes from package registries, nothing from a web site: helm, kubeconform and
+# promtool are Go programs built into .tools/bin at pinned versions (Go at /usr/local/go or on the PATH).
 # kubeconform's default schema location is a web site, so the schemas come from packages
 # instead: Kubernetes' from the kubernetes-validate package (PyPI), which ships them per
 # Kubernetes version; the ServiceMonitor's from the CRD in the prometheus-operator Go module,
@@ -27,6 +28,10 @@ SCHEMAS_VERSION=1.37.0
 KUBE_VERSIONS=(1.25.0 1.37.0)
 OPERATOR_MODULE=github.com/prometheus-operator/prometheus-operator
 OPERATOR_VERSION=v0.85.0
+# promtool, of Prometheus 3 (its Go module is numbered v0.3xx), checks and unit-tests the
+# alert rules of deploy/prometheus.
+PROMETHEUS_MODULE=github.com/prometheus/prometheus
+PROMETHEUS_VERSION=v0.316.0
 
 export PATH="/usr/local/go/bin:$PATH"
 # The pinned Go toolchain of this machine, no cgo (no C compiler needed), and the tools' own
@@ -143,6 +148,7 @@ crd_schemas() {
 helm_flags=$(helm_ldflags)
 install_tool helm "$HELM_MODULE/cmd/helm" "$HELM_VERSION" "$helm_flags"
 install_tool kubeconform "$KUBECONFORM_MODULE/cmd/kubeconform" "$KUBECONFORM_VERSION"
+install_tool promtool "$PROMETHEUS_MODULE/cmd/promtool" "$PROMETHEUS_VERSION"
 kube_schemas
 crd_schemas
 
@@ -192,6 +198,13 @@ for version in "${KUBE_VERSIONS[@]}"; do
         -schema-location "$SCHEMAS/crds/{{ .Group }}/{{ .ResourceKind }}_{{ .ResourceAPIVersion }}.json"
   done
 done
+
+say "promtool: the alert rules (deploy/prometheus)"
+# check: every rule parses and its expression and templates are valid; test: each alert
+# fires on the series it is about, with the labels and text expected, and not on a healthy
+# cluster (tikk-alerts.test.yml).
+(cd deploy/prometheus && timeout 120 "$BIN/promtool" check rules tikk-alerts.yml \
+  && timeout 120 "$BIN/promtool" test rules tikk-alerts.test.yml)
 
 say "compose stack (deploy/compose)"
 for script in deploy/compose/*.sh; do

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from tikk.metric_catalog import ALL
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "tikk-alerts.yml"
+PROMTOOL = ROOT / ".tools" / "bin" / "promtool"
 DASHBOARD = ROOT / "deploy" / "grafana" / "tikk-overview.json"
 
 _NAME = re.compile(r"\btikk_[a-z0-9_]+")
@@ -89,6 +91,18 @@ def test_the_checker_catches_what_prometheus_would_refuse() -> None:
         "unknown metric tikk_queue_waiting_total"  # a gauge has no _total
     ]
     assert check_expression("histogram_quantil(0.9, x)") == ["unknown function histogram_quantil"]
+
+
+@pytest.mark.skipif(not PROMTOOL.exists(), reason="promtool is built by scripts/deploy-check.sh")
+@pytest.mark.parametrize("check", [["check", "rules", "tikk-alerts.yml"],
+                                   ["test", "rules", "tikk-alerts.test.yml"]])  # fmt: skip
+def test_promtool_accepts_the_rules_and_each_alert_fires_as_written(check: list[str]) -> None:
+    done = subprocess.run(
+        [str(PROMTOOL), *check], cwd=RULES.parent, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout
 
 
 def test_the_dashboard_is_grafana_json_over_tikk_metrics() -> None:
