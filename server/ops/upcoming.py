@@ -71,8 +71,9 @@ class UpcomingCounts:
             log.info("due counts of the last second lost at stop")
 
     async def coming(self, namespace: str, minutes: int) -> list[DueCount]:
-        """The counts of the namespace from this minute for ``minutes`` minutes."""
-        first = self._clock.now_ms() // MINUTE_MS
+        """The counts of the namespace's next ``minutes`` whole minutes. Not the current one:
+        its tasks are being dispatched now, and a count does not drop when a task runs."""
+        first = self._clock.now_ms() // MINUTE_MS + 1
         last = first + minutes - 1
         stored = await self._store.counts(namespace, first, last)
         total = Counter({(c.minute, c.queue): c.tasks for c in stored})

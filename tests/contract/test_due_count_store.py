@@ -52,7 +52,7 @@ async def test_a_window_across_midnight_reads_both_days(counts: DueCountStore) -
 async def test_the_server_counts_creates_and_cancels_and_shows_what_it_has_not_written(
     counts: DueCountStore,
 ) -> None:
-    clock = ManualClock(MINUTE * 60_000)
+    clock = ManualClock((MINUTE - 1) * 60_000)  # the minute before: MINUTE is the next one
     upcoming = UpcomingCounts(counts, clock)
     due = [make_task(f"t{i}", due_ms=(MINUTE + i % 3) * 60_000 + 5) for i in range(9)]
     upcoming.scheduled(due)
@@ -63,5 +63,5 @@ async def test_the_server_counts_creates_and_cancels_and_shows_what_it_has_not_w
     assert await upcoming.coming("default", 60) == unwritten == [
         DueCount(MINUTE, "q", 2), DueCount(MINUTE + 1, "q", 3), DueCount(MINUTE + 2, "q", 3)
     ]  # fmt: skip
-    clock.advance(60_000)  # a minute on: the past one is no longer shown
+    clock.advance(60_000)  # a minute on: MINUTE is the current one now, being dispatched
     assert [c.minute for c in await upcoming.coming("default", 60)] == [MINUTE + 1, MINUTE + 2]
