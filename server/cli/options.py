@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,14 +67,27 @@ def settings(args: argparse.Namespace) -> Settings:
 
 def http_address(args: argparse.Namespace) -> str:
     """``--http``: HOST:PORT, or "" for ``off``. ``auto`` (``tikk dev``'s default) is the
-    port after ``--listen``'s on the same host, or any free port when that one is 0."""
+    port after ``--listen``'s on the same host if it is free now, else (or when ``--listen``
+    asks for any port) any free port: a default never stops ``tikk dev`` from starting."""
     given = getattr(args, "http", "") or ""
     if given == "off":
         return ""
     if given != "auto":
         return str(given)
     host, _, port = getattr(args, "listen", "127.0.0.1:7070").rpartition(":")
-    return f"{host}:{int(port) + 1 if port.isdigit() and int(port) else 0}"
+    after = int(port) + 1 if port.isdigit() and int(port) else 0
+    return f"{host}:{after if after and _free(host, after) else 0}"
+
+
+def _free(host: str, port: int) -> bool:
+    bare = host[1:-1] if host.startswith("[") else host
+    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
+    with socket.socket(family) as probe:
+        try:
+            probe.bind((bare or "0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def security(args: argparse.Namespace) -> Security:

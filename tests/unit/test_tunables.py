@@ -4,11 +4,12 @@ precedence, units, and a clear refusal of anything unknown or malformed."""
 from __future__ import annotations
 
 import argparse
+import socket
 from pathlib import Path
 
 import pytest
 
-from server.cli.options import backend_options, settings
+from server.cli.options import backend_options, http_address, settings
 from server.cli.tunables import apply, reference
 from tikk.errors import InvalidArgument
 from tikk.settings import Settings
@@ -85,3 +86,16 @@ def test_a_process_reads_its_config_file_and_environment(
 
 def test_the_readme_lists_every_setting() -> None:
     assert reference() in (ROOT / "README.md").read_text()
+
+
+def test_dev_s_http_listener_takes_the_port_after_listen_or_any_free_one() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+        # The port after a free one: kept when free, any port (0) when something holds it.
+        busy = argparse.Namespace(http="auto", listen=f"127.0.0.1:{port - 1}")
+        assert http_address(busy) == "127.0.0.1:0"
+    free = argparse.Namespace(http="auto", listen=f"127.0.0.1:{port - 1}")
+    assert http_address(free) == f"127.0.0.1:{port}"
+    assert http_address(argparse.Namespace(http="auto", listen="127.0.0.1:0")) == "127.0.0.1:0"
+    assert http_address(argparse.Namespace(http="off", listen="127.0.0.1:7070")) == ""
