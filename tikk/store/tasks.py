@@ -223,6 +223,15 @@ async def advance_cursor(store: TaskStore, shard: int, second: int, epoch: int) 
         raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")
 
 
+def require_dead_lettered(task: Task) -> None:
+    """``FailedPrecondition`` naming its state unless ``task`` is dead-lettered: what a
+    re-drive and a purge both demand, on every backend."""
+    if task.state is not TaskState.DEAD_LETTERED:
+        raise FailedPrecondition(
+            f"task {task.task_id!r} is {task.state.name.lower()}, not dead-lettered"
+        )
+
+
 def check_shard_count(stored: int, configured: int) -> None:
     """Raise ``FailedPrecondition`` if the recorded shard count is not the configured one."""
     if stored != configured:

@@ -72,7 +72,12 @@ from tikk.store.cassandra.task_rows import (
     task_values,
     ttl_after,
 )
-from tikk.store.tasks import DUE_READ_COLUMNS, TASK_COLUMNS, check_shard_count
+from tikk.store.tasks import (
+    DUE_READ_COLUMNS,
+    TASK_COLUMNS,
+    check_shard_count,
+    require_dead_lettered,
+)
 
 # Moving a task on (a finished attempt, a moved due time) is conditional on the state it was
 # read in: two reports of one run, or a report racing a dispatcher, must not overwrite each
@@ -305,10 +310,7 @@ class CassandraTaskStore:
 
     async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
         task = await self.get(namespace, task_id)
-        if task.state is not TaskState.DEAD_LETTERED:
-            raise FailedPrecondition(
-                f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
-            )
+        require_dead_lettered(task)
         again = task.evolve(state=TaskState.SCHEDULED, attempt=1, due_ms=now_ms, updated_ms=now_ms)
         # The task row first (and only from the state read: two re-drives move it once), then
         # the rows that point at it, for the reason given in create_many.
@@ -325,10 +327,7 @@ class CassandraTaskStore:
 
     async def purge_dead_letter(self, namespace: str, task_id: str) -> Task:
         task = await self.get(namespace, task_id)
-        if task.state is not TaskState.DEAD_LETTERED:
-            raise FailedPrecondition(
-                f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
-            )
+        require_dead_lettered(task)
         # Only the task as read: a re-drive in between wins, and nothing is deleted.
         params = [namespace, task_id, int(TaskState.DEAD_LETTERED), task.updated_ms]
         if not (await self._db.execute(PURGE_TASK, params))[0][0]:

@@ -38,7 +38,12 @@ from tikk.store.sqlite.task_rows import (
     save_task,
     task_from_sql_row,
 )
-from tikk.store.tasks import DUE_READ_COLUMNS, TASK_COLUMNS, check_shard_count
+from tikk.store.tasks import (
+    DUE_READ_COLUMNS,
+    TASK_COLUMNS,
+    check_shard_count,
+    require_dead_lettered,
+)
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
 _DUE_COLUMNS = ", ".join(DUE_READ_COLUMNS)
@@ -256,10 +261,7 @@ class SqliteTaskStore:
         def work(conn: sqlite3.Connection) -> Task:
             with Transaction(conn):
                 task = fetch_task(conn, namespace, task_id)
-                if task.state is not TaskState.DEAD_LETTERED:
-                    raise FailedPrecondition(
-                        f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
-                    )
+                require_dead_lettered(task)
                 again = task.evolve(
                     state=TaskState.SCHEDULED, attempt=1, due_ms=now_ms, updated_ms=now_ms
                 )
@@ -273,10 +275,7 @@ class SqliteTaskStore:
         def work(conn: sqlite3.Connection) -> Task:
             with Transaction(conn):
                 task = fetch_task(conn, namespace, task_id)
-                if task.state is not TaskState.DEAD_LETTERED:
-                    raise FailedPrecondition(
-                        f"task {task_id!r} is {task.state.name.lower()}, not dead-lettered"
-                    )
+                require_dead_lettered(task)
                 conn.execute(
                     "DELETE FROM tasks WHERE namespace = ? AND task_id = ?", (namespace, task_id)
                 )
