@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server.cli.tunables import SECTIONS, apply
+from server.listen_address import address_in_use
 from tikk.errors import InvalidArgument
 from tikk.settings import Security, Settings, Tls, embedded_urls
 from tikk.urls import has_inline_password
@@ -76,18 +76,7 @@ def http_address(args: argparse.Namespace) -> str:
         return str(given)
     host, _, port = getattr(args, "listen", "127.0.0.1:7070").rpartition(":")
     after = int(port) + 1 if port.isdigit() and int(port) else 0
-    return f"{host}:{after if after and _free(host, after) else 0}"
-
-
-def _free(host: str, port: int) -> bool:
-    bare = host[1:-1] if host.startswith("[") else host
-    family = socket.AF_INET6 if ":" in bare else socket.AF_INET
-    with socket.socket(family) as probe:
-        try:
-            probe.bind((bare or "0.0.0.0", port))
-        except OSError:
-            return False
-    return True
+    return f"{host}:{after if after and not address_in_use(f'{host}:{after}') else 0}"
 
 
 def security(args: argparse.Namespace) -> Security:

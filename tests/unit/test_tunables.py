@@ -91,6 +91,7 @@ def test_the_readme_lists_every_setting() -> None:
 def test_dev_s_http_listener_takes_the_port_after_listen_or_any_free_one() -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
+        taken.listen()
         port = taken.getsockname()[1]
         # The port after a free one: kept when free, any port (0) when something holds it.
         busy = argparse.Namespace(http="auto", listen=f"127.0.0.1:{port - 1}")
