@@ -15,7 +15,7 @@ from server.web.console.dead_letter_pages import (
     dead_letters_page,
     dead_letters_path,
 )
-from server.web.console.responses import SessionWrap, html_page, redirect
+from server.web.console.responses import SessionWrap, clamped_field, html_page, redirect
 from server.web.console.sessions import Viewer
 from tikk.clock import Clock
 from tikk.credentials import Role
@@ -99,10 +99,7 @@ class DeadLetterPages:
 
 
 def _filter_of(values: Mapping[str, object]) -> DeadLetterFilter:
-    try:
-        hours = min(720, max(0, int(str(values.get("hours", "0") or "0"))))
-    except ValueError:
-        hours = 0
+    hours = clamped_field(values.get("hours"), 0, 720, 0)
     return DeadLetterFilter(
         str(values.get("queue", "")).strip(), str(values.get("error_type", "")).strip(), hours
     )

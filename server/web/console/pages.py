@@ -123,19 +123,23 @@ def table(
     )
 
 
-def overview_page(
-    viewer: Viewer,
+def queue_rows(
     backlog: Sequence[QueueBacklog],
     last5: dict[str, QueueFigures],
     last60: dict[str, QueueFigures],
     now_ms: int,
-) -> str:
-    """Per queue: what waits, how old, runs and failures per second, start lateness over 5
-    and 60 minutes (as far back as the server has run); then the live chart (drawn by the
-    script from ``/console/api/overview``)."""
+) -> list[list[str]]:
+    """The overview's table, a row per queue that waits or ran (the page and its script's
+    refresh show the same rows)."""
     queues = sorted({b.queue for b in backlog} | set(last5) | set(last60))
     waiting = {b.queue: b for b in backlog}
-    rows = [queue_row(q, waiting.get(q), last5.get(q), last60.get(q), now_ms) for q in queues]
+    return [queue_row(q, waiting.get(q), last5.get(q), last60.get(q), now_ms) for q in queues]
+
+
+def overview_page(viewer: Viewer, rows: Sequence[Sequence[str]], now_ms: int) -> str:
+    """Per queue (``queue_rows``): what waits, how old, runs and failures per second, start
+    lateness over 5 and 60 minutes (as far back as the server has run); then the live chart
+    (drawn by the script from ``/console/api/overview``)."""
     headers = ["queue", "waiting", "oldest", "runs/s (5 min)", "failures/s (5 min)",
                "start p50 / p99 (5 min)", "start p50 / p99 (60 min)"]  # fmt: skip
     body = (

@@ -29,6 +29,15 @@ _STATUS_OF: list[tuple[type[TikkError], type[web.HTTPException]]] = [
 ]  # fmt: skip
 
 
+def clamped_field(given: object, low: int, high: int, default: int) -> int:
+    """A whole number of a query or form field, kept within ``low..high``; ``default`` when
+    the field is absent or not a number (a view's window, never an error page)."""
+    try:
+        return min(high, max(low, int(str(given or default))))
+    except ValueError:
+        return default
+
+
 def html_page(body: str, status: int = 200) -> web.Response:
     """A page; scripts and styles only from the console itself, never framed."""
     response = web.Response(text=body, status=status, content_type="text/html")

@@ -19,8 +19,15 @@ from aiohttp import web
 
 from server.app import Operations
 from server.web.console import pages
+from server.web.console.dead_letter_pages import dead_letters_path
 from server.web.console.dead_letter_routes import DeadLetterPages
-from server.web.console.responses import ConsolePage, error_response, html_page, redirect
+from server.web.console.responses import (
+    ConsolePage,
+    clamped_field,
+    error_response,
+    html_page,
+    redirect,
+)
 from server.web.console.schedule_routes import SchedulePages
 from server.web.console.sessions import COOKIE, ConsoleSessions, Session, Viewer
 from server.web.console.stats import MetricWindows
@@ -126,24 +133,19 @@ class Console:
         response.del_cookie(COOKIE, path="/")
         return response
 
-    async def _overview(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+    async def _queue_rows(self, now_ms: int) -> list[list[str]]:
         backlog = (await self._ops.tasks.queues(1_000, "")).items
-        page = pages.overview_page(
-            viewer, backlog, self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS),
-            self._clock.now_ms(),
-        )  # fmt: skip
-        return html_page(page)
+        last5, last60 = self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS)
+        return pages.queue_rows(backlog, last5, last60, now_ms)
+
+    async def _overview(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        now = self._clock.now_ms()
+        return html_page(pages.overview_page(viewer, await self._queue_rows(now), now))
 
     async def _overview_data(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         """What the overview's script redraws every few seconds."""
-        backlog = (await self._ops.tasks.queues(1_000, "")).items
         now = self._clock.now_ms()
-        last5, last60 = self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS)
-        rows = [
-            pages.queue_row(q, next((b for b in backlog if b.queue == q), None),
-                             last5.get(q), last60.get(q), now)
-            for q in sorted({b.queue for b in backlog} | set(last5) | set(last60))
-        ]  # fmt: skip
+        rows = await self._queue_rows(now)
         chart = [{"at": at, "p50": p50, "p99": p99} for at, p50, p99 in self._windows.chart()]
         return web.json_response({"now_ms": now, "rows": rows, "chart": chart})
 
@@ -171,10 +173,7 @@ class Console:
             await self._ops.tasks.redrive(namespace, task_id)
         elif verb == "purge":
             await self._ops.tasks.purge(namespace, task_id)
-            notice = f"{task_id} purged"
-            return redirect(
-                f"/console/ns/{quote(namespace, safe='')}/dead-letters?notice={quote(notice)}"
-            )
+            return redirect(f"{dead_letters_path(namespace)}?notice={quote(task_id + ' purged')}")
         else:
             raise NotFound(f"no action {verb!r} on a task (cancel, redrive, purge)")
         return redirect(pages.task_path(namespace, task_id))
@@ -182,7 +181,7 @@ class Console:
     async def _upcoming(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
         viewer.require(Role.READ, namespace)
-        minutes = _minutes(request.query.get("minutes"))
+        minutes = clamped_field(request.query.get("minutes"), 1, 1_440, 60)
         counts = await self._ops.upcoming.coming(namespace, minutes)
         return html_page(pages.upcoming_page(viewer, namespace, counts, minutes))
 
@@ -190,7 +189,11 @@ class Console:
         namespace = request.match_info["ns"]
         viewer.require(Role.READ, namespace)
         q = request.query
-        queue, status, hours = q.get("queue", ""), q.get("status", ""), _hours(q.get("hours"))
+        queue, status, hours = (
+            q.get("queue", ""),
+            q.get("status", ""),
+            clamped_field(q.get("hours"), 1, 720, 24),
+        )
         page = None
         if queue:
             now = self._clock.now_ms()
@@ -198,17 +201,3 @@ class Console:
             query = RunQuery(namespace, queue, now - hours * _HOUR_MS, now + 1, chosen)
             page = await self._ops.history.runs(query, _PAGE_SIZE, q.get("token", ""))
         return html_page(pages.runs_page(viewer, namespace, queue, status, hours=hours, page=page))
-
-
-def _minutes(given: str | None) -> int:
-    try:
-        return min(1_440, max(1, int(given or "60")))
-    except ValueError:
-        return 60
-
-
-def _hours(given: str | None) -> int:
-    try:
-        return min(720, max(1, int(given or "24")))
-    except ValueError:
-        return 24

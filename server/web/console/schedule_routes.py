@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from aiohttp import web
@@ -78,9 +79,9 @@ class SchedulePages:
         return redirect(schedule_pages.schedule_path(namespace, sid))
 
 
-def _instant(query: object, name: str) -> int:
+def _instant(query: Mapping[str, str], name: str) -> int:
     """A ``datetime-local`` field read as UTC, in ms; ``InvalidArgument`` naming it."""
-    raw = str(getattr(query, "get", lambda _k, _d="": "")(name, ""))
+    raw = query.get(name, "")
     try:
         return int(datetime.fromisoformat(raw).replace(tzinfo=UTC).timestamp() * 1000)
     except ValueError:
