@@ -18,12 +18,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tikk.clock import Clock
-from tikk.metric_catalog import DISPATCHED, RESULT_START_LATENESS, RESULTS_RECORDED
+from tikk.metric_catalog import (
+    DISPATCHED,
+    QUEUE_WAITING,
+    RESULT_START_LATENESS,
+    RESULTS_RECORDED,
+)
 from tikk.metric_sinks import PrometheusMetrics
 
 Samples = Mapping[tuple[str, tuple[tuple[str, str], ...]], float]
 _KEEP_MS = 61 * 60_000
 _LATENESS = RESULT_START_LATENESS.prometheus_name
+# The only series the windows read: an hour of samples of every series (a gauge per shard
+# among them) would hold hundreds of thousands of values for nothing.
+# (The waiting gauge names every queue the server knows, runs or not.)
+_READ = (
+    RESULTS_RECORDED.prometheus_name + "_total", DISPATCHED.prometheus_name + "_total",
+    _LATENESS + "_bucket", QUEUE_WAITING.prometheus_name,
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,8 @@ class MetricWindows:
     def sample(self) -> None:
         """Keep the counts as they stand now (and drop those older than an hour)."""
         now = self._clock.now_ms()
-        self._taken.append((now, self._metrics.samples()))
+        kept = {k: v for k, v in self._metrics.samples().items() if k[0] in _READ}
+        self._taken.append((now, kept))
         while self._taken and now - self._taken[0][0] > _KEEP_MS:
             self._taken.popleft()
 
