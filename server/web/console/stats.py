@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tikk.clock import Clock
@@ -123,13 +123,17 @@ def figures(span_ms: int, older: Samples, newest: Samples) -> dict[str, QueueFig
     return out
 
 
-def _delta(older: Samples, newest: Samples, name: str, queue: str, keep: object = None) -> float:
+def _delta(
+    older: Samples, newest: Samples, name: str, queue: str,
+    keep: Callable[[dict[str, str]], bool] | None = None,
+) -> float:  # fmt: skip
+    """How much the series ``name`` of ``queue`` (those ``keep`` accepts) grew."""
     total = 0.0
     for (sample, labels), value in newest.items():
         named = dict(labels)
         if sample != name or named.get("queue") != queue:
             continue
-        if callable(keep) and not keep(named):
+        if keep is not None and not keep(named):
             continue
         total += value - older.get((sample, labels), 0.0)
     return total
