@@ -78,6 +78,10 @@ HISTORY_MIGRATIONS = [
         "ALTER TABLE runs_by_task ADD IF NOT EXISTS worker_finished_ms bigint",
         "ALTER TABLE runs_by_queue ADD IF NOT EXISTS worker_finished_ms bigint",
     ]),
+    Migration("history", 4, "a failed run's traceback", [
+        f"ALTER TABLE {table} ADD IF NOT EXISTS traceback text"
+        for table in ("runs", "runs_by_task", "runs_by_queue")
+    ]),
 ]  # fmt: skip
 _OCC_COLS = ", ".join(OCCURRENCE_COLUMNS)
 INSERT_OCCURRENCE = (
@@ -141,7 +145,8 @@ class CassandraRunHistory:
         by_id: list[PartitionRow] = []
         listed: list[PartitionRow] = []
         for r in records:
-            values, size = run_values(r), 200 + len(r.output) + len(r.error_message)
+            values = run_values(r)
+            size = 200 + len(r.output) + len(r.error_message) + len(r.traceback)
             hour = r.recorded_ms // _HOUR_MS
             by_id.append(PartitionRow(("run", r.namespace, r.run_id), INSERT_RUN, values, size))
             listed += [

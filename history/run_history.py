@@ -22,10 +22,10 @@ from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord
 RUN_COLUMNS = (
     "namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_ms",
     "due_ms", "fired_ms", "started_ms", "finished_ms", "recorded_ms", "worker_id",
-    "error_type", "error_message", "output", "idempotency_key",
+    "error_type", "error_message", "output", "idempotency_key", "traceback",
 )  # fmt: skip
 _FINISHED, _RECORDED = RUN_COLUMNS.index("finished_ms"), RUN_COLUMNS.index("recorded_ms")
-_OUTPUT = RUN_COLUMNS.index("output")
+_OUTPUT, _TRACEBACK = RUN_COLUMNS.index("output"), RUN_COLUMNS.index("traceback")
 OCCURRENCE_COLUMNS = (
     "namespace", "schedule_id", "nominal_ms", "outcome", "fire_ms", "decided_ms", "task_id",
     "reason",
@@ -37,18 +37,20 @@ def run_values(r: RunRecord) -> list[Any]:
     return [
         r.namespace, r.run_id, r.task_id, r.queue, r.handler, r.attempt, int(r.status),
         r.scheduled_ms, r.due_ms, r.fired_ms, r.started_ms, r.finished_ms, r.recorded_ms,
-        r.worker_id, r.error_type, r.error_message, r.output, r.idempotency_key,
+        r.worker_id, r.error_type, r.error_message, r.output, r.idempotency_key, r.traceback,
     ]  # fmt: skip
 
 
 def run_from_row(row: Sequence[Any]) -> RunRecord:
-    """The record of a row read in ``RUN_COLUMNS`` order (an empty blob may read as None).
+    """The record of a row read in ``RUN_COLUMNS`` order (an empty blob, and the traceback of a
+    row stored before runs kept one, may read as None).
     A row written before the server's time was kept has none: its finish time stands in,
     which is the time it was filed under then (a Cassandra listing row of that time has no
     separate finish time: its filing time stands in for that, see ``history.cassandra``)."""
     values = list(row)
     values[6] = RunStatus(values[6])
     values[_OUTPUT] = bytes(values[_OUTPUT] or b"")
+    values[_TRACEBACK] = values[_TRACEBACK] or ""
     finished, recorded = values[_FINISHED], values[_RECORDED]
     values[_FINISHED] = recorded if finished is None else finished
     values[_RECORDED] = finished if recorded is None else recorded

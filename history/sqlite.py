@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS runs (
     error_message TEXT NOT NULL,
     output BLOB NOT NULL,
     idempotency_key TEXT NOT NULL,
+    traceback TEXT,
     PRIMARY KEY (namespace, run_id)
 );
 CREATE TABLE IF NOT EXISTS occurrences (
@@ -47,8 +48,9 @@ CREATE TABLE IF NOT EXISTS occurrences (
     PRIMARY KEY (namespace, schedule_id, nominal_ms, outcome)
 ) WITHOUT ROWID;
 """
-# Files made before runs kept the server's time gain the column (NULL in their old rows).
-_ADDED_COLUMNS = {"runs": {"recorded_ms": "INTEGER"}}
+# Files made before runs kept the server's time, or a traceback, gain the column (NULL in
+# their old rows).
+_ADDED_COLUMNS = {"runs": {"recorded_ms": "INTEGER", "traceback": "TEXT"}}
 # The time a run is filed under: the server's, or for an old row its finish time. The
 # listings' indexes are on this very expression, so a query naming it uses them.
 _FILED = "COALESCE(recorded_ms, finished_ms)"

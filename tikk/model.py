@@ -323,6 +323,8 @@ class RunRecord:
     error_message: str = ""
     output: bytes = b""
     idempotency_key: str = ""
+    # The stack trace the worker reported for a failed run; empty otherwise.
+    traceback: str = ""
 
     @classmethod
     def of(
@@ -339,6 +341,7 @@ class RunRecord:
         error_type: str = "",
         error_message: str = "",
         output: bytes = b"",
+        traceback: str = "",
     ) -> RunRecord:
         """The record of one run of ``entry``'s attempt. ``recorded_ms`` None: the finish time,
         for a run the server itself ends at one instant of its clock (a start timeout)."""
@@ -349,7 +352,7 @@ class RunRecord:
             scheduled_ms=entry.scheduled_ms, due_ms=entry.due_ms, fired_ms=fired_ms,
             started_ms=started_ms, finished_ms=finished_ms, recorded_ms=recorded,
             worker_id=worker_id, error_type=error_type, error_message=error_message,
-            output=output, idempotency_key=entry.idempotency_key,
+            output=output, idempotency_key=entry.idempotency_key, traceback=traceback,
         )  # fmt: skip
 
 
@@ -379,6 +382,7 @@ class RunReport:
     error_message: str = ""
     output: bytes = b""
     retry_after_ms: int | None = None
+    traceback: str = ""
 
     @property
     def entry(self) -> DueEntry:
@@ -396,7 +400,7 @@ class RunReport:
             self.entry, run_id=self.run_id, status=status, fired_ms=self.fired_ms,
             started_ms=self.started_ms, finished_ms=self.finished_ms, recorded_ms=recorded_ms,
             worker_id=self.worker_id, error_type=self.error_type,
-            error_message=self.error_message, output=self.output,
+            error_message=self.error_message, output=self.output, traceback=self.traceback,
         )  # fmt: skip
 
 

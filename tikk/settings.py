@@ -36,6 +36,8 @@ class Limits:
     max_worker_id_length: int = 128
     max_error_type_length: int = 256
     max_error_message_length: int = 8 * 1024
+    # A failed run's stack trace: shown on the console's task page and by ``tikk runs``.
+    max_traceback_length: int = 16 * 1024
     max_output_bytes: int = 64 * 1024
     max_schedule_ahead_ms: int = TEN_YEARS_MS
     max_backoff_ms: int = ONE_YEAR_MS

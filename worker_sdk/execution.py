@@ -6,6 +6,7 @@ and reports the result."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures.thread
 import contextvars
 import functools
 import inspect
@@ -34,7 +35,12 @@ Handler = (
 # cannot be cut without changing it, so a run whose output is over the cap fails instead.
 _ERROR_TYPE_LIMIT = 256
 _ERROR_MESSAGE_LIMIT = 4096
+# A traceback keeps its end (where the exception was raised) within the server's
+# max_traceback_length of 16,384.
+_TRACEBACK_LIMIT = 8192
 _OUTPUT_LIMIT = 64 * 1024
+# Where the frames that call a handler are: left out of its traceback.
+_CALLER_FILES = frozenset({__file__, concurrent.futures.thread.__file__})
 # A worker id: the server's Limits.max_worker_id_length.
 _WORKER_ID_MOST = 128
 # Characters kept free for the mark of a cut text, however long the text was.
@@ -67,10 +73,12 @@ async def call_handler(
         set_failure(result, worker_pb2.RESULT_KIND_RETRY, "Retry", str(exc))
         result.retry_after.FromMilliseconds(int(exc.after_seconds * 1000))
     except NonRetryableError as exc:
-        set_failure(result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, type(exc).__name__, str(exc))
+        kind = worker_pb2.RESULT_KIND_FAILED_PERMANENTLY
+        set_failure(result, kind, type(exc).__name__, str(exc), _trace(exc))
     except Exception as exc:
-        log.debug("handler %s failed: %s", ctx.handler, traceback.format_exc())
-        set_failure(result, worker_pb2.RESULT_KIND_FAILED, type(exc).__name__, str(exc))
+        trace = _trace(exc)
+        log.debug("handler %s failed: %s", ctx.handler, trace)
+        set_failure(result, worker_pb2.RESULT_KIND_FAILED, type(exc).__name__, str(exc), trace)
 
 
 def task_context(message: Message, run_id: str, worker_id: str) -> TaskContext:
@@ -94,11 +102,25 @@ def task_context(message: Message, run_id: str, worker_id: str) -> TaskContext:
     )
 
 
-def set_failure(result: worker_pb2.RunResult, kind: int, error_type: str, message: str) -> None:
-    """Record a failed run of ``kind``; its type and message are cut to fit (``_cut``)."""
+def set_failure(
+    result: worker_pb2.RunResult, kind: int, error_type: str, message: str, trace: str = ""
+) -> None:
+    """Record a failed run of ``kind``; its type and message are cut to fit (``_cut``), its
+    traceback to its end (``_cut_head``)."""
     result.kind = kind  # type: ignore[assignment]
     result.error_type = _cut(error_type, _ERROR_TYPE_LIMIT)
     result.error_message = _cut(message, _ERROR_MESSAGE_LIMIT)
+    result.traceback = _cut_head(trace, _TRACEBACK_LIMIT)
+
+
+def _trace(exc: BaseException) -> str:
+    """``exc``'s traceback from the handler down, with its causes: the frames of
+    ``call_handler`` and of the thread pool that called a plain function are left out, as
+    they are the same in every traceback."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in _CALLER_FILES:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _cut(text: str, most: int) -> str:
@@ -108,6 +130,15 @@ def _cut(text: str, most: int) -> str:
         return text
     kept = most - _MARK_ROOM
     return f"{text[:kept]}…({len(text) - kept:,} more characters cut)"
+
+
+def _cut_head(text: str, most: int) -> str:
+    """``text`` if it has at most ``most`` characters, else a mark saying how much was cut
+    and its end, at most ``most`` characters in all."""
+    if len(text) <= most:
+        return text
+    kept = most - _MARK_ROOM
+    return f"({len(text) - kept:,} characters cut)…{text[-kept:]}"
 
 
 def _dt(ts: Any) -> datetime:

@@ -119,6 +119,7 @@ def run_to_proto(r: RunRecord) -> history_pb2.Run:
         error_message=r.error_message,
         output=r.output,
         idempotency_key=r.idempotency_key,
+        traceback=r.traceback,
     )
 
 

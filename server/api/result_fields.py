@@ -3,8 +3,8 @@
 
 The run id and the worker id are identifiers: a run id is 1-128 of ``A-Z a-z 0-9 . _ : @ / + =
 -`` (the worker SDK's are 32 hex digits), a worker id (empty, or a host name and pid by
-default) is a name (``tikk.text_rules``). The error type, the error message and the output
-are stored as they came, within their caps: an error may be a stack trace, with newlines and
+default) is a name (``tikk.text_rules``). The error type, the error message, the traceback
+and the output are stored as they came, within their caps: an error may hold newlines and
 anything else; whatever prints it escapes it (``tikk.text_rules.shown``).
 """
 
@@ -29,6 +29,7 @@ def check_result_text(r: worker_pb2.RunResult, limits: Limits) -> None:
         r.error_message, limits.max_error_message_length, "error_message",
         "max_error_message_length",
     )  # fmt: skip
+    _at_most(r.traceback, limits.max_traceback_length, "traceback", "max_traceback_length")
     if len(r.output) > limits.max_output_bytes:
         raise InvalidArgument(
             "output", f"larger than {limits.max_output_bytes:,} bytes (max_output_bytes): "

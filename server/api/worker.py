@@ -146,6 +146,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             error_type=r.error_type,
             error_message=r.error_message,
             output=r.output,
+            traceback=r.traceback,
             retry_after_ms=r.retry_after.ToMilliseconds() if r.HasField("retry_after") else None,
         )
 

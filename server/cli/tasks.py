@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,16 @@ def _run_line(r: history_pb2.Run) -> str:
         f"started {ts(r.start_time)}  late {late} ms"
     )
     return shown(line + (f"  {r.error_type}: {r.error_message}" if r.error_type else ""))
+
+
+def _run_with_trace(r: history_pb2.Run) -> str:
+    """A run's line, then its traceback (if it has one) indented, a line of text per line of
+    the traceback, each escaped."""
+    return "\n".join([_run_line(r), *(f"    {shown(t)}" for t in r.traceback.splitlines())])
+
+
+def _run_text(args: argparse.Namespace) -> Callable[[history_pb2.Run], str]:
+    return _run_with_trace if args.traceback else _run_line
 
 
 def _task_spec(args: argparse.Namespace) -> TaskSpec:
@@ -61,7 +72,7 @@ def _task_list(args: argparse.Namespace, tikk: Client) -> None:
 
 def _runs_task(args: argparse.Namespace, tikk: Client) -> None:
     listing = tikk.list_task_runs(args.id, page_size=args.limit)
-    show_page(args, listing.page(args.page_token), _run_line)
+    show_page(args, listing.page(args.page_token), _run_text(args))
 
 
 def _runs_list(args: argparse.Namespace, tikk: Client) -> None:
@@ -70,12 +81,12 @@ def _runs_list(args: argparse.Namespace, tikk: Client) -> None:
         args.queue, start=instant(now - args.since), end=instant(now + 1), status=args.status,
         page_size=args.limit,
     )  # fmt: skip
-    show_page(args, listing.page(args.page_token), _run_line)
+    show_page(args, listing.page(args.page_token), _run_text(args))
 
 
 def _runs_get(args: argparse.Namespace, tikk: Client) -> None:
     r = tikk.get_run(args.run_id)
-    show(args, r, lambda: _run_line(r))
+    show(args, r, lambda: _run_with_trace(r))
 
 
 def register(sub: Any) -> None:
@@ -125,6 +136,7 @@ def _run_commands(parent: argparse.ArgumentParser) -> None:
     client_options(p)
     paging(p)
     p.add_argument("id")
+    _traceback_option(p)
     p.set_defaults(func=client(_runs_task))
     p = sub.add_parser("list", help="runs of a queue in a time window")
     client_options(p)
@@ -132,8 +144,15 @@ def _run_commands(parent: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", required=True)
     p.add_argument("--status", choices=["succeeded", "failed", "dead_lettered"])
     p.add_argument("--since", type=parse_duration_ms, default=3_600_000, help="e.g. 1h")
+    _traceback_option(p)
     p.set_defaults(func=client(_runs_list))
-    p = sub.add_parser("get")
+    p = sub.add_parser("get", help="one run, with its traceback if it failed")
     client_options(p)
     p.add_argument("run_id")
     p.set_defaults(func=client(_runs_get))
+
+
+def _traceback_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--traceback", action="store_true", help="print each failed run's traceback under it"
+    )

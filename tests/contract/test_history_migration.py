@@ -24,6 +24,8 @@ from tikk.drivers.cassandra import (
 from tikk.model import RunQuery
 
 HOUR = 3_600_000
+# Columns a later release added.
+_LATER = ("recorded_ms", "traceback")
 _BEFORE = [m for m in HISTORY_MIGRATIONS if m.version <= 2]
 _UPGRADE = [m for m in HISTORY_MIGRATIONS if m.version > 2]
 
@@ -37,8 +39,8 @@ def released() -> Iterator[tuple[str, CassandraSession]]:
     session.connect()
     run_migrations(session, _BEFORE, REPLICATION)
     old = make_run("old", finished_ms=T0 - HOUR)
-    columns = [c for c in RUN_COLUMNS if c != "recorded_ms"]
-    values = [v for c, v in zip(RUN_COLUMNS, run_values(old), strict=True) if c != "recorded_ms"]
+    columns = [c for c in RUN_COLUMNS if c not in _LATER]
+    values = [v for c, v in zip(RUN_COLUMNS, run_values(old), strict=True) if c not in _LATER]
     hour = old.finished_ms // HOUR
     for table, extra, more in (("runs", "", []), ("runs_by_task", "", []),
                                ("runs_by_queue", ", hour", [hour])):  # fmt: skip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from history.run_history import RunHistory
@@ -180,3 +182,18 @@ async def test_runs_are_found_by_the_time_the_server_recorded_them(history: RunH
     first = await history.list_for_task("default", "t1", 2, "")
     rest = await history.list_for_task("default", "t1", 2, first.next_token)
     assert [r.run_id for r in first.items + rest.items] == ["zero", "far", "stale"]
+
+
+async def test_a_failed_runs_traceback_reads_back_whole_everywhere(history: RunHistory) -> None:
+    trace = (
+        "Traceback (most recent call last):\n"
+        '  File "billing.py", line 12, in charge\n'
+        "    raise TimeoutError('gateway \u00e9 \\x1b[31m')\n"
+        "TimeoutError: gateway\n"
+    ) + "  frame\n" * 2_000
+    run = replace(make_run("r1", status=RunStatus.FAILED, finished_ms=T0 - 1_000), traceback=trace)
+    await history.append(run)
+    assert (await history.get("default", "r1")).traceback == trace
+    by_task = await history.list_for_task("default", "t1", 10, "")
+    by_queue = await history.list_by_queue(RunQuery("default", "q", T0 - 60_000, T0), 10, "")
+    assert by_task.items == [run] and by_queue.items == [run]

@@ -83,6 +83,27 @@ def test_create_run_and_inspect_through_the_cli(split: tuple[str, Path]) -> None
     assert text.returncode == 0 and "cli-1" in text.stdout and "succeeded" in text.stdout
 
 
+def test_a_failed_runs_traceback_is_shown_by_runs_get_and_task(
+    split: tuple[str, Path],
+) -> None:
+    address, _ = split
+    tikk_json(address, "task", "create", "--queue", "e2e", "--handler", "reject", "--id", "no")
+    eventually(
+        lambda: tikk_json(address, "task", "get", "no")["state"] == "TASK_STATE_DEAD_LETTERED"
+    )
+    (run,) = tikk_json(address, "runs", "task", "no")["runs"]
+    assert run["traceback"].startswith("Traceback (most recent call last):\n")
+    assert "in reject\n" in run["traceback"]
+    one = tikk(address, "runs", "get", run["run_id"])
+    lines = one.stdout.splitlines()
+    assert "dead_lettered" in lines[0] and "NonRetryableError" in lines[0]
+    assert lines[1] == "    Traceback (most recent call last):"
+    assert lines[-1] == "    worker_sdk.context.NonRetryableError: payload can never be processed"
+    listed = tikk(address, "runs", "task", "no", "--traceback").stdout.splitlines()
+    assert listed == lines
+    assert len(tikk(address, "runs", "task", "no").stdout.splitlines()) == 1
+
+
 def test_cli_errors_have_exit_codes(split: tuple[str, Path]) -> None:
     address, _ = split
     missing = tikk(address, "task", "get", "nope")

@@ -123,6 +123,9 @@ def test_a_task_page_shows_every_run_with_its_lateness_and_error(
     expect(runs.nth(0)).to_contain_text("SUCCEEDED")
     expect(runs.nth(1)).to_contain_text("FAILED")
     expect(runs.nth(1)).to_contain_text("ConnectionError: attempt 1 fails")
+    trace = runs.nth(1).locator("details.trace[open] pre")  # the newest failure, unfolded
+    expect(trace).to_contain_text("Traceback (most recent call last):")
+    expect(trace).to_contain_text(re.compile(r"worker_app\.py\", line \d+, in flaky"))
     expect(page.locator("dd code")).to_have_text(re.compile(r"^shop/flaky-1@\d+$"))
     shot(page, "task")
 

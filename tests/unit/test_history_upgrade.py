@@ -26,12 +26,14 @@ CREATE INDEX runs_by_task ON runs (namespace, task_id, finished_ms, run_id);
 CREATE INDEX runs_by_queue ON runs (namespace, queue, finished_ms, run_id);
 """
 HOUR = 3_600_000
+# Columns a later release added.
+_LATER = ("recorded_ms", "traceback")
 
 
 def _released_file(path: Path) -> None:
     old = make_run("old", finished_ms=T0 - HOUR)
-    columns = [c for c in RUN_COLUMNS if c != "recorded_ms"]
-    values = [v for c, v in zip(RUN_COLUMNS, run_values(old), strict=True) if c != "recorded_ms"]
+    columns = [c for c in RUN_COLUMNS if c not in _LATER]
+    values = [v for c, v in zip(RUN_COLUMNS, run_values(old), strict=True) if c not in _LATER]
     conn = sqlite3.connect(path)
     conn.executescript(_RELEASED_RUNS)
     marks = ", ".join("?" * len(columns))

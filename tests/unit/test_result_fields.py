@@ -18,7 +18,7 @@ from tikk.errors import InvalidArgument
 from tikk.settings import Limits
 from tikk.v1 import worker_pb2
 from worker_sdk import Worker
-from worker_sdk.context import NonRetryableError, TaskContext
+from worker_sdk.context import NonRetryableError, Retry, TaskContext
 from worker_sdk.execution import call_handler, set_failure
 
 LIMITS = Limits()
@@ -41,6 +41,7 @@ def _result(**fields: Any) -> worker_pb2.RunResult:
         {"error_message": "Traceback:\n\tline 1\r\n\x1b[31mred\x1b[0m\x00" + "m" * 8_000},
         {"error_message": "m" * 8_192},
         {"output": b"\x00\xff" * 32_768},
+        {"traceback": 'Traceback (most recent call last):\n  File "h.py"\n' + "t" * 16_000},
     ],
 )
 def test_text_within_the_caps_is_taken_as_it_came(fields: dict[str, Any]) -> None:
@@ -61,6 +62,7 @@ def test_text_within_the_caps_is_taken_as_it_came(fields: dict[str, Any]) -> Non
         ({"error_type": "E" * 257}, "error_type", "(max_error_type_length): 257"),
         ({"error_message": "m" * 8_193}, "error_message", "longer than 8,192 characters"),
         ({"output": b"o" * 65_537}, "output", "larger than 65,536 bytes (max_output_bytes)"),
+        ({"traceback": "t" * 16_385}, "traceback", "(max_traceback_length): 16,385"),
     ],
 )  # fmt: skip
 def test_text_over_a_cap_or_malformed_is_refused_naming_the_field(
@@ -130,3 +132,51 @@ async def test_a_non_retryable_error_with_a_huge_message_is_still_reported() -> 
         await call_handler(handler, _context(), result, pool)
     assert result.kind == worker_pb2.RESULT_KIND_FAILED_PERMANENTLY
     check_result_text(result, LIMITS)
+
+
+def _fails_deep_inside(ctx: TaskContext, payload: bytes) -> bytes:
+    return _parse_order(payload)
+
+
+def _parse_order(payload: bytes) -> bytes:
+    raise KeyError(f"no field 'sku' in {payload!r}")
+
+
+async def test_a_failed_run_carries_its_traceback_from_the_handler_down() -> None:
+    result = _result(delivery=worker_pb2.Delivery(payload=b"{}"))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        await call_handler(_fails_deep_inside, _context(), result, pool)
+    assert result.kind == worker_pb2.RESULT_KIND_FAILED and result.error_type == "KeyError"
+    trace = result.traceback
+    assert trace.startswith("Traceback (most recent call last):\n")
+    assert trace.index("in _fails_deep_inside") < trace.index("in _parse_order")
+    assert trace.endswith("KeyError: \"no field 'sku' in b'{}'\"\n")
+    assert "in call_handler" not in trace and "concurrent" not in trace
+    assert trace.splitlines()[1].endswith("in _fails_deep_inside")
+
+
+async def test_a_permanent_failure_has_a_traceback_and_a_requested_retry_has_none() -> None:
+    async def give_up(ctx: TaskContext, payload: bytes) -> bytes:
+        raise NonRetryableError("card declined")
+
+    async def later(ctx: TaskContext, payload: bytes) -> bytes:
+        raise Retry(30)
+
+    failed, retried = _result(), _result()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        await call_handler(give_up, _context(), failed, pool)
+        await call_handler(later, _context(), retried, pool)
+    assert "in give_up" in failed.traceback and failed.traceback.endswith("card declined\n")
+    assert retried.kind == worker_pb2.RESULT_KIND_RETRY and retried.traceback == ""
+
+
+def test_the_sdk_keeps_the_end_of_a_long_traceback() -> None:
+    """The end is where the exception was raised; the mark says how much of the start went."""
+    result = _result()
+    trace = "".join(f"  frame {i}\n" for i in range(10_000)) + "ValueError: last words\n"
+    set_failure(result, worker_pb2.RESULT_KIND_FAILED, "ValueError", "x", trace)
+    check_result_text(result, LIMITS)
+    assert len(result.traceback) <= 8192
+    assert result.traceback.endswith("  frame 9999\nValueError: last words\n")
+    cut, _, kept = result.traceback.partition("…")
+    assert cut == f"({len(trace) - len(kept):,} characters cut)" and trace.endswith(kept)

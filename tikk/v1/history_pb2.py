@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from tikk.v1 import tasks_pb2 as tikk_dot_v1_dot_tasks__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tikk/v1/history.proto\x12\x07tikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13tikk/v1/tasks.proto\"\x99\x04\n\x03Run\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0f\n\x07handler\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\"\n\x06status\x18\x07 \x01(\x0e\x32\x12.tikk.v1.RunStatus\x12\x32\n\x0escheduled_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nfired_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tworker_id\x18\x0c \x01(\t\x12\x12\n\nerror_type\x18\r \x01(\t\x12\x15\n\rerror_message\x18\x0e \x01(\t\x12\x0e\n\x06output\x18\x0f \x01(\x0c\x12\x17\n\x0fidempotency_key\x18\x10 \x01(\t\x12,\n\x08\x64ue_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brecord_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"`\n\x13ListTaskRunsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xdc\x01\n\x0fListRunsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\"\n\x06status\x18\x03 \x01(\x0e\x32\x12.tikk.v1.RunStatus\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\"G\n\x10ListRunsResponse\x12\x1a\n\x04runs\x18\x01 \x03(\x0b\x32\x0c.tikk.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\rGetRunRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"a\n\x16ListDeadLettersRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"P\n\x17ListDeadLettersResponse\x12\x1c\n\x05tasks\x18\x01 \x03(\x0b\x32\r.tikk.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"8\n\x12RedriveTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\xc9\x02\n\x12ScheduleOccurrence\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12\x30\n\x0cnominal_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tfire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07outcome\x18\x05 \x01(\x0e\x32\x1a.tikk.v1.OccurrenceOutcome\x12/\n\x0b\x64\x65\x63ide_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08lateness\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07task_id\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\"\xfa\x01\n\x1eListScheduleOccurrencesRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12.\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07outcome\x18\x05 \x01(\x0e\x32\x1a.tikk.v1.OccurrenceOutcome\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\"l\n\x1fListScheduleOccurrencesResponse\x12\x30\n\x0boccurrences\x18\x01 \x03(\x0b\x32\x1b.tikk.v1.ScheduleOccurrence\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*v\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14RUN_STATUS_SUCCEEDED\x10\x01\x12\x15\n\x11RUN_STATUS_FAILED\x10\x02\x12\x1c\n\x18RUN_STATUS_DEAD_LETTERED\x10\x03*\x88\x02\n\x11OccurrenceOutcome\x12\"\n\x1eOCCURRENCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18OCCURRENCE_OUTCOME_FIRED\x10\x01\x12&\n\"OCCURRENCE_OUTCOME_SKIPPED_OVERLAP\x10\x02\x12\x1d\n\x19OCCURRENCE_OUTCOME_MISSED\x10\x03\x12%\n!OCCURRENCE_OUTCOME_SKIPPED_PAUSED\x10\x04\x12!\n\x1dOCCURRENCE_OUTCOME_BACKFILLED\x10\x05\x12 \n\x1cOCCURRENCE_OUTCOME_TRIGGERED\x10\x06\x32\xc9\x03\n\x0eHistoryService\x12G\n\x0cListTaskRuns\x12\x1c.tikk.v1.ListTaskRunsRequest\x1a\x19.tikk.v1.ListRunsResponse\x12?\n\x08ListRuns\x12\x18.tikk.v1.ListRunsRequest\x1a\x19.tikk.v1.ListRunsResponse\x12.\n\x06GetRun\x12\x16.tikk.v1.GetRunRequest\x1a\x0c.tikk.v1.Run\x12T\n\x0fListDeadLetters\x12\x1f.tikk.v1.ListDeadLettersRequest\x1a .tikk.v1.ListDeadLettersResponse\x12\x39\n\x0bRedriveTask\x12\x1b.tikk.v1.RedriveTaskRequest\x1a\r.tikk.v1.Task\x12l\n\x17ListScheduleOccurrences\x12\'.tikk.v1.ListScheduleOccurrencesRequest\x1a(.tikk.v1.ListScheduleOccurrencesResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15tikk/v1/history.proto\x12\x07tikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x13tikk/v1/tasks.proto\"\xac\x04\n\x03Run\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0f\n\x07handler\x18\x05 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x06 \x01(\x05\x12\"\n\x06status\x18\x07 \x01(\x0e\x32\x12.tikk.v1.RunStatus\x12\x32\n\x0escheduled_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nfired_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstart_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tworker_id\x18\x0c \x01(\t\x12\x12\n\nerror_type\x18\r \x01(\t\x12\x15\n\rerror_message\x18\x0e \x01(\t\x12\x0e\n\x06output\x18\x0f \x01(\x0c\x12\x17\n\x0fidempotency_key\x18\x10 \x01(\t\x12,\n\x08\x64ue_time\x18\x11 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brecord_time\x18\x12 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\ttraceback\x18\x13 \x01(\t\"`\n\x13ListTaskRunsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"\xdc\x01\n\x0fListRunsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\"\n\x06status\x18\x03 \x01(\x0e\x32\x12.tikk.v1.RunStatus\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\"G\n\x10ListRunsResponse\x12\x1a\n\x04runs\x18\x01 \x03(\x0b\x32\x0c.tikk.v1.Run\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\rGetRunRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"a\n\x16ListDeadLettersRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\r\n\x05queue\x18\x02 \x01(\t\x12\x11\n\tpage_size\x18\x03 \x01(\x05\x12\x12\n\npage_token\x18\x04 \x01(\t\"P\n\x17ListDeadLettersResponse\x12\x1c\n\x05tasks\x18\x01 \x03(\x0b\x32\r.tikk.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"8\n\x12RedriveTaskRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"\xc9\x02\n\x12ScheduleOccurrence\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12\x30\n\x0cnominal_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12-\n\tfire_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07outcome\x18\x05 \x01(\x0e\x32\x1a.tikk.v1.OccurrenceOutcome\x12/\n\x0b\x64\x65\x63ide_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x08lateness\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x0f\n\x07task_id\x18\x08 \x01(\t\x12\x0e\n\x06reason\x18\t \x01(\t\"\xfa\x01\n\x1eListScheduleOccurrencesRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x13\n\x0bschedule_id\x18\x02 \x01(\t\x12.\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12+\n\x07outcome\x18\x05 \x01(\x0e\x32\x1a.tikk.v1.OccurrenceOutcome\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\"l\n\x1fListScheduleOccurrencesResponse\x12\x30\n\x0boccurrences\x18\x01 \x03(\x0b\x32\x1b.tikk.v1.ScheduleOccurrence\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*v\n\tRunStatus\x12\x1a\n\x16RUN_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14RUN_STATUS_SUCCEEDED\x10\x01\x12\x15\n\x11RUN_STATUS_FAILED\x10\x02\x12\x1c\n\x18RUN_STATUS_DEAD_LETTERED\x10\x03*\x88\x02\n\x11OccurrenceOutcome\x12\"\n\x1eOCCURRENCE_OUTCOME_UNSPECIFIED\x10\x00\x12\x1c\n\x18OCCURRENCE_OUTCOME_FIRED\x10\x01\x12&\n\"OCCURRENCE_OUTCOME_SKIPPED_OVERLAP\x10\x02\x12\x1d\n\x19OCCURRENCE_OUTCOME_MISSED\x10\x03\x12%\n!OCCURRENCE_OUTCOME_SKIPPED_PAUSED\x10\x04\x12!\n\x1dOCCURRENCE_OUTCOME_BACKFILLED\x10\x05\x12 \n\x1cOCCURRENCE_OUTCOME_TRIGGERED\x10\x06\x32\xc9\x03\n\x0eHistoryService\x12G\n\x0cListTaskRuns\x12\x1c.tikk.v1.ListTaskRunsRequest\x1a\x19.tikk.v1.ListRunsResponse\x12?\n\x08ListRuns\x12\x18.tikk.v1.ListRunsRequest\x1a\x19.tikk.v1.ListRunsResponse\x12.\n\x06GetRun\x12\x16.tikk.v1.GetRunRequest\x1a\x0c.tikk.v1.Run\x12T\n\x0fListDeadLetters\x12\x1f.tikk.v1.ListDeadLettersRequest\x1a .tikk.v1.ListDeadLettersResponse\x12\x39\n\x0bRedriveTask\x12\x1b.tikk.v1.RedriveTaskRequest\x1a\r.tikk.v1.Task\x12l\n\x17ListScheduleOccurrences\x12\'.tikk.v1.ListScheduleOccurrencesRequest\x1a(.tikk.v1.ListScheduleOccurrencesResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,32 +35,32 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'tikk.v1.history_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\nio.tikk.v1P\001'
-  _globals['_RUNSTATUS']._serialized_start=2040
-  _globals['_RUNSTATUS']._serialized_end=2158
-  _globals['_OCCURRENCEOUTCOME']._serialized_start=2161
-  _globals['_OCCURRENCEOUTCOME']._serialized_end=2425
+  _globals['_RUNSTATUS']._serialized_start=2059
+  _globals['_RUNSTATUS']._serialized_end=2177
+  _globals['_OCCURRENCEOUTCOME']._serialized_start=2180
+  _globals['_OCCURRENCEOUTCOME']._serialized_end=2444
   _globals['_RUN']._serialized_start=121
-  _globals['_RUN']._serialized_end=658
-  _globals['_LISTTASKRUNSREQUEST']._serialized_start=660
-  _globals['_LISTTASKRUNSREQUEST']._serialized_end=756
-  _globals['_LISTRUNSREQUEST']._serialized_start=759
-  _globals['_LISTRUNSREQUEST']._serialized_end=979
-  _globals['_LISTRUNSRESPONSE']._serialized_start=981
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1052
-  _globals['_GETRUNREQUEST']._serialized_start=1054
-  _globals['_GETRUNREQUEST']._serialized_end=1104
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1106
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1203
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=1205
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=1285
-  _globals['_REDRIVETASKREQUEST']._serialized_start=1287
-  _globals['_REDRIVETASKREQUEST']._serialized_end=1343
-  _globals['_SCHEDULEOCCURRENCE']._serialized_start=1346
-  _globals['_SCHEDULEOCCURRENCE']._serialized_end=1675
-  _globals['_LISTSCHEDULEOCCURRENCESREQUEST']._serialized_start=1678
-  _globals['_LISTSCHEDULEOCCURRENCESREQUEST']._serialized_end=1928
-  _globals['_LISTSCHEDULEOCCURRENCESRESPONSE']._serialized_start=1930
-  _globals['_LISTSCHEDULEOCCURRENCESRESPONSE']._serialized_end=2038
-  _globals['_HISTORYSERVICE']._serialized_start=2428
-  _globals['_HISTORYSERVICE']._serialized_end=2885
+  _globals['_RUN']._serialized_end=677
+  _globals['_LISTTASKRUNSREQUEST']._serialized_start=679
+  _globals['_LISTTASKRUNSREQUEST']._serialized_end=775
+  _globals['_LISTRUNSREQUEST']._serialized_start=778
+  _globals['_LISTRUNSREQUEST']._serialized_end=998
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1000
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1071
+  _globals['_GETRUNREQUEST']._serialized_start=1073
+  _globals['_GETRUNREQUEST']._serialized_end=1123
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1125
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1222
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=1224
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=1304
+  _globals['_REDRIVETASKREQUEST']._serialized_start=1306
+  _globals['_REDRIVETASKREQUEST']._serialized_end=1362
+  _globals['_SCHEDULEOCCURRENCE']._serialized_start=1365
+  _globals['_SCHEDULEOCCURRENCE']._serialized_end=1694
+  _globals['_LISTSCHEDULEOCCURRENCESREQUEST']._serialized_start=1697
+  _globals['_LISTSCHEDULEOCCURRENCESREQUEST']._serialized_end=1947
+  _globals['_LISTSCHEDULEOCCURRENCESRESPONSE']._serialized_start=1949
+  _globals['_LISTSCHEDULEOCCURRENCESRESPONSE']._serialized_end=2057
+  _globals['_HISTORYSERVICE']._serialized_start=2447
+  _globals['_HISTORYSERVICE']._serialized_end=2904
 # @@protoc_insertion_point(module_scope)

@@ -41,7 +41,7 @@ OCCURRENCE_OUTCOME_BACKFILLED: OccurrenceOutcome
 OCCURRENCE_OUTCOME_TRIGGERED: OccurrenceOutcome
 
 class Run(_message.Message):
-    __slots__ = ("namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_time", "fired_time", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "idempotency_key", "due_time", "record_time")
+    __slots__ = ("namespace", "run_id", "task_id", "queue", "handler", "attempt", "status", "scheduled_time", "fired_time", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "idempotency_key", "due_time", "record_time", "traceback")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -60,6 +60,7 @@ class Run(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     DUE_TIME_FIELD_NUMBER: _ClassVar[int]
     RECORD_TIME_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     run_id: str
     task_id: str
@@ -78,7 +79,8 @@ class Run(_message.Message):
     idempotency_key: str
     due_time: _timestamp_pb2.Timestamp
     record_time: _timestamp_pb2.Timestamp
-    def __init__(self, namespace: _Optional[str] = ..., run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., attempt: _Optional[int] = ..., status: _Optional[_Union[RunStatus, str]] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., output: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    traceback: str
+    def __init__(self, namespace: _Optional[str] = ..., run_id: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., attempt: _Optional[int] = ..., status: _Optional[_Union[RunStatus, str]] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., output: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., record_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class ListTaskRunsRequest(_message.Message):
     __slots__ = ("namespace", "task_id", "page_size", "page_token")

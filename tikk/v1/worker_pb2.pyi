@@ -87,7 +87,7 @@ class DeadLetterRecord(_message.Message):
     def __init__(self, delivery: _Optional[_Union[Delivery, _Mapping]] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., dead_lettered_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RunResult(_message.Message):
-    __slots__ = ("run_id", "delivery", "kind", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "retry_after")
+    __slots__ = ("run_id", "delivery", "kind", "start_time", "finish_time", "worker_id", "error_type", "error_message", "output", "retry_after", "traceback")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     DELIVERY_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class RunResult(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
+    TRACEBACK_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     delivery: Delivery
     kind: ResultKind
@@ -108,7 +109,8 @@ class RunResult(_message.Message):
     error_message: str
     output: bytes
     retry_after: _duration_pb2.Duration
-    def __init__(self, run_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., kind: _Optional[_Union[ResultKind, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., output: _Optional[bytes] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    traceback: str
+    def __init__(self, run_id: _Optional[str] = ..., delivery: _Optional[_Union[Delivery, _Mapping]] = ..., kind: _Optional[_Union[ResultKind, str]] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., worker_id: _Optional[str] = ..., error_type: _Optional[str] = ..., error_message: _Optional[str] = ..., output: _Optional[bytes] = ..., retry_after: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., traceback: _Optional[str] = ...) -> None: ...
 
 class ResultAck(_message.Message):
     __slots__ = ("run_id", "code", "message")

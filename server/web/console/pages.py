@@ -22,6 +22,8 @@ from tikk.store.due_counts import DueCount
 
 _TEXT_LIMIT = 2_000
 _SHOWN_LIMIT = 200
+# A traceback is shown whole: the server caps it (Limits.max_traceback_length).
+_TRACE_LIMIT = 64 * 1024
 
 
 def text(value: object, limit: int = _SHOWN_LIMIT) -> str:
@@ -240,6 +242,7 @@ def action_form(viewer: Viewer, task: Task, verb: str, label: str, question: str
 
 
 def runs_table(runs: Sequence[RunRecord], *, with_task: bool) -> str:
+    first_traced = next((r for r in runs if r.traceback), None)
     headers = [*(["task"] if with_task else []), "attempt", "status", "due", "started",
                "start lateness", "duration", "worker", "error"]  # fmt: skip
     rows = [
@@ -248,11 +251,23 @@ def runs_table(runs: Sequence[RunRecord], *, with_task: bool) -> str:
             text(r.attempt), f'<span class="status {r.status.name.lower()}">{r.status.name}</span>',
             when(r.due_ms), when(r.started_ms), millis(max(0, r.started_ms - r.due_ms)),
             millis(max(0, r.finished_ms - r.started_ms)), text(r.worker_id),
-            text(f"{r.error_type}: {r.error_message}" if r.error_type else "", _TEXT_LIMIT),
+            error_cell(r, opened=not with_task and r is first_traced),
         ]
         for r in runs
     ]  # fmt: skip
     return table(headers, rows, "No run recorded.", "runs")
+
+
+def error_cell(r: RunRecord, *, opened: bool) -> str:
+    """A run's error, and under it the traceback the worker reported, folded unless
+    ``opened`` (the newest failure on a task's page is what a person came to read)."""
+    error = text(f"{r.error_type}: {r.error_message}" if r.error_type else "", _TEXT_LIMIT)
+    if not r.traceback:
+        return error
+    return (
+        f'<details class="trace"{" open" if opened else ""}><summary>{error}</summary>'
+        f"<pre>{text(r.traceback, _TRACE_LIMIT)}</pre></details>"
+    )
 
 
 def filter_form(action: str, queue: str, extra: str = "") -> str:
