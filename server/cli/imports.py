@@ -25,6 +25,9 @@ from server.cli.options import EXIT_OK, EXIT_USAGE, client_options, transport
 from tikk.client import Client, ClientError, ImportInterrupted, ImportResult, TransportError
 from tikk.v1 import tasks_pb2
 
+# How often the progress is written when its output is not a terminal.
+_LOGGED_EVERY_S = 10.0
+
 
 @dataclass
 class Progress:
@@ -49,8 +52,12 @@ class Progress:
     _shown: float = 0.0
 
     def show(self, out: IO[str], *, final: bool = False) -> None:
+        """The progress line: rewritten in place twice a second on a terminal; elsewhere (a
+        log, a pipe) a whole line every ``_LOGGED_EVERY_S``, so no carriage return litters
+        the file."""
         now = time.monotonic()
-        if not final and now - self._shown < 0.5:
+        live = out.isatty()
+        if not final and now - self._shown < (0.5 if live else _LOGGED_EVERY_S):
             return
         self._shown = now
         done = self.accepted + self.rejected
@@ -59,8 +66,11 @@ class Progress:
         if self.total_bytes and self.read_bytes and not final:
             left = (now - self.started) * (self.total_bytes / self.read_bytes - 1)
             eta = f", {100 * self.read_bytes / self.total_bytes:.0f} % read, ETA {left:.0f} s"
-        print(f"\rimported {done:,} ({self.rejected:,} rejected) at {rate:,.0f}/s{eta}   ",
-              end="\n" if final else "", file=out, flush=True)  # fmt: skip
+        line = f"imported {done:,} ({self.rejected:,} rejected) at {rate:,.0f}/s{eta}"
+        if live:
+            print(f"\r{line}   ", end="\n" if final else "", file=out, flush=True)
+        else:
+            print(line, file=out, flush=True)
 
 
 def _reject(rejects: IO[str], line: int, code: str, message: str, task_id: str = "") -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import os
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 from devtools.__main__ import build_parser as build_devtools_parser
 from devtools.bench_report import command_line
 from server.cli import main
+from server.cli.imports import Progress
 from server.cli.options import EXIT_USAGE, parse_duration_ms, parse_time_ms
 from server.cli.workers import load_worker
 
@@ -126,3 +128,21 @@ def test_the_developer_tools_run_as_python_m_devtools(tmp_path: Path) -> None:
     assert usage.returncode == 2 and "python -m devtools bench-schedules" in usage.stderr
     passed_on = _devtools("faults", "--mode", "soak", stack_dir=tmp_path)
     assert passed_on.returncode == 2 and "--mode soak needs --duration" in passed_on.stderr
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_import_progress_rewrites_a_terminal_line_but_writes_whole_lines_to_a_log() -> None:
+    log, terminal = io.StringIO(), _Terminal()
+    for out in (log, terminal):
+        progress = Progress(total_bytes=1_000, read_bytes=500, accepted=40, rejected=2)
+        progress.show(out)
+        progress.show(out)  # too soon after the first: not written again
+        progress.show(out, final=True)
+    assert "\r" not in log.getvalue()
+    assert log.getvalue().splitlines()[0].startswith("imported 42 (2 rejected) at ")
+    assert len(log.getvalue().splitlines()) == 2 and log.getvalue().endswith("\n")
+    assert terminal.getvalue().count("\r") == 2 and terminal.getvalue().endswith("   \n")
