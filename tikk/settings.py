@@ -102,9 +102,6 @@ class QuotaSettings:
     defaults: NamespaceQuotas = field(default_factory=NamespaceQuotas)
     # How long a server process trusts the quotas it read: a change applies within this.
     cache_ms: int = 3_000
-    # Server processes sharing the port (``--processes``): each admits its share of a
-    # namespace's tasks per second, since the kernel spreads connections evenly over them.
-    processes: int = 1
 
 
 @dataclass(frozen=True)

@@ -152,11 +152,9 @@ def _telemetry(
 
 
 def _as_member(config: Settings, member: Member) -> Settings:
-    """A group member's settings: the group's address, and its share of each namespace's
-    tasks per second (``server.quotas``)."""
-    shares = replace(config.quotas, processes=member.role.count)
+    """A group member's settings: the group's address; the first member serves HTTP."""
     http = config.http if member.role.first else ""
-    return replace(config, listen=member.role.listen, http=http, quotas=shares)
+    return replace(config, listen=member.role.listen, http=http)
 
 
 def _in_process_workers(args: argparse.Namespace, config: Settings) -> list[Worker]:

@@ -61,7 +61,7 @@ SECTIONS: tuple[Section, ...] = (
             lambda s: s.deadlines, lambda s, v: replace(s, deadlines=v)),
     Section("quotas", QuotaSettings, "how namespace quotas are applied",
             lambda s: s.quotas, lambda s, v: replace(s, quotas=v),
-            skip=("defaults", "processes")),
+            skip=("defaults",)),
     Section("quota_defaults", NamespaceQuotas, "quotas of a namespace that has none of its own",
             lambda s: s.quotas.defaults,
             lambda s, v: replace(s, quotas=replace(s.quotas, defaults=v))),

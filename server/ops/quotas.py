@@ -5,10 +5,14 @@ a ``QuotaGate`` before they write, and a request over a quota is refused whole w
 Quotas are read through a cache of ``QuotaSettings.cache_ms``: a change made by an admin on any
 process applies everywhere within that, without a restart.
 
-- tasks_per_second: a token bucket per namespace in each process, holding one second of the
-  rate. With ``--processes N`` each process admits ``rate / N`` (the kernel spreads
-  connections over the processes evenly), so the group admits about the rate. A batch
-  larger than one second's share can never pass: it is refused, saying so.
+- tasks_per_second: every server process on the database draws from one allowance per
+  namespace and second (``QuotaStore.draw_rate``), a tenth of the rate at a time, so the
+  processes of a group and servers on separate hosts admit the rate together. A create
+  over what is left of the second is refused ("retry after a moment"), a request larger
+  than a whole second's rate can never pass; an import is paced instead (``creating`` with
+  ``paced``): it waits for the next seconds' allowance, and while it waits the stream's
+  flow control holds the client back. What a process drew and did not use in its second
+  lapses with it, so the processes together may admit a little less than the rate.
 - tasks_stored: the store's count of unfinished tasks (``tikk.store.quotas``), plus the
   creates this process admitted and is still writing, plus the request. A write that ends
   while the count is being read may or may not be in what the read returns, so it is added
@@ -24,6 +28,7 @@ process applies everywhere within that, without a restart.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -38,9 +43,19 @@ from tikk.store.schedules import ScheduleStore
 
 
 @dataclass
-class _Bucket:
-    tokens: float
-    at_ms: int
+class _Drawn:
+    """What this process drew of a namespace's second of rate and has not used yet."""
+
+    second: int
+    tokens: int = 0
+    spent: bool = False  # the second's allowance is gone: draw no more in it
+
+
+# A draw takes this share of the rate at once, so a stream of single creates costs the
+# store a draw per tenth of the rate, not one per create.
+_DRAW_SHARE = 10
+# Longest real sleep of a paced import between looks at the clock.
+_PACE_POLL_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -64,7 +79,7 @@ class QuotaGate:
         self._clock = clock
         self._settings = settings
         self._cache: dict[str, _Cached] = {}
-        self._buckets: dict[str, _Bucket] = {}
+        self._drawn: dict[str, _Drawn] = {}
         self._writing: Counter[str] = Counter()
         self._ended = _EndedWrites()
         self._streams: Counter[str] = Counter()
@@ -85,18 +100,24 @@ class QuotaGate:
         self._cache.pop(namespace, None)
 
     @contextlib.asynccontextmanager
-    async def creating(self, counts: Mapping[str, int]) -> AsyncIterator[None]:
+    async def creating(
+        self, counts: Mapping[str, int], *, paced: bool = False
+    ) -> AsyncIterator[None]:
         """Admit creating ``counts[namespace]`` tasks in each namespace, for the duration of
-        the write; raises ``ResourceExhausted`` (admitting nothing) if any is over a quota."""
+        the write; raises ``ResourceExhausted`` (admitting nothing) if any is over a quota.
+        ``paced``: wait for the rate instead of refusing over it (an import)."""
         wanted = {ns: n for ns, n in counts.items() if n > 0}
         effective = {ns: await self.quotas(ns) for ns in wanted}
-        for ns, n in wanted.items():
-            await self._check_stored(ns, n, effective[ns].tasks_stored)
-        for ns, n in wanted.items():
-            self._check_rate(ns, n, effective[ns].tasks_per_second)
-        for ns, n in wanted.items():  # only once every namespace passed
-            self._take(ns, n, effective[ns].tasks_per_second)
-            self._writing[ns] += n
+        taken: dict[str, int] = {}
+        try:
+            for ns, n in wanted.items():
+                await self._take_rate(ns, n, effective[ns].tasks_per_second, paced, taken)
+            for ns, n in wanted.items():
+                await self._check_stored(ns, n, effective[ns].tasks_stored)
+        except ResourceExhausted:
+            self._give_back(taken)
+            raise
+        self._writing.update(wanted)
         try:
             yield
         finally:
@@ -115,34 +136,56 @@ class QuotaGate:
                 f"{usage.tasks_stored:,} stored and not finished, {adding:,} more asked",
             )  # fmt: skip
 
-    def _rate(self, per_second: int) -> float:
-        return per_second / max(1, self._settings.processes)
-
-    def _check_rate(self, namespace: str, adding: int, quota: int | None) -> None:
+    async def _take_rate(
+        self, namespace: str, n: int, quota: int | None, paced: bool, taken: dict[str, int]
+    ) -> None:
+        """Take ``n`` of the namespace's rate into ``taken``, waiting for later seconds if
+        ``paced``; else raise when what is left of this second is less."""
         if quota is None:
             return
-        rate = self._rate(quota)
         if quota == 0:
             raise _over("tasks_per_second", quota, namespace, "no task may be created")
-        if adding > rate:
+        if n > quota and not paced:
             raise _over(
                 "tasks_per_second", quota, namespace,
-                f"{adding:,} tasks in one request is more than one second's share of this "
-                f"server process ({rate:g}); send smaller batches",
+                f"{n:,} tasks in one request is more than a second's rate; send smaller "
+                "batches, or import them (ImportTasks is paced to the rate)",
             )  # fmt: skip
-        if self._refill(namespace, rate).tokens < adding:
-            raise _over("tasks_per_second", quota, namespace, "retry after a moment")
+        taken[namespace] = 0
+        while True:
+            now = self._clock.now_ms()
+            taken[namespace] += await self._draw(
+                namespace, now // 1000, n - taken[namespace], quota
+            )
+            if taken[namespace] >= n:
+                return
+            if not paced:
+                raise _over("tasks_per_second", quota, namespace, "retry after a moment")
+            await asyncio.sleep(min(_PACE_POLL_S, (1000 - now % 1000) / 1000))
 
-    def _refill(self, namespace: str, rate: float) -> _Bucket:
-        now = self._clock.now_ms()
-        bucket = self._buckets.setdefault(namespace, _Bucket(rate, now))
-        bucket.tokens = min(rate, bucket.tokens + rate * max(0, now - bucket.at_ms) / 1000)
-        bucket.at_ms = now
-        return bucket
+    async def _draw(self, namespace: str, second: int, wanted: int, quota: int) -> int:
+        """Up to ``wanted`` of the namespace's rate in ``second``: from what this process
+        drew already, drawing more from the store when that falls short."""
+        drawn = self._drawn.get(namespace)
+        if drawn is None or drawn.second != second:  # what was left of an earlier second lapses
+            drawn = self._drawn[namespace] = _Drawn(second)
+        if drawn.tokens < wanted and not drawn.spent:
+            asked = min(quota, max(wanted - drawn.tokens, quota // _DRAW_SHARE))
+            got = await self._store.draw_rate(namespace, second, asked, quota)
+            drawn.tokens += got
+            drawn.spent = got < asked
+        took = min(wanted, drawn.tokens)
+        drawn.tokens -= took
+        return took
 
-    def _take(self, namespace: str, n: int, quota: int | None) -> None:
-        if quota is not None:
-            self._buckets[namespace].tokens -= n
+    def _give_back(self, taken: Mapping[str, int]) -> None:
+        """Return a refused request's rate to this second's draw (another request of the
+        second may use it; a later second's is gone with it)."""
+        second = self._clock.now_ms() // 1000
+        for namespace, n in taken.items():
+            drawn = self._drawn.get(namespace)
+            if drawn is not None and drawn.second == second:
+                drawn.tokens += n
 
     async def admit_schedule(self, namespace: str) -> None:
         """Refuse a new schedule if the namespace holds its quota of schedules already."""

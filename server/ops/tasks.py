@@ -52,7 +52,7 @@ class ImportStream:
         ``tasks``; raises ``ResourceExhausted`` (nothing written) if one has no slot left."""
         for namespace in sorted({t.namespace for t in tasks}):
             await self._quotas.claim_import_stream(namespace, self.claimed)
-        return await self._tasks.create_many(tasks)
+        return await self._tasks.create_many(tasks, paced=True)
 
 
 class TaskOps:
@@ -82,9 +82,10 @@ class TaskOps:
             raise outcome
         return outcome
 
-    async def create_many(self, tasks: Sequence[Task]) -> list[Created]:
+    async def create_many(self, tasks: Sequence[Task], *, paced: bool = False) -> list[Created]:
         """Create ``tasks`` (see the module): one outcome per task, in order. Raises
-        ``ResourceExhausted`` (nothing written) over a quota, ``BackendUnavailable`` when the
+        ``ResourceExhausted`` (nothing written) over a quota (``paced``: waits for the rate
+        instead of refusing over it), ``BackendUnavailable`` when the
         store fails part-way (what was written stays, and a repeat creates nothing twice
         under client ids)."""
         refused = await self._prepare_each({t.queue for t in tasks})
@@ -92,7 +93,7 @@ class TaskOps:
             i: refused[t.queue] for i, t in enumerate(tasks) if t.queue in refused
         }
         kept = [i for i in range(len(tasks)) if i not in outcomes]
-        async with self._quotas.creating(Counter(tasks[i].namespace for i in kept)):
+        async with self._quotas.creating(Counter(tasks[i].namespace for i in kept), paced=paced):
             for assigned in (False, True):
                 chosen = [i for i in kept if tasks[i].id_assigned is assigned]
                 written = await self._write([tasks[i] for i in chosen], new_ids=assigned)

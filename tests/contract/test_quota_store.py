@@ -3,9 +3,11 @@ that the task store of the same database counts."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 
-from tests.contract.conftest import QuotaBackend
+from server.wiring import QUOTA_STORES, Drivers
+from tests.contract.conftest import QuotaBackend, open_backend
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
 from tikk.model import DeadLetter, RetryAt, Succeed
@@ -106,3 +108,32 @@ async def test_sqlite_counts_tasks_stored_before_usage_was_kept(tmp_path: object
         assert (await quotas.usage("x")).tasks_stored == 1
     finally:
         await quotas.close()
+
+
+async def test_a_second_of_rate_is_granted_up_to_its_quota_then_nothing(
+    quota_backend: QuotaBackend,
+) -> None:
+    q, second = quota_backend.quotas, T0 // 1000
+    assert await q.draw_rate("default", second, 6, 10) == 6
+    assert await q.draw_rate("default", second, 6, 10) == 4  # what is left of the second
+    assert await q.draw_rate("default", second, 1, 10) == 0
+    assert await q.draw_rate("other", second, 10, 10) == 10  # each namespace its own
+    assert await q.draw_rate("default", second + 1, 12, 10) == 10  # never over the quota
+    assert await q.draw_rate("default", second + 2, 3, 0) == 0
+
+
+async def test_every_process_on_one_database_draws_from_one_allowance(
+    quota_backend: QuotaBackend,
+) -> None:
+    """Two processes' stores (here, two stores of one database) drawing at once never take
+    more than the quota of a second together."""
+    other = await open_backend(QUOTA_STORES, quota_backend.url, Drivers())
+    try:
+        second = T0 // 1000 + 100
+        stores = [quota_backend.quotas, other] * 10
+        granted = await asyncio.gather(*(s.draw_rate("default", second, 7, 100) for s in stores))
+        assert sum(granted) <= 100 and all(g in (0, 1, 2, 3, 4, 5, 6, 7) for g in granted)
+        rest = await other.draw_rate("default", second, 100, 100)
+        assert sum(granted) + rest == 100
+    finally:
+        await other.close()

@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,22 @@ def test_import_a_file_with_rejects_then_again_without_creating_twice(
     assert "500 accepted (0 created), 0 rejected" in again.stdout
     listed = tikk_json(address, "task", "list", "--queue", "later", "--limit", "1000")
     assert len(listed["tasks"]) == 1000
+
+
+def test_an_import_is_paced_by_the_namespaces_rate_not_refused(split: tuple[str, Path]) -> None:
+    """1,500 tasks in batches of 1,000 into a namespace of 300 tasks a second: all accepted,
+    the last of them in the fifth second of the rate at the earliest (over three seconds on)."""
+    address, tmp = split
+    assert tikk(address, "quota", "set", "--tasks-per-second", "300").returncode == 0
+    source = tmp / "paced.jsonl"
+    rows = [json.dumps({"task_id": f"p-{i}", "queue": "paced", "handler": "record",
+                        "run_at": "2030-01-01T00:00:00Z"}) for i in range(1_500)]  # fmt: skip
+    source.write_text("\n".join(rows) + "\n")
+    began = time.monotonic()
+    done = tikk(address, "task", "import", str(source), "--batch-size", "1000",
+                "--rejects", str(tmp / "paced-rejects.jsonl"))  # fmt: skip
+    took = time.monotonic() - began
+    assert done.returncode == 0, done.stderr
+    assert "1,500 accepted (1,500 created), 0 rejected" in done.stdout
+    assert took >= 3.0, took
+    assert "\r" not in done.stderr  # its progress, written to a pipe, is whole lines

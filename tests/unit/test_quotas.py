@@ -188,30 +188,62 @@ async def test_a_create_stream_stops_at_the_chunk_over_the_quota(api: Api) -> No
 # --- tasks per second ----------------------------------------------------------------------
 
 
-async def test_tasks_per_second_admits_the_rate_and_refills_with_time(
-    servers: Servers, api: Api
-) -> None:
+async def test_tasks_per_second_admits_the_rate_in_each_second(servers: Servers, api: Api) -> None:
     await set_quotas(api, tasks_per_second=4)
-    [whole] = await import_all(api, batch(["a", "b", "c", "d", "e"]))
-    assert "quota tasks_per_second of namespace 'tenant' is 4" in whole.message
-    assert "one second's share" in whole.message
     for i in range(4):
         await create(api, f"t{i}")
-    assert "tasks_per_second" in await refused(api.tasks.CreateTask(task("late")))
-    await create(api, "other", namespace="neighbour")  # a bucket per namespace
-    servers.clock.advance(500)  # half a second: two tokens
-    await create(api, "t4")
-    await create(api, "t5")
-    await refused(api.tasks.CreateTask(task("t6")))
-    assert await stored(api) == {f"t{i}" for i in range(6)}
+    details = await refused(api.tasks.CreateTask(task("late")))
+    assert "quota tasks_per_second of namespace 'tenant' is 4: retry after a moment" in details
+    await create(api, "other", namespace="neighbour")  # each namespace its own rate
+    servers.clock.advance(999)  # still the same second
+    await refused(api.tasks.CreateTask(task("t4")))
+    servers.clock.advance(1)  # the next second
+    for i in range(4, 8):
+        await create(api, f"t{i}")
+    await refused(api.tasks.CreateTask(task("t8")))
+    assert await stored(api) == {f"t{i}" for i in range(8)}
 
 
-async def test_processes_of_a_group_each_admit_their_share(servers: Servers) -> None:
-    api = await servers.start(QuotaSettings(processes=2))
+async def test_a_create_stream_larger_than_a_seconds_rate_is_refused_saying_so(api: Api) -> None:
     await set_quotas(api, tasks_per_second=4)
-    await create(api, "a")
-    await create(api, "b")
-    assert "tasks_per_second" in await refused(api.tasks.CreateTask(task("c")))
+    chunk = tasks_pb2.CreateTasksRequest(tasks=[task(f"c{i}") for i in range(5)])
+    details = await refused(api.tasks.CreateTasks(iter([chunk])))
+    assert "5 tasks in one request is more than a second's rate" in details
+    assert "ImportTasks is paced" in details and await stored(api) == set()
+
+
+async def test_an_import_over_the_rate_is_paced_not_refused(servers: Servers, api: Api) -> None:
+    """Ten tasks at four a second: admitted over three seconds of the clock, none refused."""
+    await set_quotas(api, tasks_per_second=4)
+    ticking = asyncio.create_task(tick(servers.clock))
+    try:
+        answers = await import_all(api, batch([f"i{i}" for i in range(6)], 0),
+                                   batch([f"i{i}" for i in range(6, 10)], 1))  # fmt: skip
+        ended_ms = servers.clock.now_ms()
+    finally:
+        ticking.cancel()
+    assert [(a.accepted, a.message) for a in answers] == [(6, ""), (4, "")]
+    assert await stored(api) == {f"i{i}" for i in range(10)}
+    assert ended_ms >= NOW_MS + 2_000  # 4 in the first second, 4 in the next, 2 in the third
+
+
+async def tick(clock: ManualClock) -> None:
+    """The shared clock a tenth of a second on every 20 ms of real time."""
+    while True:
+        await asyncio.sleep(0.02)
+        clock.advance(100)
+
+
+async def test_servers_on_one_store_admit_the_rate_together(servers: Servers) -> None:
+    """Separate servers (separate hosts, or the processes of a group) draw from one
+    allowance: together they admit the rate, not each."""
+    first, second = await servers.start(), await servers.start()
+    await set_quotas(first, tasks_per_second=4)
+    for api, task_id in ((first, "a"), (second, "b"), (first, "c"), (second, "d")):
+        await create(api, task_id)
+    for api in (first, second):
+        assert "retry after a moment" in await refused(api.tasks.CreateTask(task("e")))
+    assert await stored(first) == {"a", "b", "c", "d"}
 
 
 # --- schedules -----------------------------------------------------------------------------

@@ -12,6 +12,9 @@ store of the same database as tasks are created and finish:
   expires unfinished (its retention ran out) is never subtracted. Both errors are bounded by
   what the crashed writes held; ``recount`` corrects a drifted counter from the task rows.
 
+The per-second rate is drawn from a row per namespace and second that every server process
+takes from (``draw_rate``), so processes on separate hosts admit the rate together, not each.
+
 Backends: ``tikk.store.sqlite.quotas``, ``tikk.store.cassandra.quotas``. Every method may raise
 ``BackendUnavailable``.
 """
@@ -46,6 +49,14 @@ class QuotaStore(Protocol):
         and return it: the repair of a drifted count. Reads every task of the namespace (on
         Cassandra, a filtered scan of the task table): an admin's tool, not for the request
         path. Tasks created or finished meanwhile may leave it off by their own number."""
+        ...
+
+    async def draw_rate(self, namespace: str, second: int, wanted: int, per_second: int) -> int:
+        """Take up to ``wanted`` of the ``per_second`` creates the namespace may make in the
+        whole second ``second`` (since the epoch), counted for every server process on this
+        database together; return how many were granted (0 once that second is spent).
+        What is granted stays taken, used or not; a write that fails may have taken what it
+        did not report (a limit errs towards admitting less)."""
         ...
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:

@@ -25,6 +25,13 @@ INSERT_QUOTAS = (
 )
 ADD_USAGE = "UPDATE task_usage SET open_tasks = open_tasks + ? WHERE namespace = ?"
 SELECT_USAGE = "SELECT open_tasks FROM task_usage WHERE namespace = ?"
+# A namespace's second of rate, drawn by compare-and-set: the first draw inserts the row,
+# later ones move ``used`` from the value they read.
+DRAW_FIRST = "INSERT INTO quota_rate (namespace, second, used) VALUES (?, ?, ?) IF NOT EXISTS"
+DRAW_MORE = "UPDATE quota_rate SET used = ? WHERE namespace = ? AND second = ? IF used = ?"
+# Compare-and-set rounds one draw tries before it grants nothing: processes drawing at the
+# same instant each lose at most a few.
+_DRAW_TRIES = 6
 # The task table is keyed by (namespace, task id): counting one namespace's tasks filters a
 # scan of the whole table, server-side (one row comes back).
 COUNT_IN_STATE = "SELECT COUNT(*) FROM tasks WHERE namespace = ? AND state = ? ALLOW FILTERING"
@@ -66,6 +73,22 @@ class CassandraQuotaStore:
         usage = NamespaceUsage(tasks_stored=sum(int(rows[0][0]) for rows in counts))
         await self.put_usage(namespace, usage)
         return usage
+
+    async def draw_rate(self, namespace: str, second: int, wanted: int, per_second: int) -> int:
+        granted = min(wanted, per_second)
+        if granted <= 0:
+            return 0
+        rows = await self._db.execute(DRAW_FIRST, [namespace, second, granted])
+        for _ in range(_DRAW_TRIES):
+            if rows[0][0]:  # applied
+                return granted
+            # Refused: the row's current value came back (none if it expired meanwhile).
+            used = getattr(rows[0], "used", None)
+            granted = 0 if used is None else min(wanted, per_second - int(used))
+            if used is None or granted <= 0:
+                return 0
+            rows = await self._db.execute(DRAW_MORE, [used + granted, namespace, second, used])
+        return granted if rows[0][0] else 0
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         # A counter cannot be set, only moved: by the difference to what it holds now.

@@ -115,6 +115,13 @@ STORE_MIGRATIONS = [
             namespace text, day bigint, minute bigint, queue text, tasks counter,
             PRIMARY KEY ((namespace, day), minute, queue))""",
     ]),
+    # Creates drawn from a namespace's tasks_per_second, per second, by every server process
+    # together (``tikk.store.cassandra.quotas``); a row outlives its second briefly.
+    Migration("store", 11, "a namespace's rate drawn by every server", [
+        """CREATE TABLE IF NOT EXISTS quota_rate (
+            namespace text, second bigint, used int, PRIMARY KEY ((namespace, second)))
+            WITH default_time_to_live = 300""",
+    ]),
 ]  # fmt: skip
 
 

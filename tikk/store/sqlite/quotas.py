@@ -76,7 +76,15 @@ CREATE TABLE IF NOT EXISTS namespace_quotas (
     import_streams INTEGER,
     updated_ms INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS quota_rate (
+    namespace TEXT NOT NULL,
+    second INTEGER NOT NULL,
+    used INTEGER NOT NULL,
+    PRIMARY KEY (namespace, second)
+) WITHOUT ROWID;
 """
+# Seconds a namespace's spent rate rows are kept (a draw deletes the older ones).
+_RATE_KEPT_S = 60
 
 _COLUMNS = ", ".join(QUOTA_NAMES)
 
@@ -118,6 +126,27 @@ class SqliteQuotaStore:
                 return int(count)
 
         return NamespaceUsage(tasks_stored=await self._db.run(work))
+
+    async def draw_rate(self, namespace: str, second: int, wanted: int, per_second: int) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            with Transaction(conn):  # every process on the file draws in turn
+                row = conn.execute(
+                    "SELECT used FROM quota_rate WHERE namespace=? AND second=?",
+                    (namespace, second),
+                ).fetchone()
+                used = int(row[0]) if row else 0
+                granted = max(0, min(wanted, per_second - used))
+                conn.execute(
+                    "INSERT OR REPLACE INTO quota_rate VALUES (?, ?, ?)",
+                    (namespace, second, used + granted),
+                )
+                conn.execute(
+                    "DELETE FROM quota_rate WHERE namespace=? AND second<?",
+                    (namespace, second - _RATE_KEPT_S),
+                )
+                return granted
+
+        return await self._db.run(work)
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         def work(conn: sqlite3.Connection) -> None:
