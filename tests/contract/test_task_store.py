@@ -15,6 +15,7 @@ from tikk.errors import (
     AlreadyExists,
     CancelUnsettled,
     FailedPrecondition,
+    InvalidArgument,
     NotFound,
     StaleOwner,
 )
@@ -543,3 +544,45 @@ async def test_a_redriven_task_can_start_again(store: TaskStore) -> None:
     again = await store.redrive("default", "a", a.due_ms + 60_000)
     await store.mark_dispatched([again.entry()], again.due_ms)
     assert await store.claim_start(again.entry(), again.due_ms + 10)
+
+
+async def labelled(store: TaskStore, namespace: str, label: tuple[str, str], size: int) -> list[str]:
+    """Every task id the label listing gives, page by page (short pages included)."""
+    ids, token = [], ""
+    while True:
+        page = await store.list_by_label(namespace, label, size, token)
+        assert len(page.items) <= size
+        ids += [t.task_id for t in page.items]
+        token = page.next_token
+        if not token:
+            return ids
+
+
+async def test_tasks_are_found_by_label_through_its_listing(store: TaskStore) -> None:
+    acme, other = {"customer": "acme", "tier": "gold"}, {"customer": "acme-2"}
+    odd = {"customer": "a=b, ünï"}
+    for i in range(25):
+        await store.create(dataclasses.replace(make_task(f"a{i:02}"), labels=acme))
+    await store.create(dataclasses.replace(make_task("o1"), labels=other))
+    await store.create(dataclasses.replace(make_task("n1"), labels={}))
+    await store.create(dataclasses.replace(make_task("x1", namespace="elsewhere"), labels=acme))
+    await store.create(dataclasses.replace(make_task("odd"), labels=odd))
+    found = await labelled(store, "default", ("customer", "acme"), 7)
+    assert sorted(found) == [f"a{i:02}" for i in range(25)] and len(set(found)) == 25
+    assert sorted(await labelled(store, "default", ("tier", "gold"), 100)) == sorted(found)
+    assert await labelled(store, "default", ("customer", "a=b, ünï"), 5) == ["odd"]
+    assert await labelled(store, "elsewhere", ("customer", "acme"), 5) == ["x1"]
+    assert await labelled(store, "default", ("customer", "nobody"), 5) == []
+    page = await store.list_by_label("default", ("customer", "acme"), 3, "")
+    assert all(t.labels == acme and t.state is TaskState.SCHEDULED for t in page.items)
+    with pytest.raises(InvalidArgument):
+        await store.list_by_label("default", ("customer", "acme"), 3, "not-a-token")
+
+
+async def test_a_purged_task_leaves_its_labels_listing(store: TaskStore) -> None:
+    await store.create(dataclasses.replace(make_task("a"), labels={"customer": "acme"}))
+    await store.create(dataclasses.replace(make_task("b"), labels={"customer": "acme"}))
+    await store.mark_dispatched([make_task("a").entry()], T0)
+    await store.finish_attempt("default", "a", 1, DeadLetter("E", "bad"), T0 + 1)
+    await store.purge_dead_letter("default", "a")
+    assert await labelled(store, "default", ("customer", "acme"), 10) == ["b"]

@@ -97,6 +97,16 @@ class TaskStore(Protocol):
         Raises ``InvalidArgument`` for a malformed token."""
         ...
 
+    async def list_by_label(
+        self, namespace: str, label: tuple[str, str], page_size: int, page_token: str
+    ) -> Page[Task]:
+        """Tasks of the namespace whose label ``label[0]`` is ``label[1]``, read through an
+        index of the labels (never a scan of the namespace), each once across the pages, in
+        an order of the backend's choosing. A page may hold fewer than ``page_size`` tasks
+        (none, even) and a next token; the listing ends only without a token. Raises
+        ``InvalidArgument`` for a malformed token."""
+        ...
+
     async def list_dead_letters(
         self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
     ) -> Page[Task]:

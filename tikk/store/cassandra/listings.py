@@ -5,6 +5,7 @@ it names, so a stale one (the task moved on, or expired) is skipped, never shown
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from tikk.drivers.cassandra import CassandraSession
@@ -17,6 +18,13 @@ from tikk.store.cassandra.task_rows import read_tasks
 SELECT_TASKS_BY_QUEUE = (
     "SELECT task_id FROM tasks_by_queue WHERE namespace = ? AND queue = ? AND shard = ?"
     " AND task_id > ? LIMIT ?"
+)
+SELECT_TASKS_BY_LABEL = (
+    "SELECT task_id FROM tasks_by_label WHERE namespace = ? AND label = ? AND shard = ?"
+    " AND task_id > ? LIMIT ?"
+)
+DELETE_LABEL_LISTED = (
+    "DELETE FROM tasks_by_label WHERE namespace = ? AND label = ? AND shard = ? AND task_id = ?"
 )
 INSERT_DEAD = (
     "INSERT INTO dead_letters (namespace, day, updated_ms, task_id, queue) VALUES (?, ?, ?, ?, ?)"
@@ -47,6 +55,14 @@ def queue_listing_delete(t: Task) -> tuple[str, list[Any]]:
     return DELETE_QUEUE_LISTED, [t.namespace, t.queue, t.shard, t.task_id]
 
 
+def label_listing_deletes(t: Task) -> list[tuple[str, list[Any]]]:
+    """The statements and values that take the task ``t`` off its labels' listings."""
+    return [
+        (DELETE_LABEL_LISTED, [t.namespace, f"{k}={v}", t.shard, t.task_id])
+        for k, v in t.labels.items()
+    ]
+
+
 def dead_letter_delete(t: Task) -> tuple[str, list[Any]]:
     """The statement and values that take the dead-lettered task ``t`` off the listing."""
     return DELETE_DEAD, [t.namespace, t.updated_ms // DAY_MS, t.updated_ms, t.task_id]
@@ -63,23 +79,52 @@ async def list_queue_tasks(
     page_token: str,
 ) -> Page[Task]:
     """``TaskStore.list_tasks``: the queue's listing shard by shard, by task id."""
-    after = decode_token(page_token, (int, str))
-    shard, last = (int(after[0]), str(after[1])) if after else (0, "")
-    found: list[Task] = []
-    while shard < shard_count and len(found) < page_size:
-        params = [namespace, queue, shard, last, page_size]
-        rows = await db.execute(SELECT_TASKS_BY_QUEUE, params)
-        ids = [r.task_id for r in rows]
-        for tid, task in zip(ids, await read_tasks(db, namespace, ids), strict=True):
-            last = tid
-            if task is not None and (state is None or task.state is state):
-                found.append(task)
-            if len(found) == page_size:
-                break
-        if len(found) < page_size and len(rows) < page_size:
-            shard, last = shard + 1, ""  # this shard's listing is exhausted
-    more = shard < shard_count
-    return Page(found, encode_token(shard, last) if more else "")
+    listing = _ShardedListing(SELECT_TASKS_BY_QUEUE, [namespace, queue], shard_count)
+    return await listing.page(db, namespace, state, page_size, page_token)
+
+
+async def list_label_tasks(
+    db: CassandraSession,
+    shard_count: int,
+    namespace: str,
+    label: tuple[str, str],
+    *,
+    page_size: int,
+    page_token: str,
+) -> Page[Task]:
+    """``TaskStore.list_by_label``: the label's listing shard by shard, by task id."""
+    listing = _ShardedListing(SELECT_TASKS_BY_LABEL, [namespace, "=".join(label)], shard_count)
+    return await listing.page(db, namespace, None, page_size, page_token)
+
+
+@dataclass(frozen=True)
+class _ShardedListing:
+    """A listing table of one partition per shard under ``key`` (bound before the shard)."""
+
+    select: str
+    key: list[Any]
+    shard_count: int
+
+    async def page(
+        self, db: CassandraSession, namespace: str, state: TaskState | None, page_size: int,
+        page_token: str,
+    ) -> Page[Task]:  # fmt: skip
+        after = decode_token(page_token, (int, str))
+        shard, last = (int(after[0]), str(after[1])) if after else (0, "")
+        found: list[Task] = []
+        while shard < self.shard_count and len(found) < page_size:
+            rows = await db.execute(self.select, [*self.key, shard, last, page_size])
+            ids = [r.task_id for r in rows]
+            for tid, task in zip(ids, await read_tasks(db, namespace, ids), strict=True):
+                last = tid
+                if task is not None and (state is None or task.state is state):
+                    found.append(task)
+                if len(found) == page_size:
+                    break
+            if len(found) < page_size and len(rows) < page_size:
+                shard, last = shard + 1, ""  # this shard's listing is exhausted
+        more = shard < self.shard_count
+        return Page(found, encode_token(shard, last) if more else "")
 
 
 async def list_dead_tasks(

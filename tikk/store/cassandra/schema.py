@@ -122,6 +122,14 @@ STORE_MIGRATIONS = [
             namespace text, second bigint, used int, PRIMARY KEY ((namespace, second)))
             WITH default_time_to_live = 300""",
     ]),
+    # A label's tasks (``TaskStore.list_by_label``), one partition per namespace, label
+    # (``key=value``) and shard, so none grows past a shard's share of one label; rows
+    # expire with the task. Tasks created before this step are not in it.
+    Migration("store", 12, "tasks by label", [
+        """CREATE TABLE IF NOT EXISTS tasks_by_label (
+            namespace text, label text, shard int, task_id text,
+            PRIMARY KEY ((namespace, label, shard), task_id))""",
+    ]),
 ]  # fmt: skip
 
 

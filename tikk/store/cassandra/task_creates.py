@@ -23,6 +23,7 @@ from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
     due_values,
     half_written,
+    label_writes,
     listing_write,
     task_from_cql_row,
     task_ttl,
@@ -86,6 +87,8 @@ async def _write_pointers(db: CassandraSession, tasks: Sequence[Task]) -> None:
         rows.append(PartitionRow(("due", *due), INSERT_DUE, due_row, _row_bytes(t)))
         cql, params = listing_write(t, task_ttl(t))
         rows.append(PartitionRow(("listing", t.namespace, t.queue, t.shard), cql, params, 64))
+        for cql, params in label_writes(t, task_ttl(t)):
+            rows.append(PartitionRow(("label", *params[:3]), cql, params, 64))
     await db.execute_many(db.partition_batches(rows))
 
 

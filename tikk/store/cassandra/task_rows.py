@@ -35,6 +35,9 @@ INSERT_DUE = (
 INSERT_TASK_BY_QUEUE = (
     "INSERT INTO tasks_by_queue (namespace, queue, shard, task_id) VALUES (?, ?, ?, ?) USING TTL ?"
 )
+INSERT_TASK_BY_LABEL = (
+    "INSERT INTO tasks_by_label (namespace, label, shard, task_id) VALUES (?, ?, ?, ?) USING TTL ?"
+)
 _MAX_TTL_S = 630_720_000  # Cassandra's ceiling (20 years)
 
 
@@ -103,6 +106,14 @@ def due_values(e: DueEntry, now_ms: int) -> list[Any]:
 def listing_write(t: Task, ttl: int) -> tuple[str, list[Any]]:
     """The statement and values of the task's row in its queue's listing."""
     return INSERT_TASK_BY_QUEUE, [t.namespace, t.queue, t.shard, t.task_id, ttl]
+
+
+def label_writes(t: Task, ttl: int) -> list[tuple[str, list[Any]]]:
+    """The statements and values of the task's rows in its labels' listings."""
+    return [
+        (INSERT_TASK_BY_LABEL, [t.namespace, f"{k}={v}", t.shard, t.task_id, ttl])
+        for k, v in t.labels.items()
+    ]
 
 
 def half_written(row: Any) -> bool:

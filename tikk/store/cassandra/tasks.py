@@ -55,7 +55,9 @@ from tikk.store.cassandra.claims import claim_attempt_start, claim_due
 from tikk.store.cassandra.listings import (
     dead_letter_delete,
     dead_letter_write,
+    label_listing_deletes,
     list_dead_tasks,
+    list_label_tasks,
     list_queue_tasks,
     queue_listing_delete,
 )
@@ -67,6 +69,7 @@ from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
     due_values,
     entry_from_cql_row,
+    label_writes,
     listing_write,
     read_task,
     task_values,
@@ -205,6 +208,14 @@ class CassandraTaskStore:
             state=state, page_size=page_size, page_token=page_token,
         )  # fmt: skip
 
+    async def list_by_label(
+        self, namespace: str, label: tuple[str, str], page_size: int, page_token: str
+    ) -> Page[Task]:
+        return await list_label_tasks(
+            self._db, self._shard_count, namespace, label,
+            page_size=page_size, page_token=page_token,
+        )  # fmt: skip
+
     async def list_dead_letters(
         self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
     ) -> Page[Task]:
@@ -321,6 +332,7 @@ class CassandraTaskStore:
         await self._db.execute_batch([
             (INSERT_DUE, due_values(again.entry(), now_ms)),
             listing_write(again, ttl),
+            *label_writes(again, ttl),
             dead_letter_delete(task),
         ])  # fmt: skip
         return again
@@ -332,7 +344,9 @@ class CassandraTaskStore:
         params = [namespace, task_id, int(TaskState.DEAD_LETTERED), task.updated_ms]
         if not (await self._db.execute(PURGE_TASK, params))[0][0]:
             raise FailedPrecondition(f"task {task_id!r} changed while it was purged; look again")
-        await self._db.execute_batch([dead_letter_delete(task), queue_listing_delete(task)])
+        await self._db.execute_batch(
+            [dead_letter_delete(task), queue_listing_delete(task), *label_listing_deletes(task)]
+        )
         return task
 
     async def move_due(

@@ -4,7 +4,14 @@ older files then too (``ADDED_COLUMNS``)."""
 
 from __future__ import annotations
 
-TASKS_SCHEMA = """
+# The label index (``TaskStore.list_by_label``): a row per task and label, ``key=value`` (a
+# key holds no ``=``), kept by triggers on the task table whoever writes it. Labels never
+# change after a create, so inserts and deletes are all there is to follow. Tasks stored
+# before the index existed are indexed once, when its marker row is inserted (the
+# ``task_usage`` way, ``tikk.store.sqlite.quotas``).
+_LABEL = "json_each.key || '=' || json_each.value"
+TASKS_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS tasks (
     namespace TEXT NOT NULL,
     task_id TEXT NOT NULL,
@@ -71,6 +78,35 @@ CREATE TABLE IF NOT EXISTS start_claims (
     PRIMARY KEY (namespace, task_id, attempt, due_ms)
 ) WITHOUT ROWID;
 """
+    + f"""
+CREATE TABLE IF NOT EXISTS task_labels (
+    namespace TEXT NOT NULL,
+    label TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    PRIMARY KEY (namespace, label, task_id)
+) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS task_labels_insert AFTER INSERT ON tasks
+    WHEN NEW.labels <> '{{}}'
+    BEGIN
+        INSERT OR IGNORE INTO task_labels
+            SELECT NEW.namespace, {_LABEL}, NEW.task_id FROM json_each(NEW.labels);
+    END;
+CREATE TRIGGER IF NOT EXISTS task_labels_delete AFTER DELETE ON tasks
+    WHEN OLD.labels <> '{{}}'
+    BEGIN
+        DELETE FROM task_labels WHERE namespace = OLD.namespace AND task_id = OLD.task_id
+            AND label IN (SELECT {_LABEL} FROM json_each(OLD.labels));
+    END;
+CREATE TRIGGER IF NOT EXISTS task_labels_seed AFTER INSERT ON store_meta
+    WHEN NEW.key = 'task_labels'
+    BEGIN
+        INSERT OR IGNORE INTO task_labels
+            SELECT tasks.namespace, {_LABEL}, tasks.task_id FROM tasks, json_each(tasks.labels)
+            WHERE tasks.labels <> '{{}}';
+    END;
+INSERT OR IGNORE INTO store_meta VALUES ('task_labels', 'indexed');
+"""
+)
 
 # Columns added after the first release: files created before get them on open.
 ADDED_COLUMNS = {

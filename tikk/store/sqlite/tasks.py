@@ -47,6 +47,14 @@ from tikk.store.tasks import (
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
 _DUE_COLUMNS = ", ".join(DUE_READ_COLUMNS)
+# A label's tasks: the index's rows in task id order, each joined to its task row.
+_BY_LABEL = (
+    f"SELECT {', '.join('tasks.' + c for c in TASK_COLUMNS)} FROM task_labels"
+    " JOIN tasks ON tasks.namespace = task_labels.namespace"
+    " AND tasks.task_id = task_labels.task_id"
+    " WHERE task_labels.namespace = ? AND task_labels.label = ? AND task_labels.task_id > ?"
+    " ORDER BY task_labels.task_id LIMIT ?"
+)
 # The task file's page cache. Its indexes grow with the tasks stored; at SQLite's default
 # (2 MiB) a load of millions re-read index pages from the OS on every batch.
 CACHE_MIB = 64
@@ -130,6 +138,16 @@ class SqliteTaskStore:
         sql += " ORDER BY task_id LIMIT ?"
         args.append(page_size + 1)
         rows = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
+        tasks = [task_from_sql_row(r) for r in rows[:page_size]]
+        more = len(rows) > page_size
+        return Page(tasks, encode_token(tasks[-1].task_id) if more else "")
+
+    async def list_by_label(
+        self, namespace: str, label: tuple[str, str], page_size: int, page_token: str
+    ) -> Page[Task]:
+        after = decode_token(page_token, (str,))
+        args = (namespace, f"{label[0]}={label[1]}", str(after[0]) if after else "", page_size + 1)
+        rows = await self._db.run(lambda conn: conn.execute(_BY_LABEL, args).fetchall())
         tasks = [task_from_sql_row(r) for r in rows[:page_size]]
         more = len(rows) > page_size
         return Page(tasks, encode_token(tasks[-1].task_id) if more else "")
