@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from server.api.admin import AdminService
+from server.api.bulk import BulkService
 from server.api.history import HistoryService
 from server.api.schedules import ScheduleService
 from server.api.tasks import TaskService
@@ -35,12 +36,14 @@ from server.interceptors.spans import CallSpans
 from server.interceptors.statuses import ErrorStatuses
 from server.listen_address import address_taken
 from server.ops.admin import AdminOps
+from server.ops.bulk_actions import BulkActions, runner_id
 from server.ops.history import HistoryOps
 from server.ops.late_writes import LateWriteGuard
 from server.ops.quotas import QuotaGate
 from server.ops.results import ResultRecorder
 from server.ops.schedules import ScheduleOps
 from server.ops.start_timeouts import StartTimeouts
+from server.ops.task_search import TaskSearch
 from server.ops.tasks import TaskOps
 from server.ops.upcoming import UpcomingCounts
 from server.transport_security import check_transport, server_credentials
@@ -53,6 +56,8 @@ from tikk.telemetry import Telemetry
 from tikk.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    bulk_pb2,
+    bulk_pb2_grpc,
     history_pb2,
     history_pb2_grpc,
     schedules_pb2,
@@ -71,6 +76,7 @@ _SERVICES = [
     history_pb2.DESCRIPTOR.services_by_name["HistoryService"].full_name,
     worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
     schedules_pb2.DESCRIPTOR.services_by_name["ScheduleService"].full_name,
+    bulk_pb2.DESCRIPTOR.services_by_name["BulkService"].full_name,
 ]
 
 
@@ -98,6 +104,7 @@ class ApiServer:
         )
         self._reporting: asyncio.Task[None] | None = None
         self._counting: asyncio.Task[None] | None = None
+        self._bulk: asyncio.Task[None] | None = None
         telemetry = telemetry or Telemetry()
         self._server = grpc.aio.server(
             interceptors=interceptor_chain(settings, backends.credentials, telemetry),
@@ -130,6 +137,7 @@ class ApiServer:
         if self._report_backlog is not None:
             self._reporting = asyncio.create_task(self._report_backlog())
         self._counting = asyncio.create_task(self._ops.upcoming.run(), name="tikk-due-counts")
+        self._bulk = asyncio.create_task(self._ops.bulk.run(), name="tikk-bulk-actions")
         return self.port
 
     def _bind(self) -> int:
@@ -150,10 +158,11 @@ class ApiServer:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        if self._reporting is not None:
-            self._reporting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reporting
+        for running in (self._reporting, self._bulk):  # a bulk action resumes from its last step
+            if running is not None:
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
         await self._server.stop(grace_s)
         if self._counting is not None:  # after the calls: what they counted is written
             self._counting.cancel()
@@ -216,6 +225,9 @@ class Operations:
     guard: LateWriteGuard
     # The due counts the writes change (the console's upcoming view); flushed while serving.
     upcoming: UpcomingCounts
+    # Reads what a task filter selects; bulk actions act on it, run while serving.
+    search: TaskSearch
+    bulk: BulkActions
 
     @classmethod
     def over(
@@ -239,7 +251,11 @@ class Operations:
         )  # fmt: skip
         tasks = TaskOps(b.store, b.queue, clock, guard=guard, quotas=quotas, upcoming=upcoming)
         admin = AdminOps(b.quotas, quotas, clock)
-        return cls(tasks, results, schedules, HistoryOps(b.history), admin, guard, upcoming)
+        search = TaskSearch(b.store, clock)
+        bulk = BulkActions(b.bulk_actions, search, tasks, clock, owner=runner_id())
+        return cls(
+            tasks, results, schedules, HistoryOps(b.history), admin, guard, upcoming, search, bulk
+        )
 
 
 def _add_services(
@@ -251,7 +267,7 @@ def _add_services(
 ) -> None:
     """The tikk.v1 services (``server.api``) on ``server``."""
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(
-        TaskService(ops.tasks, settings, clock, telemetry), server
+        TaskService(ops.tasks, ops.search, settings, clock, telemetry), server
     )
     history_pb2_grpc.add_HistoryServiceServicer_to_server(
         HistoryService(ops.history, ops.tasks, settings, clock), server
@@ -263,3 +279,6 @@ def _add_services(
         ScheduleService(ops.schedules, settings, clock), server
     )
     admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminService(ops.admin), server)
+    bulk_pb2_grpc.add_BulkServiceServicer_to_server(
+        BulkService(ops.bulk, ops.search, settings), server
+    )

@@ -21,6 +21,7 @@ from history.run_history import RunHistory
 from tikk.errors import InvalidArgument
 from tikk.ready_queue import ReadyQueue
 from tikk.settings import Settings
+from tikk.store.bulk_actions import BulkActionStore
 from tikk.store.credentials import CredentialStore
 from tikk.store.due_counts import DueCountStore
 from tikk.store.quotas import QuotaStore
@@ -109,6 +110,18 @@ def _cassandra_due_counts(url: str, shards: int, drivers: Drivers) -> DueCountSt
     return CassandraDueCountStore(drivers.cassandra(url, "store_url"))
 
 
+def _sqlite_bulk_actions(url: str, shards: int, drivers: Drivers) -> BulkActionStore:
+    from tikk.store.sqlite.bulk_actions import SqliteBulkActionStore
+
+    return SqliteBulkActionStore(split_url("store_url", url)[1])
+
+
+def _cassandra_bulk_actions(url: str, shards: int, drivers: Drivers) -> BulkActionStore:
+    from tikk.store.cassandra.bulk_actions import CassandraBulkActionStore
+
+    return CassandraBulkActionStore(drivers.cassandra(url, "store_url"))
+
+
 def _sqlite_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
     from history.sqlite import SqliteRunHistory
 
@@ -168,6 +181,11 @@ QUOTA_STORES: Mapping[str, Callable[[str, int, Drivers], QuotaStore]] = {
 DUE_COUNT_STORES: Mapping[str, Callable[[str, int, Drivers], DueCountStore]] = {
     "sqlite": _sqlite_due_counts,
     "cassandra": _cassandra_due_counts,
+}
+# Operators' bulk actions and their progress, beside the tasks they act on.
+BULK_ACTION_STORES: Mapping[str, Callable[[str, int, Drivers], BulkActionStore]] = {
+    "sqlite": _sqlite_bulk_actions,
+    "cassandra": _cassandra_bulk_actions,
 }
 RUN_HISTORIES: Mapping[str, Callable[[str, int, Drivers], RunHistory]] = {
     "sqlite": _sqlite_history,
@@ -232,6 +250,11 @@ async def open_quotas(settings: Settings, drivers: Drivers) -> QuotaStore:
 async def open_due_counts(settings: Settings, drivers: Drivers) -> DueCountStore:
     url, shards = settings.store_url, settings.shard_count
     return await started(build(DUE_COUNT_STORES, "store_url", url, shards, drivers))
+
+
+async def open_bulk_actions(settings: Settings, drivers: Drivers) -> BulkActionStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(BULK_ACTION_STORES, "store_url", url, shards, drivers))
 
 
 async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
@@ -300,12 +323,14 @@ class Backends:
     schedules: ScheduleStore
     quotas: QuotaStore
     due_counts: DueCountStore
+    bulk_actions: BulkActionStore
     # Open when the API checks callers (``settings.security.auth``).
     credentials: CredentialStore | None = None
 
     async def close(self) -> None:
         if self.credentials is not None:
             await self.credentials.close()
+        await self.bulk_actions.close()
         await self.due_counts.close()
         await self.quotas.close()
         await self.queue.close()
@@ -330,8 +355,10 @@ async def open_backends(settings: Settings, drivers: Drivers | None = None) -> B
         opened.push_async_callback(quotas.close)
         due_counts = await open_due_counts(settings, drivers)
         opened.push_async_callback(due_counts.close)
+        bulk_actions = await open_bulk_actions(settings, drivers)
+        opened.push_async_callback(bulk_actions.close)
         credentials = None
         if settings.security.auth:
             credentials = await open_credentials(settings, drivers)
         opened.pop_all()
-    return Backends(store, history, queue, schedules, quotas, due_counts, credentials)
+    return Backends(store, history, queue, schedules, quotas, due_counts, bulk_actions, credentials)

@@ -75,6 +75,13 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         tid = validation.task_id(request.task_id, self._limits)
         return task_to_proto(await self._tasks.redrive(ns, tid))
 
+    async def PurgeDeadLetter(
+        self, request: history_pb2.PurgeDeadLetterRequest, context: Ctx
+    ) -> tasks_pb2.Task:
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, self._limits)
+        return task_to_proto(await self._tasks.purge(ns, tid))
+
     async def ListScheduleOccurrences(
         self, request: history_pb2.ListScheduleOccurrencesRequest, context: Ctx
     ) -> history_pb2.ListScheduleOccurrencesResponse:

@@ -10,16 +10,19 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from server.api import validation
+from server.api.bulk_fields import label_selector
 from server.api.imports import import_batch
 from server.api.messages import task_to_proto
 from server.api.status import Ctx, bounded, code_of, detail_of, idle_bounded, numeric
 from server.api.streams import answer_in_order
+from server.ops.task_search import TaskSearch
 from server.ops.tasks import Created, TaskOps
 from tikk.clock import Clock
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import Task
 from tikk.ready_queue import QueueBacklog
 from tikk.settings import Settings
+from tikk.task_filters import TaskFilter
 from tikk.telemetry import Telemetry
 from tikk.timestamps import to_duration
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
@@ -30,9 +33,11 @@ CreateMany = Callable[[Sequence[Task]], Awaitable[list[Created]]]
 
 class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     def __init__(
-        self, tasks: TaskOps, settings: Settings, clock: Clock, telemetry: Telemetry
-    ) -> None:
+        self, tasks: TaskOps, search: TaskSearch, settings: Settings, clock: Clock,
+        telemetry: Telemetry,
+    ) -> None:  # fmt: skip
         self._tasks = tasks
+        self._search = search
         self._settings = settings
         self._clock = clock
         self._telemetry = telemetry
@@ -124,10 +129,17 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         self, request: tasks_pb2.ListTasksRequest, context: Ctx
     ) -> tasks_pb2.ListTasksResponse:
         ns = validation.namespace(request.namespace)
-        queue = validation.queue(request.queue, self._settings.limits)
+        limits = self._settings.limits
         state = validation.task_state(request.state)
-        size = validation.listing_page_size(request.page_size, self._settings.limits)
-        page = await self._tasks.list_tasks(ns, queue, state, size, request.page_token)
+        size = validation.listing_page_size(request.page_size, limits)
+        if request.label_selector:  # through the label index, the queue a filter
+            queue = validation.queue(request.queue, limits) if request.queue else ""
+            labels = label_selector(request.label_selector)
+            found = TaskFilter(ns, queue, labels, state)
+            page, _ = await self._search.page(found, size, request.page_token)
+        else:
+            queue = validation.queue(request.queue, limits)
+            page = await self._tasks.list_tasks(ns, queue, state, size, request.page_token)
         return tasks_pb2.ListTasksResponse(
             tasks=[task_to_proto(t) for t in page.items], next_page_token=page.next_token
         )

@@ -20,7 +20,8 @@ Decisions on calls that span namespaces:
 - ``PreviewSchedule`` of a spec (no stored schedule) reads nothing stored; ``read`` on any
   namespace suffices. Of a stored schedule, ``read`` on its namespace.
 - ``TriggerSchedule`` creates a task now: ``write``. Pausing, resuming, deleting and
-  backfilling schedules, and redriving dead letters are ``admin``.
+  backfilling schedules, and redriving and purging dead letters are ``admin``, one at a time
+  or in bulk.
 """
 
 from __future__ import annotations
@@ -76,6 +77,10 @@ def _namespace(m: Any) -> Iterable[str]:
     return (_ns(m.namespace),)
 
 
+def _filter_namespace(m: Any) -> Iterable[str]:
+    return (_ns(m.filter.namespace),)
+
+
 def _schedule_namespace(m: Any) -> Iterable[str]:
     return (_ns(m.schedule.namespace),)
 
@@ -106,6 +111,7 @@ ADMIN = Rule(Role.ADMIN, _namespace)
 _TASKS, _HISTORY = "/tikk.v1.TaskService/", "/tikk.v1.HistoryService/"
 _SCHEDULES, _WORKERS = "/tikk.v1.ScheduleService/", "/tikk.v1.WorkerService/"
 _ADMIN = "/tikk.v1.AdminService/"
+_BULK = "/tikk.v1.BulkService/"
 
 POLICY: Mapping[str, Rule] = {
     _TASKS + "CreateTask": WRITE,
@@ -120,6 +126,7 @@ POLICY: Mapping[str, Rule] = {
     _HISTORY + "GetRun": READ,
     _HISTORY + "ListDeadLetters": READ,
     _HISTORY + "RedriveTask": ADMIN,
+    _HISTORY + "PurgeDeadLetter": ADMIN,
     _HISTORY + "ListScheduleOccurrences": READ,
     _SCHEDULES + "CreateSchedule": Rule(Role.WRITE, _schedule_namespace),
     _SCHEDULES + "GetSchedule": READ,
@@ -140,6 +147,15 @@ POLICY: Mapping[str, Rule] = {
     _ADMIN + "GetNamespaceQuotas": READ,
     _ADMIN + "SetNamespaceQuotas": Rule(Role.ADMIN, _every_namespace),
     _ADMIN + "RecountNamespaceUsage": ADMIN,
+    # Bulk verbs need what the verb needs of one task: write to cancel, admin to re-drive or
+    # purge; stopping an action needs write, seeing them read.
+    _BULK + "CountTasks": Rule(Role.READ, _filter_namespace),
+    _BULK + "BulkCancelTasks": Rule(Role.WRITE, _filter_namespace),
+    _BULK + "BulkRedriveTasks": Rule(Role.ADMIN, _filter_namespace),
+    _BULK + "BulkPurgeTasks": Rule(Role.ADMIN, _filter_namespace),
+    _BULK + "GetBulkAction": READ,
+    _BULK + "ListBulkActions": READ,
+    _BULK + "StopBulkAction": WRITE,
 }
 ANY_CREDENTIAL = Rule(None)
 

@@ -15,6 +15,7 @@ import pytest
 from dispatcher.ready_queue.local import LocalReadyQueue
 from history.run_history import RunHistory
 from server.wiring import (
+    BULK_ACTION_STORES,
     QUOTA_STORES,
     RUN_HISTORIES,
     SCHEDULE_STORES,
@@ -28,6 +29,7 @@ from tests.contract.cassandra_keyspace import TestKeyspace
 from tests.services import KAFKA, kafka_options, require, with_login
 from tikk.clock import Clock
 from tikk.ready_queue import ReadyQueue
+from tikk.store.bulk_actions import BulkActionStore
 from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
@@ -265,3 +267,13 @@ async def queue_pair(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIte
         yield pair
     finally:
         await pair.close()
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+async def bulk_store(
+    request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
+) -> AsyncIterator[BulkActionStore]:
+    url = backend_url(request.param, tmp_path, keyspace)
+    backend = await open_backend(BULK_ACTION_STORES, url, Drivers())
+    yield backend
+    await backend.close()

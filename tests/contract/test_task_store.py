@@ -546,7 +546,9 @@ async def test_a_redriven_task_can_start_again(store: TaskStore) -> None:
     assert await store.claim_start(again.entry(), again.due_ms + 10)
 
 
-async def labelled(store: TaskStore, namespace: str, label: tuple[str, str], size: int) -> list[str]:
+async def labelled(
+    store: TaskStore, namespace: str, label: tuple[str, str], size: int
+) -> list[str]:
     """Every task id the label listing gives, page by page (short pages included)."""
     ids, token = [], ""
     while True:

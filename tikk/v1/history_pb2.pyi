@@ -156,6 +156,14 @@ class RedriveTaskRequest(_message.Message):
     task_id: str
     def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
+class PurgeDeadLetterRequest(_message.Message):
+    __slots__ = ("namespace", "task_id")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    task_id: str
+    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
 class ScheduleOccurrence(_message.Message):
     __slots__ = ("namespace", "schedule_id", "nominal_time", "fire_time", "outcome", "decide_time", "lateness", "task_id", "reason")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

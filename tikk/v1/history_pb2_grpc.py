@@ -60,6 +60,11 @@ class HistoryServiceStub:
                 request_serializer=tikk_dot_v1_dot_history__pb2.RedriveTaskRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_tasks__pb2.Task.FromString,
                 _registered_method=True)
+        self.PurgeDeadLetter = channel.unary_unary(
+                '/tikk.v1.HistoryService/PurgeDeadLetter',
+                request_serializer=tikk_dot_v1_dot_history__pb2.PurgeDeadLetterRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_tasks__pb2.Task.FromString,
+                _registered_method=True)
         self.ListScheduleOccurrences = channel.unary_unary(
                 '/tikk.v1.HistoryService/ListScheduleOccurrences',
                 request_serializer=tikk_dot_v1_dot_history__pb2.ListScheduleOccurrencesRequest.SerializeToString,
@@ -101,6 +106,15 @@ class HistoryServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PurgeDeadLetter(self, request, context):
+        """Deletes a dead-lettered task for good (its runs stay in the history) and returns it as
+        it was. Only while it is dead-lettered: FAILED_PRECONDITION otherwise, and a re-drive
+        racing the purge wins whole.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListScheduleOccurrences(self, request, context):
         """What became of each occurrence of a schedule: fired, skipped, missed, backfilled.
         """
@@ -134,6 +148,11 @@ def add_HistoryServiceServicer_to_server(servicer, server):
             'RedriveTask': grpc.unary_unary_rpc_method_handler(
                     servicer.RedriveTask,
                     request_deserializer=tikk_dot_v1_dot_history__pb2.RedriveTaskRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_tasks__pb2.Task.SerializeToString,
+            ),
+            'PurgeDeadLetter': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeDeadLetter,
+                    request_deserializer=tikk_dot_v1_dot_history__pb2.PurgeDeadLetterRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_tasks__pb2.Task.SerializeToString,
             ),
             'ListScheduleOccurrences': grpc.unary_unary_rpc_method_handler(
@@ -276,6 +295,33 @@ class HistoryService:
             target,
             '/tikk.v1.HistoryService/RedriveTask',
             tikk_dot_v1_dot_history__pb2.RedriveTaskRequest.SerializeToString,
+            tikk_dot_v1_dot_tasks__pb2.Task.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeDeadLetter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.HistoryService/PurgeDeadLetter',
+            tikk_dot_v1_dot_history__pb2.PurgeDeadLetterRequest.SerializeToString,
             tikk_dot_v1_dot_tasks__pb2.Task.FromString,
             options,
             channel_credentials,

@@ -199,18 +199,20 @@ class CancelTaskRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("namespace", "queue", "state", "page_size", "page_token")
+    __slots__ = ("namespace", "queue", "state", "page_size", "page_token", "label_selector")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     queue: str
     state: TaskState
     page_size: int
     page_token: str
-    def __init__(self, namespace: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    label_selector: str
+    def __init__(self, namespace: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., label_selector: _Optional[str] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("tasks", "next_page_token")

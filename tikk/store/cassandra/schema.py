@@ -130,6 +130,17 @@ STORE_MIGRATIONS = [
             namespace text, label text, shard int, task_id text,
             PRIMARY KEY ((namespace, label, shard), task_id))""",
     ]),
+    # Bulk actions (``tikk.store.cassandra.bulk_actions``): a namespace's actions in one
+    # partition, kept 30 days; the running ones listed in one small partition.
+    Migration("store", 13, "bulk actions", [
+        """CREATE TABLE IF NOT EXISTS bulk_actions (
+            namespace text, action_id text, version int, state int, body text,
+            PRIMARY KEY ((namespace), action_id))
+            WITH CLUSTERING ORDER BY (action_id DESC) AND default_time_to_live = 2592000""",
+        """CREATE TABLE IF NOT EXISTS bulk_actions_running (
+            ring int, namespace text, action_id text,
+            PRIMARY KEY ((ring), namespace, action_id))""",
+    ]),
 ]  # fmt: skip
 
 

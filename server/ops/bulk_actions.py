@@ -1,0 +1,248 @@
+"""Bulk actions (``tikk.bulk_actions``): previewed, started, followed, stopped, and run.
+
+Every server runs the actions it finds RUNNING whose lease is its own or has run out
+(``run``), one at a time, a page of matches after another: it acts on a page's tasks a few
+at a time through ``TaskOps`` (each verb's own conditions decide what is acted on), then
+stores the page's counts and the listing's next token with a longer lease, under the
+action's version. A write refused there means someone else changed the action (a stop, or a
+server that took it over when the lease ran out): this server lets it go. A server that dies
+mid-page leaves the last stored token: whoever resumes reads that page again and finds the
+tasks it acted on moved on (counted skipped), so no task is acted on twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from server.ops.task_search import Count, TaskSearch
+from tikk.bulk_actions import BulkAction, BulkProgress, BulkState, BulkVerb
+from tikk.clock import Clock
+from tikk.errors import (
+    BackendUnavailable,
+    CancelUnsettled,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    TikkError,
+)
+from tikk.model import Page, Task
+from tikk.store.bulk_actions import BulkActionStore
+from tikk.task_filters import TaskFilter
+
+log = logging.getLogger("tikk.bulk")
+
+
+@dataclass(frozen=True)
+class BulkSettings:
+    """How a server runs bulk actions."""
+
+    # Tasks of the listing read per page (and per stored step).
+    page_size: int = 500
+    # Tasks of a page acted on at once.
+    concurrency: int = 16
+    # How long an action stays this server's after its last stored step.
+    lease_ms: int = 30_000
+    # How often a server looks for actions to run or resume.
+    poll_s: float = 2.0
+
+
+class TaskVerbs(Protocol):
+    """What a bulk action does to one task (``server.ops.tasks.TaskOps``)."""
+
+    async def cancel(self, namespace: str, task_id: str) -> Task: ...
+
+    async def redrive(self, namespace: str, task_id: str) -> Task: ...
+
+    async def purge(self, namespace: str, task_id: str) -> Task: ...
+
+    async def get(self, namespace: str, task_id: str) -> Task: ...
+
+
+class _Outcome(enum.Enum):
+    ACTED = "acted"
+    SKIPPED = "skipped"
+    FAILED = "failed"
+
+
+class BulkActions:
+    """The bulk actions of every namespace as one server process runs them."""
+
+    def __init__(
+        self, store: BulkActionStore, search: TaskSearch, tasks: TaskVerbs, clock: Clock, *,
+        owner: str, settings: BulkSettings | None = None,
+    ) -> None:  # fmt: skip
+        self._store = store
+        self._search = search
+        self._tasks = tasks
+        self._clock = clock
+        self._owner = owner
+        self._settings = settings or BulkSettings()
+        self._wake = asyncio.Event()
+
+    async def preview(self, verb: BulkVerb, f: TaskFilter) -> Count:
+        """A dry run: how many tasks the verb would act on, and the first few."""
+        return await self._search.count(for_verb(verb, f))
+
+    async def start(self, verb: BulkVerb, f: TaskFilter, action_id: str) -> BulkAction:
+        """Store a new action (or find the one stored under ``action_id``) and wake the
+        runner; returns it as stored."""
+        wanted = for_verb(verb, f)
+        self._search.check(wanted)
+        now = self._clock.now_ms()
+        chosen = action_id or f"{now:013d}-{os.urandom(4).hex()}"
+        new = BulkAction(f.namespace, chosen, verb, wanted, now, now)
+        action, created = await self._store.create(new)
+        if created:
+            log.info("bulk %s %s started: %s", verb.name.lower(), chosen, new.filter.describe())
+            self._wake.set()
+        return action
+
+    async def get(self, namespace: str, action_id: str) -> BulkAction:
+        return await self._store.get(namespace, action_id)
+
+    async def list(self, namespace: str, size: int, token: str) -> Page[BulkAction]:
+        return await self._store.list(namespace, size, token)
+
+    async def stop(self, namespace: str, action_id: str) -> BulkAction:
+        """Stop an action after the task it is at (a no-op on one that ended)."""
+        while True:
+            action = await self._store.get(namespace, action_id)
+            if action.state is not BulkState.RUNNING:
+                return action
+            now = self._clock.now_ms()
+            stopped = action.next_version(state=BulkState.STOPPED, updated_ms=now, finished_ms=now)
+            if await self._store.replace(stopped):
+                return stopped
+
+    async def run(self) -> None:
+        """Run and resume actions until cancelled (a task of the serving process)."""
+        while True:
+            self._wake.clear()  # before the look: a start during it wakes the next one
+            try:
+                await self.run_due()
+            except BackendUnavailable as exc:
+                log.warning("bulk actions: %s; trying again", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._settings.poll_s)
+
+    async def run_due(self) -> None:
+        """Drive every action that is this server's to run now, each until it ends or is
+        taken from it."""
+        for action in await self._store.running(64):
+            mine = action.owner == self._owner
+            if mine or action.lease_until_ms <= self._clock.now_ms():
+                await self._drive(action)
+
+    async def _drive(self, action: BulkAction) -> None:
+        claimed = self._step(action, action.cursor, BulkProgress(), finished=False)
+        if not await self._store.replace(claimed):
+            return  # another server took it first, or it was stopped
+        action = claimed
+        while True:
+            try:
+                page, read = await self._search.page(
+                    action.filter, self._settings.page_size, action.cursor
+                )
+            except InvalidArgument as exc:  # a filter or token no listing takes any more
+                await self._store.replace(self._failed(action, str(exc)))
+                return
+            done = await self._act_on(action.verb, page.items)
+            done = replace(done, read=read, matched=len(page.items))
+            following = self._step(action, page.next_token, done, finished=not page.next_token)
+            if not await self._store.replace(following):
+                return  # stopped, or taken over after this server's lease ran out
+            action = following
+            if action.state is not BulkState.RUNNING:
+                log.info("bulk %s ended %s", action.action_id, action.progress)
+                return
+
+    def _step(
+        self, action: BulkAction, cursor: str, done: BulkProgress, *, finished: bool
+    ) -> BulkAction:
+        """``action`` one step on: ``done`` added, going on from ``cursor`` (or ended), this
+        server's for another lease."""
+        now = self._clock.now_ms()
+        return action.next_version(
+            cursor=cursor, progress=action.progress.plus(done), owner=self._owner,
+            lease_until_ms=now + self._settings.lease_ms, updated_ms=now,
+            state=BulkState.SUCCEEDED if finished else BulkState.RUNNING,
+            finished_ms=now if finished else None,
+        )  # fmt: skip
+
+    async def _act_on(self, verb: BulkVerb, tasks: Sequence[Task]) -> BulkProgress:
+        """Act on ``tasks``, a few at a time; what became of them."""
+        gate = asyncio.Semaphore(self._settings.concurrency)
+
+        async def one(task: Task) -> tuple[_Outcome, str]:
+            async with gate:
+                return await self._act(verb, task)
+
+        outcomes = await asyncio.gather(*(one(t) for t in tasks))
+        reasons = [r for o, r in outcomes if o is _Outcome.FAILED]
+        return BulkProgress(
+            acted=sum(o is _Outcome.ACTED for o, _ in outcomes),
+            skipped=sum(o is _Outcome.SKIPPED for o, _ in outcomes),
+            failed=len(reasons), error=reasons[-1] if reasons else "",
+        )  # fmt: skip
+
+    async def _act(self, verb: BulkVerb, task: Task) -> tuple[_Outcome, str]:
+        """One task: acted on, skipped (it moved on), or failed (refused, with why). A
+        store that fails raises: the page is read and acted on again later."""
+        ns, task_id = task.namespace, task.task_id
+        began = self._clock.now_ms()
+        try:
+            if verb is BulkVerb.CANCEL:
+                cancelled = await self._tasks.cancel(ns, task_id)
+                mine = cancelled.updated_ms >= began
+                return (_Outcome.ACTED if mine else _Outcome.SKIPPED), ""
+            if verb is BulkVerb.REDRIVE:
+                await self._tasks.redrive(ns, task_id)
+            else:
+                await self._tasks.purge(ns, task_id)
+            return _Outcome.ACTED, ""
+        except NotFound:
+            return _Outcome.SKIPPED, ""
+        except CancelUnsettled as exc:
+            return _Outcome.FAILED, str(exc)
+        except FailedPrecondition as exc:
+            return await self._refused(verb, task, exc)
+
+    async def _refused(self, verb: BulkVerb, task: Task, exc: TikkError) -> tuple[_Outcome, str]:
+        """A refusal of a task that moved on is a skip; of one still in the verb's state
+        (a cancel too close to its due time), a failure."""
+        try:
+            now = await self._tasks.get(task.namespace, task.task_id)
+        except NotFound:
+            return _Outcome.SKIPPED, ""
+        return (_Outcome.FAILED, str(exc)) if now.state is verb.acts_on else (_Outcome.SKIPPED, "")
+
+    def _failed(self, action: BulkAction, error: str) -> BulkAction:
+        now = self._clock.now_ms()
+        return action.next_version(
+            state=BulkState.FAILED, updated_ms=now, finished_ms=now,
+            progress=replace(action.progress, error=error),
+        )  # fmt: skip
+
+
+def runner_id() -> str:
+    """This process among the servers that run bulk actions: host, pid and a random part
+    (a restarted process is another runner; its old lease runs out)."""
+    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
+
+
+def for_verb(verb: BulkVerb, f: TaskFilter) -> TaskFilter:
+    """``f`` in the state ``verb`` acts on; ``InvalidArgument`` if it names another."""
+    if f.state is not None and f.state is not verb.acts_on:
+        raise InvalidArgument(
+            "filter.state", f"{verb.name.lower()} acts on {verb.acts_on.name.lower()} tasks, "
+            f"not {f.state.name.lower()} ones",
+        )  # fmt: skip
+    return replace(f, state=verb.acts_on)
