@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from server.cli import (
     auth,
+    bulk,
     certs,
     delivery_keys,
     processes,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         tasks,
         schedules,
         queues,
+        bulk,
         quotas,
     ):
         commands.register(sub)

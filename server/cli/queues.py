@@ -1,10 +1,12 @@
-"""``dead-letters`` (list, redrive) and ``queues`` (what waits in each ready queue)."""
+"""``dead-letters`` (list; redrive and purge, one or by filter) and ``queues`` (what waits in
+each ready queue)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
+from server.cli.bulk import action_options, one_or_many, run_verb, selection_options
 from server.cli.client import client, lines, show, show_page, task_line
 from server.cli.options import client_options, paging
 from tikk.client import Client
@@ -18,8 +20,19 @@ def _dead_list(args: argparse.Namespace, tikk: Client) -> None:
 
 
 def _dead_redrive(args: argparse.Namespace, tikk: Client) -> None:
+    if one_or_many(args):
+        run_verb(args, tikk, tikk.bulk_redrive, "dead_lettered")
+        return
     t = tikk.redrive_task(args.id)
     show(args, t, lambda: task_line(t))
+
+
+def _dead_purge(args: argparse.Namespace, tikk: Client) -> None:
+    if one_or_many(args):
+        run_verb(args, tikk, tikk.bulk_purge, "dead_lettered")
+        return
+    t = tikk.purge_dead_letter(args.id)
+    show(args, t, lambda: "purged  " + task_line(t))
 
 
 def _queue_line(q: tasks_pb2.QueueInfo) -> str:
@@ -48,10 +61,20 @@ def _dead_commands(parent: argparse.ArgumentParser) -> None:
     paging(p)
     p.add_argument("--queue")
     p.set_defaults(func=client(_dead_list))
-    p = sub.add_parser("redrive")
-    client_options(p)
-    p.add_argument("id")
-    p.set_defaults(func=client(_dead_redrive))
+    for name, fn, about in [
+        (
+            "redrive",
+            _dead_redrive,
+            "run a dead letter again from attempt 1, or all a filter selects",
+        ),
+        ("purge", _dead_purge, "delete a dead letter for good, or all a filter selects"),
+    ]:
+        p = sub.add_parser(name, help=about)
+        client_options(p)
+        p.add_argument("id", nargs="?", help="the task (or give filter options instead)")
+        selection_options(p, dead=True)
+        action_options(p)
+        p.set_defaults(func=client(fn))
 
 
 def _queue_commands(parent: argparse.ArgumentParser) -> None:

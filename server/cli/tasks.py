@@ -8,10 +8,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from server.cli.bulk import (
+    action_options,
+    one_or_many,
+    register_count,
+    run_verb,
+    selection_options,
+)
 from server.cli.client import client, instant, show, show_page, span, task_line, ts
 from server.cli.imports import register as register_import
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
 from tikk.client import Client, RetryOptions, TaskSpec
+from tikk.errors import InvalidArgument
 from tikk.text_rules import shown
 from tikk.v1 import history_pb2, tasks_pb2
 
@@ -61,12 +69,20 @@ def _task_get(args: argparse.Namespace, tikk: Client) -> None:
 
 
 def _task_cancel(args: argparse.Namespace, tikk: Client) -> None:
+    """One task by id, or every scheduled task a filter selects (``server.cli.bulk``)."""
+    if one_or_many(args):
+        run_verb(args, tikk, tikk.bulk_cancel, "scheduled")
+        return
     t = tikk.cancel_task(args.id)
     show(args, t, lambda: task_line(t))
 
 
 def _task_list(args: argparse.Namespace, tikk: Client) -> None:
-    listing = tikk.list_tasks(args.queue, state=args.state, page_size=args.limit)
+    if not args.queue and not args.label:
+        raise InvalidArgument("queue", "give --queue, --label or both")
+    listing = tikk.list_tasks(
+        args.queue or "", state=args.state, labels=",".join(args.label), page_size=args.limit
+    )
     show_page(args, listing.page(args.page_token), task_line)
 
 
@@ -114,15 +130,23 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
         help="dead-letter an attempt that no worker started this long after its due time",
     )  # fmt: skip
     p.set_defaults(func=client(_task_create))
-    for name, fn in [("get", _task_get), ("cancel", _task_cancel)]:
-        p = sub.add_parser(name)
-        client_options(p)
-        p.add_argument("id")
-        p.set_defaults(func=client(fn))
+    p = sub.add_parser("get")
+    client_options(p)
+    p.add_argument("id")
+    p.set_defaults(func=client(_task_get))
+    p = sub.add_parser("cancel", help="a task by id, or every scheduled task a filter selects")
+    client_options(p)
+    p.add_argument("id", nargs="?", help="the task (or give filter options instead)")
+    selection_options(p, dead=False)
+    action_options(p)
+    p.set_defaults(func=client(_task_cancel))
+    register_count(sub)
     p = sub.add_parser("list")
     client_options(p)
     paging(p)
-    p.add_argument("--queue", required=True)
+    p.add_argument("--queue", help="required unless --label is given")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE|KEY!=VALUE",
+                   help="tasks whose labels match (repeat for more terms)")  # fmt: skip
     p.add_argument(
         "--state", choices=["scheduled", "dispatched", "succeeded", "dead_lettered", "cancelled"]
     )

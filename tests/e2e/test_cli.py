@@ -172,3 +172,45 @@ def test_an_import_is_paced_by_the_namespaces_rate_not_refused(split: tuple[str,
     assert "1,500 accepted (1,500 created), 0 rejected" in done.stdout
     assert took >= 3.0, took
     assert "\r" not in done.stderr  # its progress, written to a pipe, is whole lines
+
+
+def test_tasks_of_a_label_are_counted_and_cancelled_in_bulk(split: tuple[str, Path]) -> None:
+    address, tmp = split
+    source = tmp / "labelled.jsonl"
+    rows = [json.dumps({"task_id": f"c-{i}", "queue": "later", "handler": "record",
+                        "labels": {"customer": "acme" if i % 3 else "bolt"},
+                        "run_at": "2030-01-01T00:00:00Z"}) for i in range(300)]  # fmt: skip
+    source.write_text("\n".join(rows) + "\n")
+    assert tikk(address, "task", "import", str(source), "--rejects", str(tmp / "r")).returncode == 0
+    counted = tikk_json(address, "task", "count", "--label", "customer=acme")
+    assert (counted["count"], counted["complete"]) == ("200", True)
+    dry = tikk(address, "task", "cancel", "--label", "customer=acme", "--dry-run")
+    assert dry.stdout.startswith("dry run: cancel would act on 200 tasks (read 200)"), dry.stdout
+    done = tikk(address, "task", "cancel", "--label", "customer=acme", "--queue", "later",
+                "--wait", "--action-id", "acme-out")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "acme-out  cancel succeeded  read 200  matched 200  acted 200" in done.stdout
+    again = tikk(address, "task", "cancel", "--label", "customer=acme", "--action-id", "acme-out")
+    assert "acted 200" in again.stdout  # the same action, not a second one
+    listed = tikk_json(address, "task", "list", "--label", "customer!=acme,customer=bolt",
+                       "--limit", "1000")  # fmt: skip
+    assert len(listed["tasks"]) == 100
+    assert {t["state"] for t in listed["tasks"]} == {"TASK_STATE_SCHEDULED"}
+    actions = tikk(address, "bulk", "list").stdout.splitlines()
+    assert len(actions) == 1 and actions[0].startswith("acme-out  cancel succeeded")
+    neither = tikk(address, "task", "cancel")
+    assert neither.returncode == 2 and "give a task id, or filter options" in neither.stderr
+
+
+def test_a_dead_letter_is_purged_by_id_and_previewed_by_error_type(split: tuple[str, Path]) -> None:
+    address, _ = split
+    tikk_json(address, "task", "create", "--queue", "e2e", "--handler", "reject", "--id", "x")
+    eventually(
+        lambda: tikk_json(address, "task", "get", "x")["state"] == "TASK_STATE_DEAD_LETTERED"
+    )
+    preview = tikk(address, "dead-letters", "redrive", "--error-type", "NonRetryableError",
+                   "--queue", "e2e", "--since", "1h", "--dry-run")  # fmt: skip
+    assert "redrive would act on 1 tasks" in preview.stdout, preview.stdout
+    purged = tikk(address, "dead-letters", "purge", "x")
+    assert purged.returncode == 0 and purged.stdout.startswith("purged  x  dead_lettered")
+    assert tikk(address, "task", "get", "x").returncode == 1

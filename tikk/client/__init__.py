@@ -37,7 +37,13 @@ from tikk.client.errors import (
 )
 from tikk.client.listings import AsyncListing, Listing
 from tikk.client.results import Backfilled, ImportResult, Page, TaskCreated
-from tikk.client.specs import Recurrence, RetryOptions, ScheduleDefinition, TaskSpec
+from tikk.client.specs import (
+    Recurrence,
+    RetryOptions,
+    ScheduleDefinition,
+    TaskSelection,
+    TaskSpec,
+)
 from tikk.client.sync_client import Client
 from tikk.client.transport import Transport, TransportError
 
@@ -63,6 +69,7 @@ __all__ = [
     "RetryOptions",
     "ScheduleDefinition",
     "TaskCreated",
+    "TaskSelection",
     "TaskSpec",
     "Transport",
     "TransportError",

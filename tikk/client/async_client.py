@@ -21,9 +21,9 @@ from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
 from tikk.client.listings import AsyncListing
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
-from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
+from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
 from tikk.client.transport import Transport, TransportError
-from tikk.v1 import admin_pb2, history_pb2, schedules_pb2, tasks_pb2
+from tikk.v1 import admin_pb2, bulk_pb2, history_pb2, schedules_pb2, tasks_pb2
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -86,9 +86,14 @@ class AsyncClient:
         return await self._unary(self._calls.cancel_task(task_id))
 
     def list_tasks(
-        self, queue: str, *, state: str | int | None = None, page_size: int = 100
+        self,
+        queue: str = "",
+        *,
+        state: str | int | None = None,
+        labels: str = "",
+        page_size: int = 100,
     ) -> AsyncListing[tasks_pb2.Task]:
-        return self._paged(self._calls.list_tasks(queue, state, page_size))
+        return self._paged(self._calls.list_tasks(queue, state, page_size, labels))
 
     def import_tasks(
         self,
@@ -152,6 +157,39 @@ class AsyncClient:
 
     async def redrive_task(self, task_id: str) -> tasks_pb2.Task:
         return await self._unary(self._calls.redrive_task(task_id))
+
+    async def purge_dead_letter(self, task_id: str) -> tasks_pb2.Task:
+        return await self._unary(self._calls.purge_dead_letter(task_id))
+
+    # Many tasks at once (``Client`` says what each does)
+
+    async def count_tasks(self, selection: TaskSelection) -> bulk_pb2.CountTasksResponse:
+        return await self._unary(self._calls.count_tasks(selection))
+
+    async def bulk_cancel(
+        self, selection: TaskSelection, *, dry_run: bool = False, action_id: str = ""
+    ) -> bulk_pb2.BulkAction:
+        return await self._unary(self._calls.bulk("BulkCancelTasks", selection, dry_run, action_id))
+
+    async def bulk_redrive(
+        self, selection: TaskSelection, *, dry_run: bool = False, action_id: str = ""
+    ) -> bulk_pb2.BulkAction:
+        call = self._calls.bulk("BulkRedriveTasks", selection, dry_run, action_id)
+        return await self._unary(call)
+
+    async def bulk_purge(
+        self, selection: TaskSelection, *, dry_run: bool = False, action_id: str = ""
+    ) -> bulk_pb2.BulkAction:
+        return await self._unary(self._calls.bulk("BulkPurgeTasks", selection, dry_run, action_id))
+
+    async def get_bulk_action(self, action_id: str) -> bulk_pb2.BulkAction:
+        return await self._unary(self._calls.get_bulk_action(action_id))
+
+    async def stop_bulk_action(self, action_id: str) -> bulk_pb2.BulkAction:
+        return await self._unary(self._calls.stop_bulk_action(action_id))
+
+    def list_bulk_actions(self, *, page_size: int = 100) -> AsyncListing[bulk_pb2.BulkAction]:
+        return self._paged(self._calls.list_bulk_actions(page_size))
 
     # Schedules
 

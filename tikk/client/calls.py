@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from tikk.client.results import Backfilled, Page, TaskCreated
-from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
+from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
 from tikk.client.wire import (
     enum_name,
     schedule_message,
+    selection_message,
     spec_message,
     task_request,
     time_range,
@@ -23,6 +24,8 @@ from tikk.client.wire import (
 from tikk.v1 import (
     admin_pb2,
     admin_pb2_grpc,
+    bulk_pb2,
+    bulk_pb2_grpc,
     history_pb2,
     history_pb2_grpc,
     schedules_pb2,
@@ -33,7 +36,7 @@ from tikk.v1 import (
 
 R = TypeVar("R")
 T = TypeVar("T")
-Service = Literal["tasks", "schedules", "history", "admin"]
+Service = Literal["tasks", "schedules", "history", "admin", "bulk"]
 
 
 def stubs(channel: Any) -> dict[Service, Any]:
@@ -43,6 +46,7 @@ def stubs(channel: Any) -> dict[Service, Any]:
         "schedules": schedules_pb2_grpc.ScheduleServiceStub(channel),
         "history": history_pb2_grpc.HistoryServiceStub(channel),
         "admin": admin_pb2_grpc.AdminServiceStub(channel),
+        "bulk": bulk_pb2_grpc.BulkServiceStub(channel),
     }
 
 
@@ -101,9 +105,11 @@ class Calls:
         request = tasks_pb2.CancelTaskRequest(namespace=self.namespace, task_id=task_id)
         return Unary("tasks", "CancelTask", request)
 
-    def list_tasks(self, queue: str, state: str | int | None, size: int) -> Paged[tasks_pb2.Task]:
+    def list_tasks(
+        self, queue: str, state: str | int | None, size: int, labels: str = ""
+    ) -> Paged[tasks_pb2.Task]:
         request = tasks_pb2.ListTasksRequest(
-            namespace=self.namespace, queue=queue, page_size=size,
+            namespace=self.namespace, queue=queue, page_size=size, label_selector=labels,
             state=enum_name(tasks_pb2.TaskState, "TASK_STATE_", state),
         )  # fmt: skip
         return Paged("tasks", "ListTasks", request, lambda page: page.tasks)
@@ -121,6 +127,36 @@ class Calls:
     def redrive_task(self, task_id: str) -> Unary[tasks_pb2.Task]:
         request = history_pb2.RedriveTaskRequest(namespace=self.namespace, task_id=task_id)
         return Unary("history", "RedriveTask", request)
+
+    def purge_dead_letter(self, task_id: str) -> Unary[tasks_pb2.Task]:
+        request = history_pb2.PurgeDeadLetterRequest(namespace=self.namespace, task_id=task_id)
+        return Unary("history", "PurgeDeadLetter", request)
+
+    def count_tasks(self, selection: TaskSelection) -> Unary[bulk_pb2.CountTasksResponse]:
+        request = bulk_pb2.CountTasksRequest(filter=selection_message(selection, self.namespace))
+        return Unary("bulk", "CountTasks", request)
+
+    def bulk(
+        self, method: str, selection: TaskSelection, dry_run: bool, action_id: str
+    ) -> Unary[bulk_pb2.BulkAction]:
+        """``method`` (BulkCancelTasks, BulkRedriveTasks, BulkPurgeTasks) of ``selection``."""
+        request = bulk_pb2.BulkActionRequest(
+            filter=selection_message(selection, self.namespace), dry_run=dry_run,
+            action_id=action_id,
+        )  # fmt: skip
+        return Unary("bulk", method, request)
+
+    def get_bulk_action(self, action_id: str) -> Unary[bulk_pb2.BulkAction]:
+        request = bulk_pb2.GetBulkActionRequest(namespace=self.namespace, id=action_id)
+        return Unary("bulk", "GetBulkAction", request)
+
+    def stop_bulk_action(self, action_id: str) -> Unary[bulk_pb2.BulkAction]:
+        request = bulk_pb2.StopBulkActionRequest(namespace=self.namespace, id=action_id)
+        return Unary("bulk", "StopBulkAction", request)
+
+    def list_bulk_actions(self, size: int) -> Paged[bulk_pb2.BulkAction]:
+        request = bulk_pb2.ListBulkActionsRequest(namespace=self.namespace, page_size=size)
+        return Paged("bulk", "ListBulkActions", request, lambda page: page.actions)
 
     def get_run(self, run_id: str) -> Unary[history_pb2.Run]:
         return Unary(

@@ -112,3 +112,23 @@ class ScheduleDefinition:
     overlap: Overlap | None = None
     # Pause after this many consecutive failed occurrences; 0 means never.
     pause_after_failures: int = 0
+
+
+@dataclass(frozen=True)
+class TaskSelection:
+    """Which tasks of the client's namespace a count or a bulk verb means; every term given
+    must hold. Name at least a ``queue``, ``labels`` or the ``"dead_lettered"`` state: the
+    server reads the selection through that listing.
+
+    ``labels`` is a selector, e.g. ``"customer=acme,region!=eu"``; ``failed_*`` bound when
+    the task last changed state (for a dead letter, when it failed); ``due_*`` its due time;
+    each range is [after, before)."""
+
+    queue: str = ""
+    labels: str = ""
+    state: str | None = None
+    error_type: str = ""
+    due_after: datetime | None = None
+    due_before: datetime | None = None
+    failed_after: datetime | None = None
+    failed_before: datetime | None = None

@@ -20,9 +20,9 @@ from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
 from tikk.client.listings import Listing
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
-from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSpec
+from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
 from tikk.client.transport import Transport, TransportError
-from tikk.v1 import admin_pb2, history_pb2, schedules_pb2, tasks_pb2
+from tikk.v1 import admin_pb2, bulk_pb2, history_pb2, schedules_pb2, tasks_pb2
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -98,10 +98,17 @@ class Client:
         return self._unary(self._calls.cancel_task(task_id))
 
     def list_tasks(
-        self, queue: str, *, state: str | int | None = None, page_size: int = 100
+        self,
+        queue: str = "",
+        *,
+        state: str | int | None = None,
+        labels: str = "",
+        page_size: int = 100,
     ) -> Listing[tasks_pb2.Task]:
-        """Every task of ``queue`` (in ``state``, e.g. ``"scheduled"``, when given)."""
-        return self._paged(self._calls.list_tasks(queue, state, page_size))
+        """Every task of ``queue`` (in ``state``, e.g. ``"scheduled"``, when given); with
+        ``labels`` (a selector, e.g. ``"customer=acme,region!=eu"``), the tasks it selects,
+        of ``queue`` if one is given."""
+        return self._paged(self._calls.list_tasks(queue, state, page_size, labels))
 
     def import_tasks(
         self,
@@ -180,6 +187,47 @@ class Client:
     def redrive_task(self, task_id: str) -> tasks_pb2.Task:
         """Schedule a dead-lettered task again, now, with a fresh attempt count."""
         return self._unary(self._calls.redrive_task(task_id))
+
+    def purge_dead_letter(self, task_id: str) -> tasks_pb2.Task:
+        """Delete a dead-lettered task for good (its runs stay in the history); the task as
+        it was. ``FailedPreconditionError`` unless it is dead-lettered."""
+        return self._unary(self._calls.purge_dead_letter(task_id))
+
+    # Many tasks at once
+
+    def count_tasks(self, selection: TaskSelection) -> bulk_pb2.CountTasksResponse:
+        """How many tasks ``selection`` means (``complete`` False past a million read)."""
+        return self._unary(self._calls.count_tasks(selection))
+
+    def bulk_cancel(
+        self, selection: TaskSelection, *, dry_run: bool = False, action_id: str = ""
+    ) -> bulk_pb2.BulkAction:
+        """Cancel every scheduled task of ``selection``: with ``dry_run``, only how many and
+        a sample; else a server-side action, returned at once (``get_bulk_action`` follows
+        it). The same ``action_id`` again returns the same action."""
+        return self._unary(self._calls.bulk("BulkCancelTasks", selection, dry_run, action_id))
+
+    def bulk_redrive(
+        self, selection: TaskSelection, *, dry_run: bool = False, action_id: str = ""
+    ) -> bulk_pb2.BulkAction:
+        """``bulk_cancel``'s way, re-driving the dead letters of ``selection``."""
+        return self._unary(self._calls.bulk("BulkRedriveTasks", selection, dry_run, action_id))
+
+    def bulk_purge(
+        self, selection: TaskSelection, *, dry_run: bool = False, action_id: str = ""
+    ) -> bulk_pb2.BulkAction:
+        """``bulk_cancel``'s way, purging the dead letters of ``selection``."""
+        return self._unary(self._calls.bulk("BulkPurgeTasks", selection, dry_run, action_id))
+
+    def get_bulk_action(self, action_id: str) -> bulk_pb2.BulkAction:
+        return self._unary(self._calls.get_bulk_action(action_id))
+
+    def stop_bulk_action(self, action_id: str) -> bulk_pb2.BulkAction:
+        """Stop an action after the task it is at; what it did stays done."""
+        return self._unary(self._calls.stop_bulk_action(action_id))
+
+    def list_bulk_actions(self, *, page_size: int = 100) -> Listing[bulk_pb2.BulkAction]:
+        return self._paged(self._calls.list_bulk_actions(page_size))
 
     # Schedules
 

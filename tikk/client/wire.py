@@ -13,10 +13,11 @@ from tikk.client.specs import (
     Recurrence,
     RetryOptions,
     ScheduleDefinition,
+    TaskSelection,
     TaskSpec,
     require_aware,
 )
-from tikk.v1 import schedules_pb2, tasks_pb2
+from tikk.v1 import bulk_pb2, schedules_pb2, tasks_pb2
 
 
 def timestamp(value: datetime, name: str = "time") -> Timestamp:
@@ -139,4 +140,17 @@ def time_range(msg: Any, start: datetime | None, end: datetime | None) -> Any:
     for name, value in (("start", start), ("end", end)):
         if value is not None:
             getattr(msg, f"{name}_time").CopyFrom(timestamp(value, name))
+    return msg
+
+
+def selection_message(s: TaskSelection, namespace: str) -> bulk_pb2.TaskFilter:
+    msg = bulk_pb2.TaskFilter(
+        namespace=namespace, queue=s.queue, label_selector=s.labels, error_type=s.error_type,
+        state=enum_name(tasks_pb2.TaskState, "TASK_STATE_", s.state),
+    )  # fmt: skip
+    times = {"due_after": s.due_after, "due_before": s.due_before,
+             "changed_after": s.failed_after, "changed_before": s.failed_before}  # fmt: skip
+    for name, value in times.items():
+        if value is not None:
+            getattr(msg, name).CopyFrom(timestamp(value, name))
     return msg
