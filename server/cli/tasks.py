@@ -113,23 +113,7 @@ def register(sub: Any) -> None:
 
 def _task_commands(parent: argparse.ArgumentParser) -> None:
     sub = parent.add_subparsers(dest="action", required=True)
-    p = sub.add_parser("create")
-    client_options(p)
-    p.add_argument("--queue", required=True)
-    p.add_argument("--handler", required=True)
-    p.add_argument("--id", help="task id (default: assigned by the server)")
-    p.add_argument("--payload", help="payload text")
-    p.add_argument("--payload-file", help="read the payload bytes from a file")
-    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
-    when = p.add_mutually_exclusive_group()
-    when.add_argument("--at", type=parse_time_ms, help="ISO-8601 instant (UTC if no offset)")
-    when.add_argument("--in", dest="delay", type=parse_duration_ms, help="delay, e.g. 30s")
-    p.add_argument("--max-attempts", type=int)
-    p.add_argument(
-        "--start-timeout", type=parse_duration_ms,
-        help="dead-letter an attempt that no worker started this long after its due time",
-    )  # fmt: skip
-    p.set_defaults(func=client(_task_create))
+    _create_command(sub)
     p = sub.add_parser("get")
     client_options(p)
     p.add_argument("id")
@@ -152,6 +136,26 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=client(_task_list))
     register_import(sub)
+
+
+def _create_command(sub: Any) -> None:
+    p = sub.add_parser("create")
+    client_options(p)
+    p.add_argument("--queue", required=True)
+    p.add_argument("--handler", required=True)
+    p.add_argument("--id", help="task id (default: assigned by the server)")
+    p.add_argument("--payload", help="payload text")
+    p.add_argument("--payload-file", help="read the payload bytes from a file")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE")
+    when = p.add_mutually_exclusive_group()
+    when.add_argument("--at", type=parse_time_ms, help="ISO-8601 instant (UTC if no offset)")
+    when.add_argument("--in", dest="delay", type=parse_duration_ms, help="delay, e.g. 30s")
+    p.add_argument("--max-attempts", type=int)
+    p.add_argument(
+        "--start-timeout", type=parse_duration_ms,
+        help="dead-letter an attempt that no worker started this long after its due time",
+    )  # fmt: skip
+    p.set_defaults(func=client(_task_create))
 
 
 def _run_commands(parent: argparse.ArgumentParser) -> None:
