@@ -21,6 +21,8 @@ from tikk.task_filters import TaskFilter
 
 # Tasks a count reads at most before it answers with what it found so far.
 COUNT_READ_LIMIT = 1_000_000
+# Pages of 100 a store's count reads at most for its sample (matches may be sparse).
+_SAMPLE_PAGES = 10
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,8 @@ class TaskSearch:
         self, f: TaskFilter, *, sample: int = 10, most_read: int = COUNT_READ_LIMIT
     ) -> Count:
         """How many tasks the filter selects, reading at most ``most_read``."""
+        if _label_and_state_only(f):
+            return await self._count_in_store(f, sample, most_read)
         matched, read, token = 0, 0, ""
         first: list[Task] = []
         while read < most_read:
@@ -65,6 +69,26 @@ class TaskSearch:
             if not token:
                 return Count(matched, read, True, first)
         return Count(matched, read, False, first)
+
+    async def _count_in_store(self, f: TaskFilter, sample: int, most: int) -> Count:
+        """A count the store makes itself (of one label, in one state), with a page's
+        matches as the sample."""
+        assert f.labels is not None
+        term = f.labels.indexed
+        found, complete = await self._store.count_by_label(
+            f.namespace, (term.key, term.value), f.state, most
+        )
+        first: list[Task] = []
+        token = ""
+        for _ in range(_SAMPLE_PAGES):
+            if len(first) >= min(sample, found):
+                break
+            page, _ = await self.page(f, 100, token)
+            first += page.items[: sample - len(first)]
+            token = page.next_token
+            if not token:
+                break
+        return Count(found, found, complete, first)
 
     @staticmethod
     def check(f: TaskFilter) -> None:
@@ -84,6 +108,18 @@ class TaskSearch:
             now = self._clock.now_ms()
             return await self._store.list_dead_letters(f.namespace, f.queue, size, token, now)
         return await self._store.list_tasks(f.namespace, f.queue, f.state, size, token)
+
+
+def _label_and_state_only(f: TaskFilter) -> bool:
+    """Whether the filter is one ``key=value`` term and at most a state: what a store
+    counts without reading the tasks."""
+    rest = (f.queue, f.due_from_ms, f.due_until_ms, f.changed_from_ms, f.changed_until_ms,
+            f.error_type)  # fmt: skip
+    return (
+        f.labels is not None
+        and len(f.labels.terms) == 1
+        and not any(v not in ("", None) for v in rest)
+    )
 
 
 def _dead_letters_read(f: TaskFilter) -> bool:

@@ -588,3 +588,16 @@ async def test_a_purged_task_leaves_its_labels_listing(store: TaskStore) -> None
     await store.finish_attempt("default", "a", 1, DeadLetter("E", "bad"), T0 + 1)
     await store.purge_dead_letter("default", "a")
     assert await labelled(store, "default", ("customer", "acme"), 10) == ["b"]
+
+
+async def test_a_labels_tasks_are_counted_in_a_state_and_up_to_a_limit(store: TaskStore) -> None:
+    for i in range(12):
+        await store.create(dataclasses.replace(make_task(f"a{i:02}"), labels={"customer": "acme"}))
+    await store.create(dataclasses.replace(make_task("b"), labels={"customer": "bolt"}))
+    await store.cancel("default", "a00", ManualClock(T0))
+    acme = ("customer", "acme")
+    assert await store.count_by_label("default", acme, None, 100) == (12, True)
+    assert await store.count_by_label("default", acme, TaskState.SCHEDULED, 100) == (11, True)
+    assert await store.count_by_label("default", acme, TaskState.CANCELLED, 100) == (1, True)
+    assert await store.count_by_label("default", acme, None, 5) == (5, False)
+    assert await store.count_by_label("other", acme, None, 5) == (0, True)

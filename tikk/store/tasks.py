@@ -107,6 +107,13 @@ class TaskStore(Protocol):
         ``InvalidArgument`` for a malformed token."""
         ...
 
+    async def count_by_label(
+        self, namespace: str, label: tuple[str, str], state: TaskState | None, most: int
+    ) -> tuple[int, bool]:
+        """How many tasks ``list_by_label`` would list (those in ``state`` only, if given),
+        counting at most ``most``; and whether that was all of them."""
+        ...
+
     async def list_dead_letters(
         self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
     ) -> Page[Task]:

@@ -216,6 +216,19 @@ class CassandraTaskStore:
             page_size=page_size, page_token=page_token,
         )  # fmt: skip
 
+    async def count_by_label(
+        self, namespace: str, label: tuple[str, str], state: TaskState | None, most: int
+    ) -> tuple[int, bool]:
+        # No count in the database: the listing's pages, each task read for its state.
+        counted, token = 0, ""
+        while counted <= most:
+            page = await self.list_by_label(namespace, label, 1_000, token)
+            counted += sum(state is None or t.state is state for t in page.items)
+            token = page.next_token
+            if not token:
+                return min(counted, most), counted <= most
+        return most, False
+
     async def list_dead_letters(
         self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
     ) -> Page[Task]:

@@ -55,6 +55,14 @@ _BY_LABEL = (
     " WHERE task_labels.namespace = ? AND task_labels.label = ? AND task_labels.task_id > ?"
     " ORDER BY task_labels.task_id LIMIT ?"
 )
+_COUNT_BY_LABEL = (
+    "SELECT count(*) FROM (SELECT 1 FROM task_labels WHERE namespace = ? AND label = ? LIMIT ?)"
+)
+_COUNT_BY_LABEL_IN_STATE = (
+    "SELECT count(*) FROM (SELECT 1 FROM task_labels JOIN tasks"
+    " ON tasks.namespace = task_labels.namespace AND tasks.task_id = task_labels.task_id"
+    " WHERE task_labels.namespace = ? AND task_labels.label = ? AND tasks.state = ? LIMIT ?)"
+)
 # The task file's page cache. Its indexes grow with the tasks stored; at SQLite's default
 # (2 MiB) a load of millions re-read index pages from the OS on every batch.
 CACHE_MIB = 64
@@ -151,6 +159,16 @@ class SqliteTaskStore:
         tasks = [task_from_sql_row(r) for r in rows[:page_size]]
         more = len(rows) > page_size
         return Page(tasks, encode_token(tasks[-1].task_id) if more else "")
+
+    async def count_by_label(
+        self, namespace: str, label: tuple[str, str], state: TaskState | None, most: int
+    ) -> tuple[int, bool]:
+        # In SQL: no task row is decoded, so a count of 100,000 takes a fraction of a second.
+        sql, args = _COUNT_BY_LABEL, [namespace, "=".join(label), most + 1]
+        if state is not None:
+            sql, args = _COUNT_BY_LABEL_IN_STATE, [namespace, "=".join(label), int(state), most + 1]
+        [(found,)] = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
+        return min(int(found), most), found <= most
 
     async def list_dead_letters(
         self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int
