@@ -252,7 +252,7 @@ class Operations:
         tasks = TaskOps(b.store, b.queue, clock, guard=guard, quotas=quotas, upcoming=upcoming)
         admin = AdminOps(b.quotas, quotas, clock)
         search = TaskSearch(b.store, clock)
-        bulk = BulkActions(b.bulk_actions, search, tasks, clock, owner=runner_id())
+        bulk = BulkActions(b.bulk_actions, search, tasks, clock, quotas=b.quotas, owner=runner_id())
         return cls(
             tasks, results, schedules, HistoryOps(b.history), admin, guard, upcoming, search, bulk
         )

@@ -27,11 +27,18 @@ class BulkVerb(enum.IntEnum):
     CANCEL = 1
     REDRIVE = 2
     PURGE = 3
+    # Not of tasks: count the namespace's unfinished tasks and set its usage to that.
+    RECOUNT = 4
 
     @property
     def acts_on(self) -> TaskState:
-        """The state a task must be in for the verb to act on it."""
-        return TaskState.SCHEDULED if self is BulkVerb.CANCEL else TaskState.DEAD_LETTERED
+        """The state a task must be in for the verb to act on it (a recount counts every
+        unfinished task; scheduled stands for them)."""
+        return (
+            TaskState.DEAD_LETTERED
+            if self in (BulkVerb.REDRIVE, BulkVerb.PURGE)
+            else (TaskState.SCHEDULED)
+        )
 
 
 class BulkState(enum.IntEnum):

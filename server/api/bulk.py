@@ -16,6 +16,7 @@ from server.ops.bulk_actions import BulkActions, for_verb
 from server.ops.task_search import TaskSearch
 from tikk.bulk_actions import BulkVerb
 from tikk.settings import Settings
+from tikk.task_filters import TaskFilter
 from tikk.v1 import bulk_pb2, bulk_pb2_grpc
 
 
@@ -53,6 +54,13 @@ class BulkService(bulk_pb2_grpc.BulkServiceServicer):  # type: ignore[misc]
         if request.dry_run:
             return preview_to_proto(verb, for_verb(verb, f), await self._bulk.preview(verb, f))
         return action_to_proto(await self._bulk.start(verb, f, chosen))
+
+    async def RecountUsage(
+        self, request: bulk_pb2.RecountUsageRequest, context: Ctx
+    ) -> bulk_pb2.BulkAction:
+        ns = validation.namespace(request.namespace)
+        chosen = action_id(request.action_id)
+        return action_to_proto(await self._bulk.start(BulkVerb.RECOUNT, TaskFilter(ns), chosen))
 
     async def GetBulkAction(
         self, request: bulk_pb2.GetBulkActionRequest, context: Ctx

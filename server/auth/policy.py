@@ -153,6 +153,7 @@ POLICY: Mapping[str, Rule] = {
     _BULK + "BulkCancelTasks": Rule(Role.WRITE, _filter_namespace),
     _BULK + "BulkRedriveTasks": Rule(Role.ADMIN, _filter_namespace),
     _BULK + "BulkPurgeTasks": Rule(Role.ADMIN, _filter_namespace),
+    _BULK + "RecountUsage": ADMIN,
     _BULK + "GetBulkAction": READ,
     _BULK + "ListBulkActions": READ,
     _BULK + "StopBulkAction": WRITE,

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 
+from server.cli.bulk import action_line, follow
 from server.cli.client import client, show
 from server.cli.options import client_options
 from tikk.client import Client
 from tikk.quotas import QUOTA_NAMES
 from tikk.text_rules import shown
-from tikk.v1 import admin_pb2
+from tikk.v1 import admin_pb2, bulk_pb2
 
 
 def _quota_value(text: str) -> int | None:
@@ -55,8 +56,14 @@ def _quota_set(args: argparse.Namespace, tikk: Client) -> None:
 
 
 def _quota_recount(args: argparse.Namespace, tikk: Client) -> None:
-    resp = tikk.recount_namespace_usage()
-    show(args, resp, lambda: _report(resp))
+    """A recount as a server-side action, followed to its end (its progress on stderr)."""
+    action = follow(tikk, tikk.recount_usage(action_id=args.action_id))
+    if action.state != bulk_pb2.BULK_ACTION_STATE_SUCCEEDED:
+        show(args, action, lambda: action_line(action))
+        return
+    resp = tikk.get_namespace_quotas()
+    read = f"recounted from {action.read:,} task rows"
+    show(args, resp, lambda: f"{read}\n{_report(resp)}")
 
 
 class _Change(argparse.Action):
@@ -80,6 +87,7 @@ def register(top: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=client(_quota_get))
     p = sub.add_parser("recount", help="repair the usage from the stored tasks (reads them all)")
     client_options(p)
+    p.add_argument("--action-id", default="", help="resume following this recount")
     p.set_defaults(func=client(_quota_recount))
     p = sub.add_parser("set", help="change quotas (N, or 'none' to clear); others are kept")
     client_options(p)

@@ -46,6 +46,12 @@ class AdminOps:
         return await self.quotas(namespace)
 
     async def recount(self, namespace: str) -> QuotaReport:
-        """Correct the usage to a count of the namespace's stored unfinished tasks."""
-        await self._store.recount(namespace)
+        """Correct the usage to a count of the namespace's stored unfinished tasks, every
+        part of the task rows in this call (``BulkActions`` recounts as an operation with
+        progress, for stores too large for one call)."""
+        part, found = 0, 0
+        while part >= 0:
+            counted = await self._store.count_open(namespace, part)
+            found, part = found + counted.open_tasks, counted.next_part
+        await self._store.put_usage(namespace, NamespaceUsage(tasks_stored=found))
         return await self.quotas(namespace)

@@ -1,4 +1,6 @@
 """Bulk actions (``tikk.bulk_actions``): previewed, started, followed, stopped, and run.
+A recount of a namespace's usage runs the same way, a few parts of the task rows a step
+(``QuotaStore.count_open``), setting the usage when the last part is counted.
 
 Every server runs the actions it finds RUNNING whose lease is its own or has run out
 (``run``), one at a time, a page of matches after another: it acts on a page's tasks a few
@@ -34,7 +36,9 @@ from tikk.errors import (
     TikkError,
 )
 from tikk.model import Page, Task
+from tikk.quotas import NamespaceUsage
 from tikk.store.bulk_actions import BulkActionStore
+from tikk.store.quotas import QuotaStore
 from tikk.task_filters import TaskFilter
 
 log = logging.getLogger("tikk.bulk")
@@ -77,9 +81,10 @@ class BulkActions:
 
     def __init__(
         self, store: BulkActionStore, search: TaskSearch, tasks: TaskVerbs, clock: Clock, *,
-        owner: str, settings: BulkSettings | None = None,
+        quotas: QuotaStore, owner: str, settings: BulkSettings | None = None,
     ) -> None:  # fmt: skip
         self._store = store
+        self._quotas = quotas
         self._search = search
         self._tasks = tasks
         self._clock = clock
@@ -93,9 +98,10 @@ class BulkActions:
 
     async def start(self, verb: BulkVerb, f: TaskFilter, action_id: str) -> BulkAction:
         """Store a new action (or find the one stored under ``action_id``) and wake the
-        runner; returns it as stored."""
+        runner; returns it as stored. A recount's filter is its namespace alone."""
         wanted = for_verb(verb, f)
-        self._search.check(wanted)
+        if verb is not BulkVerb.RECOUNT:
+            self._search.check(wanted)
         now = self._clock.now_ms()
         chosen = action_id or f"{now:013d}-{os.urandom(4).hex()}"
         new = BulkAction(f.namespace, chosen, verb, wanted, now, now)
@@ -148,21 +154,31 @@ class BulkActions:
         action = claimed
         while True:
             try:
-                page, read = await self._search.page(
-                    action.filter, self._settings.page_size, action.cursor
-                )
+                done, cursor = await self._next(action)
             except InvalidArgument as exc:  # a filter or token no listing takes any more
                 await self._store.replace(self._failed(action, str(exc)))
                 return
-            done = await self._act_on(action.verb, page.items)
-            done = replace(done, read=read, matched=len(page.items))
-            following = self._step(action, page.next_token, done, finished=not page.next_token)
+            following = self._step(action, cursor, done, finished=not cursor)
+            if not following.cursor and action.verb is BulkVerb.RECOUNT:
+                usage = NamespaceUsage(tasks_stored=following.progress.matched)
+                await self._quotas.put_usage(action.namespace, usage)
             if not await self._store.replace(following):
                 return  # stopped, or taken over after this server's lease ran out
             action = following
             if action.state is not BulkState.RUNNING:
                 log.info("bulk %s ended %s", action.action_id, action.progress)
                 return
+
+    async def _next(self, action: BulkAction) -> tuple[BulkProgress, str]:
+        """The action's next step: what it did, and where the one after starts ("": none)."""
+        if action.verb is BulkVerb.RECOUNT:
+            counted = await self._quotas.count_open(action.namespace, int(action.cursor or 0))
+            found, after = counted.open_tasks, counted.next_part
+            return BulkProgress(counted.read, found, found), "" if after < 0 else str(after)
+        size = self._settings.page_size
+        page, read = await self._search.page(action.filter, size, action.cursor)
+        done = await self._act_on(action.verb, page.items)
+        return replace(done, read=read, matched=len(page.items)), page.next_token
 
     def _step(
         self, action: BulkAction, cursor: str, done: BulkProgress, *, finished: bool
@@ -240,6 +256,8 @@ def runner_id() -> str:
 
 def for_verb(verb: BulkVerb, f: TaskFilter) -> TaskFilter:
     """``f`` in the state ``verb`` acts on; ``InvalidArgument`` if it names another."""
+    if verb is BulkVerb.RECOUNT:
+        return TaskFilter(f.namespace)
     if f.state is not None and f.state is not verb.acts_on:
         raise InvalidArgument(
             "filter.state", f"{verb.name.lower()} acts on {verb.acts_on.name.lower()} tasks, "

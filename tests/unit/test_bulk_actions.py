@@ -30,6 +30,7 @@ from tikk.delivery_tokens import new_keys
 from tikk.errors import BackendUnavailable
 from tikk.label_selectors import parse_selector
 from tikk.model import DeadLetter, Task, TaskState
+from tikk.quotas import NamespaceUsage
 from tikk.task_filters import TaskFilter
 from tikk.telemetry import Telemetry
 from tikk.v1 import (
@@ -271,10 +272,14 @@ async def test_another_server_resumes_an_action_whose_server_died_acting_once_on
         await backends.store.create_many(tasks)
         small = BulkSettings(page_size=100, concurrency=1, lease_ms=30_000)
         dying = DiesAfter(ops.tasks, 250)
-        first = BulkActions(backends.bulk_actions, ops.search, dying, clock, owner="s1",
-                            settings=small)  # fmt: skip
-        second = BulkActions(backends.bulk_actions, ops.search, ops.tasks, clock, owner="s2",
-                             settings=small)  # fmt: skip
+        first = BulkActions(
+            backends.bulk_actions, ops.search, dying, clock, owner="s1", quotas=backends.quotas,
+            settings=small,
+        )  # fmt: skip
+        second = BulkActions(
+            backends.bulk_actions, ops.search, ops.tasks, clock, owner="s2",
+            quotas=backends.quotas, settings=small,
+        )  # fmt: skip
         f = TaskFilter(NS, labels=parse_selector("customer=acme"))
         action = await first.start(BulkVerb.CANCEL, f, "acme")
         with pytest.raises(BackendUnavailable):
@@ -293,3 +298,20 @@ async def test_another_server_resumes_an_action_whose_server_died_acting_once_on
         assert states == {TaskState.CANCELLED}
     finally:
         await backends.close()
+
+
+async def test_a_recount_runs_as_an_action_and_sets_the_usage(api: Api) -> None:
+    await stored(api, [task(f"a{i:03}", {}) for i in range(300)])
+    await stored(api, [task("x", {}, "sms")])
+    quotas = api.backends.quotas
+    await quotas.put_usage(NS, NamespaceUsage(tasks_stored=7))  # drifted
+    started = await api.bulk.RecountUsage(bulk_pb2.RecountUsageRequest(namespace=NS))
+    assert started.verb == bulk_pb2.BULK_VERB_RECOUNT
+    done = await finished(api, started)
+    assert (done.state, done.matched, done.acted) == (
+        bulk_pb2.BULK_ACTION_STATE_SUCCEEDED,
+        301,
+        301,
+    )
+    assert done.read >= 301
+    assert await quotas.usage(NS) == NamespaceUsage(tasks_stored=301)

@@ -182,6 +182,9 @@ class AsyncClient:
     ) -> bulk_pb2.BulkAction:
         return await self._unary(self._calls.bulk("BulkPurgeTasks", selection, dry_run, action_id))
 
+    async def recount_usage(self, *, action_id: str = "") -> bulk_pb2.BulkAction:
+        return await self._unary(self._calls.recount_usage(action_id))
+
     async def get_bulk_action(self, action_id: str) -> bulk_pb2.BulkAction:
         return await self._unary(self._calls.get_bulk_action(action_id))
 

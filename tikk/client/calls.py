@@ -146,6 +146,10 @@ class Calls:
         )  # fmt: skip
         return Unary("bulk", method, request)
 
+    def recount_usage(self, action_id: str) -> Unary[bulk_pb2.BulkAction]:
+        request = bulk_pb2.RecountUsageRequest(namespace=self.namespace, action_id=action_id)
+        return Unary("bulk", "RecountUsage", request)
+
     def get_bulk_action(self, action_id: str) -> Unary[bulk_pb2.BulkAction]:
         request = bulk_pb2.GetBulkActionRequest(namespace=self.namespace, id=action_id)
         return Unary("bulk", "GetBulkAction", request)

@@ -219,6 +219,11 @@ class Client:
         """``bulk_cancel``'s way, purging the dead letters of ``selection``."""
         return self._unary(self._calls.bulk("BulkPurgeTasks", selection, dry_run, action_id))
 
+    def recount_usage(self, *, action_id: str = "") -> bulk_pb2.BulkAction:
+        """Repair the namespace's usage count from its stored tasks, as an action with
+        progress (``get_bulk_action``); a store of millions takes minutes, not one call."""
+        return self._unary(self._calls.recount_usage(action_id))
+
     def get_bulk_action(self, action_id: str) -> bulk_pb2.BulkAction:
         return self._unary(self._calls.get_bulk_action(action_id))
 

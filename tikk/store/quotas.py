@@ -10,7 +10,8 @@ store of the same database as tasks are created and finish:
   dies between a task write and its counter update leaves the counter off by the tasks of
   that one write (too low after a create, too high after a finish), and a task whose row
   expires unfinished (its retention ran out) is never subtracted. Both errors are bounded by
-  what the crashed writes held; ``recount`` corrects a drifted counter from the task rows.
+  what the crashed writes held; a recount (``count_open``, then ``put_usage``) corrects a
+drifted counter from the task rows.
 
 The per-second rate is drawn from a row per namespace and second that every server process
 takes from (``draw_rate``), so processes on separate hosts admit the rate together, not each.
@@ -21,9 +22,20 @@ Backends: ``tikk.store.sqlite.quotas``, ``tikk.store.cassandra.quotas``. Every m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from tikk.quotas import NamespaceQuotas, NamespaceUsage
+
+
+@dataclass(frozen=True)
+class OpenCount:
+    """One part of a recount: the namespace's unfinished tasks found, the task rows read to
+    find them, and the part to count next (-1: none, the count is whole)."""
+
+    open_tasks: int
+    read: int
+    next_part: int
 
 
 class QuotaStore(Protocol):
@@ -44,11 +56,12 @@ class QuotaStore(Protocol):
         how exact it is on each backend). Never negative."""
         ...
 
-    async def recount(self, namespace: str) -> NamespaceUsage:
-        """Count the namespace's unfinished tasks from the task rows, set the usage to that
-        and return it: the repair of a drifted count. Reads every task of the namespace (on
-        Cassandra, a filtered scan of the task table): an admin's tool, not for the request
-        path. Tasks created or finished meanwhile may leave it off by their own number."""
+    async def count_open(self, namespace: str, part: int) -> OpenCount:
+        """Count the namespace's unfinished tasks in one part of the task rows, from part 0
+        until ``next_part`` is -1; the sum is the repair of a drifted count (``put_usage``).
+        Each call's cost is bounded whatever is stored (on Cassandra, a few token ranges of
+        the task table read in pages, never a filtered scan). Tasks created or finished
+        meanwhile may leave the sum off by their own number."""
         ...
 
     async def draw_rate(self, namespace: str, second: int, wanted: int, per_second: int) -> int:

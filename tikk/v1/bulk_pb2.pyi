@@ -17,6 +17,7 @@ class BulkVerb(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     BULK_VERB_CANCEL: _ClassVar[BulkVerb]
     BULK_VERB_REDRIVE: _ClassVar[BulkVerb]
     BULK_VERB_PURGE: _ClassVar[BulkVerb]
+    BULK_VERB_RECOUNT: _ClassVar[BulkVerb]
 
 class BulkActionState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -29,6 +30,7 @@ BULK_VERB_UNSPECIFIED: BulkVerb
 BULK_VERB_CANCEL: BulkVerb
 BULK_VERB_REDRIVE: BulkVerb
 BULK_VERB_PURGE: BulkVerb
+BULK_VERB_RECOUNT: BulkVerb
 BULK_ACTION_STATE_UNSPECIFIED: BulkActionState
 BULK_ACTION_STATE_RUNNING: BulkActionState
 BULK_ACTION_STATE_SUCCEEDED: BulkActionState
@@ -122,6 +124,14 @@ class BulkAction(_message.Message):
     complete: bool
     sample: _containers.RepeatedCompositeFieldContainer[_tasks_pb2.Task]
     def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ..., verb: _Optional[_Union[BulkVerb, str]] = ..., filter: _Optional[_Union[TaskFilter, _Mapping]] = ..., state: _Optional[_Union[BulkActionState, str]] = ..., read: _Optional[int] = ..., matched: _Optional[int] = ..., acted: _Optional[int] = ..., skipped: _Optional[int] = ..., failed: _Optional[int] = ..., error: _Optional[str] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., finish_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dry_run: _Optional[bool] = ..., complete: _Optional[bool] = ..., sample: _Optional[_Iterable[_Union[_tasks_pb2.Task, _Mapping]]] = ...) -> None: ...
+
+class RecountUsageRequest(_message.Message):
+    __slots__ = ("namespace", "action_id")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ACTION_ID_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    action_id: str
+    def __init__(self, namespace: _Optional[str] = ..., action_id: _Optional[str] = ...) -> None: ...
 
 class GetBulkActionRequest(_message.Message):
     __slots__ = ("namespace", "id")

@@ -54,6 +54,11 @@ class BulkServiceStub:
                 request_serializer=tikk_dot_v1_dot_bulk__pb2.BulkActionRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_bulk__pb2.BulkAction.FromString,
                 _registered_method=True)
+        self.RecountUsage = channel.unary_unary(
+                '/tikk.v1.BulkService/RecountUsage',
+                request_serializer=tikk_dot_v1_dot_bulk__pb2.RecountUsageRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_bulk__pb2.BulkAction.FromString,
+                _registered_method=True)
         self.GetBulkAction = channel.unary_unary(
                 '/tikk.v1.BulkService/GetBulkAction',
                 request_serializer=tikk_dot_v1_dot_bulk__pb2.GetBulkActionRequest.SerializeToString,
@@ -102,6 +107,14 @@ class BulkServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RecountUsage(self, request, context):
+        """Repairs a namespace's usage (the tasks_stored quota's count) as an action with progress:
+        the task rows are read part by part, never by a filtered scan. Needs admin.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetBulkAction(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -142,6 +155,11 @@ def add_BulkServiceServicer_to_server(servicer, server):
             'BulkPurgeTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.BulkPurgeTasks,
                     request_deserializer=tikk_dot_v1_dot_bulk__pb2.BulkActionRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_bulk__pb2.BulkAction.SerializeToString,
+            ),
+            'RecountUsage': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecountUsage,
+                    request_deserializer=tikk_dot_v1_dot_bulk__pb2.RecountUsageRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_bulk__pb2.BulkAction.SerializeToString,
             ),
             'GetBulkAction': grpc.unary_unary_rpc_method_handler(
@@ -267,6 +285,33 @@ class BulkService:
             target,
             '/tikk.v1.BulkService/BulkPurgeTasks',
             tikk_dot_v1_dot_bulk__pb2.BulkActionRequest.SerializeToString,
+            tikk_dot_v1_dot_bulk__pb2.BulkAction.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecountUsage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.BulkService/RecountUsage',
+            tikk_dot_v1_dot_bulk__pb2.RecountUsageRequest.SerializeToString,
             tikk_dot_v1_dot_bulk__pb2.BulkAction.FromString,
             options,
             channel_credentials,

@@ -5,7 +5,7 @@ table ``task_usage`` that the task store moves (``count_usage``) after it wrote 
 a change concerns: one counter update per namespace and write, never one per task of a bulk
 load. Counter updates are not idempotent and not atomic with the task rows, so the count can
 drift by what a crash interrupts (see ``tikk.store.quotas``); ``recount`` corrects it from a
-filtered scan of the task table (rows whose retention ran out are gone from it, too).
+read of the task table by token ranges (rows whose retention ran out are gone from it, too).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from tikk.drivers.cassandra import CassandraSession
 from tikk.model import TaskState
 from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
+from tikk.store.quotas import OpenCount
 
 _COLUMNS = ", ".join(QUOTA_NAMES)
 SELECT_QUOTAS = f"SELECT {_COLUMNS} FROM namespace_quotas WHERE namespace = ?"
@@ -32,9 +33,22 @@ DRAW_MORE = "UPDATE quota_rate SET used = ? WHERE namespace = ? AND second = ? I
 # Compare-and-set rounds one draw tries before it grants nothing: processes drawing at the
 # same instant each lose at most a few.
 _DRAW_TRIES = 6
-# The task table is keyed by (namespace, task id): counting one namespace's tasks filters a
-# scan of the whole table, server-side (one row comes back).
-COUNT_IN_STATE = "SELECT COUNT(*) FROM tasks WHERE namespace = ? AND state = ? ALLOW FILTERING"
+# The task table is keyed by (namespace, task id), so a namespace's tasks are spread over the
+# whole token ring: a recount reads the ring in RING_PARTS token ranges, PARTS_AT_ONCE at a
+# time, each in pages of _ROWS_PER_PAGE, and counts on the client. Each call reads a
+# bounded share of the table, in parallel, and never asks a node to filter it.
+COUNT_RANGE = (
+    "SELECT namespace, state FROM tasks WHERE token(namespace, task_id) >= ?"
+    " AND token(namespace, task_id) <= ?"
+)
+RING_PARTS, PARTS_AT_ONCE, _ROWS_PER_PAGE = 256, 8, 5_000
+_RING_LOW, _RING_SPAN = -(2**63), 2**64 // 256
+
+
+def ring_part(part: int) -> list[int]:
+    """The first and last token of part ``part`` of the ring (the last part ends the ring)."""
+    low = _RING_LOW + part * _RING_SPAN
+    return [low, 2**63 - 1 if part == RING_PARTS - 1 else low + _RING_SPAN - 1]
 
 
 async def count_usage(db: CassandraSession, changes: Iterable[tuple[str, int]]) -> None:
@@ -65,14 +79,20 @@ class CassandraQuotaStore:
     async def usage(self, namespace: str) -> NamespaceUsage:
         return NamespaceUsage(tasks_stored=max(0, await self._open_tasks(namespace)))
 
-    async def recount(self, namespace: str) -> NamespaceUsage:
-        counts = await self._db.execute_many([
-            self._db.bind(COUNT_IN_STATE, [namespace, int(state)])
-            for state in TaskState if not state.finished
-        ])  # fmt: skip
-        usage = NamespaceUsage(tasks_stored=sum(int(rows[0][0]) for rows in counts))
-        await self.put_usage(namespace, usage)
-        return usage
+    async def count_open(self, namespace: str, part: int) -> OpenCount:
+        parts = range(part, min(part + PARTS_AT_ONCE, RING_PARTS))
+        statements = []
+        for p in parts:
+            statement = self._db.bind(COUNT_RANGE, ring_part(p))
+            statement.fetch_size = _ROWS_PER_PAGE
+            statements.append(statement)
+        answers = await self._db.execute_many(statements)
+        open_states = {int(s) for s in TaskState if not s.finished}
+        found = read = 0
+        for rows in answers:
+            read += len(rows)
+            found += sum(r.namespace == namespace and r.state in open_states for r in rows)
+        return OpenCount(found, read, parts.stop if parts.stop < RING_PARTS else -1)
 
     async def draw_rate(self, namespace: str, second: int, wanted: int, per_second: int) -> int:
         granted = min(wanted, per_second)

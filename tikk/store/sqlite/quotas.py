@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from tikk.drivers.sqlite import SqliteRunner, Transaction
 from tikk.model import Task, TaskState
 from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
-from tikk.store.sqlite.schema import ADDED_COLUMNS, TASKS_SCHEMA
+from tikk.store.quotas import OpenCount
+from tikk.store.sqlite.schema import ADDED_COLUMNS, TASK_LABELS_SCHEMA, TASKS_SCHEMA
 
 _OPEN = ",".join(str(int(s)) for s in TaskState if not s.finished)
 
@@ -93,7 +94,7 @@ class SqliteQuotaStore:
     """``QuotaStore`` on the task store's SQLite file (``sqlite:///path``)."""
 
     def __init__(self, path: str) -> None:
-        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + QUOTAS_SCHEMA
+        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + TASK_LABELS_SCHEMA + QUOTAS_SCHEMA
         self._db = SqliteRunner(path, schema, ADDED_COLUMNS)
 
     async def get(self, namespace: str) -> NamespaceQuotas:
@@ -116,16 +117,11 @@ class SqliteQuotaStore:
         row = await self._db.run(lambda conn: conn.execute(sql, (namespace,)).fetchone())
         return NamespaceUsage(tasks_stored=max(0, int(row[0])) if row else 0)
 
-    async def recount(self, namespace: str) -> NamespaceUsage:
-        sql = f"SELECT count(*) FROM tasks WHERE namespace=? AND state IN ({_OPEN})"
-
-        def work(conn: sqlite3.Connection) -> int:
-            with Transaction(conn):  # the count and the write see the same tasks
-                [count] = conn.execute(sql, (namespace,)).fetchone()
-                conn.execute("INSERT OR REPLACE INTO task_usage VALUES (?, ?)", (namespace, count))
-                return int(count)
-
-        return NamespaceUsage(tasks_stored=await self._db.run(work))
+    async def count_open(self, namespace: str, part: int) -> OpenCount:
+        # One part: the namespace's rows are a range of the primary key, counted in SQL.
+        sql = f"SELECT count(*), sum(state IN ({_OPEN})) FROM tasks WHERE namespace=?"
+        row = await self._db.run(lambda conn: conn.execute(sql, (namespace,)).fetchone())
+        return OpenCount(open_tasks=int(row[1] or 0), read=int(row[0]), next_part=-1)
 
     async def draw_rate(self, namespace: str, second: int, wanted: int, per_second: int) -> int:
         def work(conn: sqlite3.Connection) -> int:

@@ -17,7 +17,12 @@ from tikk.schedules.codec import decode_schedule, encode_schedule
 from tikk.schedules.model import Schedule
 from tikk.store.schedules import StepWrite
 from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA
-from tikk.store.sqlite.schema import ADDED_COLUMNS, SCHEDULES_SCHEMA, TASKS_SCHEMA
+from tikk.store.sqlite.schema import (
+    ADDED_COLUMNS,
+    SCHEDULES_SCHEMA,
+    TASK_LABELS_SCHEMA,
+    TASKS_SCHEMA,
+)
 from tikk.store.sqlite.task_creates import create_one
 from tikk.store.sqlite.task_rows import insert_due
 
@@ -73,7 +78,7 @@ class SqliteScheduleStore:
     """``ScheduleStore`` on the SQLite file of ``SqliteTaskStore`` (same path)."""
 
     def __init__(self, path: str) -> None:
-        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + SCHEDULES_SCHEMA
+        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + TASK_LABELS_SCHEMA + SCHEDULES_SCHEMA
         self._db = SqliteRunner(path, schema, ADDED_COLUMNS)
 
     async def create(self, schedule: Schedule) -> tuple[Schedule, bool]:

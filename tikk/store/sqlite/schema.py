@@ -10,8 +10,7 @@ from __future__ import annotations
 # before the index existed are indexed once, when its marker row is inserted (the
 # ``task_usage`` way, ``tikk.store.sqlite.quotas``).
 _LABEL = "json_each.key || '=' || json_each.value"
-TASKS_SCHEMA = (
-    """
+TASKS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS tasks (
     namespace TEXT NOT NULL,
     task_id TEXT NOT NULL,
@@ -78,7 +77,9 @@ CREATE TABLE IF NOT EXISTS start_claims (
     PRIMARY KEY (namespace, task_id, attempt, due_ms)
 ) WITHOUT ROWID;
 """
-    + f"""
+# Run after the usage schema (``tikk.store.sqlite.quotas``) by every opener that writes tasks:
+# its insert into store_meta prepares every trigger on that table, the usage's seed included.
+TASK_LABELS_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS task_labels (
     namespace TEXT NOT NULL,
     label TEXT NOT NULL,
@@ -106,7 +107,6 @@ CREATE TRIGGER IF NOT EXISTS task_labels_seed AFTER INSERT ON store_meta
     END;
 INSERT OR IGNORE INTO store_meta VALUES ('task_labels', 'indexed');
 """
-)
 
 # Columns added after the first release: files created before get them on open.
 ADDED_COLUMNS = {

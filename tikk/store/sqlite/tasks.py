@@ -28,7 +28,7 @@ from tikk.model import (
 )
 from tikk.paging import decode_token, encode_token
 from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA
-from tikk.store.sqlite.schema import ADDED_COLUMNS, TASKS_SCHEMA
+from tikk.store.sqlite.schema import ADDED_COLUMNS, TASK_LABELS_SCHEMA, TASKS_SCHEMA
 from tikk.store.sqlite.task_creates import create_all, create_one
 from tikk.store.sqlite.task_rows import (
     delete_due,
@@ -72,7 +72,7 @@ class SqliteTaskStore:
     """``TaskStore`` on one SQLite file (``sqlite:///path``); semantics in ``tikk.store.tasks``."""
 
     def __init__(self, path: str, shard_count: int = DEFAULT_SHARD_COUNT) -> None:
-        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA
+        schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + TASK_LABELS_SCHEMA
         self._db = SqliteRunner(path, schema, ADDED_COLUMNS, cache_mib=CACHE_MIB)
         self._shard_count = shard_count
         self._checked = False
