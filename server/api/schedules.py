@@ -238,6 +238,13 @@ class ScheduleService(schedules_pb2_grpc.ScheduleServiceServicer):  # type: igno
         if start is None or end is None:
             raise InvalidArgument("start_time" if start is None else "end_time", "required")
         validation.backfill_span(start, end, self._limits)
+        if request.dry_run:
+            fresh, existing = await self._ops.backfill_plan(ns, sid, start, end)
+            zone = (await self._ops.get(ns, sid)).spec.timezone
+            listed = _preview_to_proto(fresh, zone).occurrences
+            return schedules_pb2.BackfillScheduleResponse(
+                created=len(fresh), existing=existing, occurrences=listed
+            )
         created, existing = await self._ops.backfill(ns, sid, start, end)
         return schedules_pb2.BackfillScheduleResponse(created=created, existing=existing)
 

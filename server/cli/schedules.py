@@ -1,4 +1,5 @@
-"""``schedule``: create, inspect, pause, trigger, backfill and preview recurring schedules."""
+"""``schedule``: create, update (``schedule_update``), inspect, pause, trigger, backfill and
+preview recurring schedules."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from server.cli.client import client, instant, show, show_page, span, task_line, ts
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
+from server.cli.schedule_update import register_update
 from tikk.client import Client, Recurrence, ScheduleDefinition
 from tikk.text_rules import shown
 from tikk.v1 import history_pb2, schedules_pb2
@@ -91,9 +93,17 @@ def _schedule_trigger(args: argparse.Namespace, tikk: Client) -> None:
 
 
 def _schedule_backfill(args: argparse.Namespace, tikk: Client) -> None:
-    done = tikk.backfill_schedule(args.id, instant(args.start), instant(args.end))
-    answer = schedules_pb2.BackfillScheduleResponse(created=done.created, existing=done.existing)
-    show(args, answer, lambda: f"created {done.created}, already there {done.existing}")
+    start, end = instant(args.start), instant(args.end)
+    done = tikk.backfill_schedule(args.id, start, end, dry_run=args.dry_run)
+    answer = schedules_pb2.BackfillScheduleResponse(
+        created=done.created, existing=done.existing, occurrences=done.occurrences
+    )
+    if not args.dry_run:
+        show(args, answer, lambda: f"created {done.created}, already there {done.existing}")
+        return
+    rows = [shown(f"  {o.local_time}  ({ts(o.nominal_time)})") for o in done.occurrences]
+    head = f"dry run: would create {done.created}, already there {done.existing}"
+    show(args, answer, lambda: "\n".join([head, *rows]))
 
 
 def _schedule_delete(args: argparse.Namespace, tikk: Client) -> None:
@@ -145,6 +155,7 @@ def register(sub: Any) -> None:
     parent = sub.add_parser("schedule", help="recurring schedules")
     actions = parent.add_subparsers(dest="action", required=True)
     _schedule_create_command(actions)
+    register_update(actions)
     _state_commands(actions)
     _backfill_delete_commands(actions)
     _occurrence_commands(actions)
@@ -178,6 +189,9 @@ def _backfill_delete_commands(sub: Any) -> None:
     p.add_argument("id")
     p.add_argument("--start", type=parse_time_ms, required=True, help="ISO-8601, inclusive")
     p.add_argument("--end", type=parse_time_ms, required=True, help="ISO-8601, exclusive")
+    p.add_argument(
+        "--dry-run", action="store_true", help="list what it would create; create nothing"
+    )
     p.set_defaults(func=client(_schedule_backfill))
     p = sub.add_parser("delete", help="delete a schedule (tasks already created stay)")
     client_options(p)

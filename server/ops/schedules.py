@@ -12,6 +12,7 @@ never overwritten: the change is re-applied to the fresh row. The dispatcher ste
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -177,6 +178,25 @@ class ScheduleOps:
         """The occurrences ``backfill`` of the same range would run (those that already have
         a task are among them: the backfill counts and skips them). Raises as it does."""
         return (await self._backfill_range(namespace, schedule_id, start_ms, end_ms))[1]
+
+    async def backfill_plan(
+        self, namespace: str, schedule_id: str, start_ms: int, end_ms: int
+    ) -> tuple[list[Occurrence], int]:
+        """A dry run of ``backfill``: the occurrences it would create (those with no task
+        yet), and how many it would find existing. Raises as it does."""
+        s, found = await self._backfill_range(namespace, schedule_id, start_ms, end_ms)
+        now = self._clock.now_ms()
+        ids = [s.occurrence_task(o.nominal_ms, now, now).task_id for o in found]
+        there = await asyncio.gather(*(self._exists(namespace, i) for i in ids))
+        fresh = [o for o, exists in zip(found, there, strict=True) if not exists]
+        return fresh, len(found) - len(fresh)
+
+    async def _exists(self, namespace: str, task_id: str) -> bool:
+        try:
+            await self._store.get(namespace, task_id)
+        except NotFound:
+            return False
+        return True
 
     async def _backfill_range(
         self, namespace: str, schedule_id: str, start_ms: int, end_ms: int

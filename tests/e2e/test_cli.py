@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,36 @@ def test_a_dead_letter_is_purged_by_id_and_previewed_by_error_type(split: tuple[
     purged = tikk(address, "dead-letters", "purge", "x")
     assert purged.returncode == 0 and purged.stdout.startswith("purged  x  dead_lettered")
     assert tikk(address, "task", "get", "x").returncode == 1
+
+
+def test_a_schedule_update_shows_fires_before_and_after_and_backfill_has_a_dry_run(
+    split: tuple[str, Path],
+) -> None:
+    address, _ = split
+    made = tikk(address, "schedule", "create", "nightly", "--cron", "0 2 * * *", "--tz",
+                "Europe/Oslo", "--queue", "later", "--handler", "record")  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    dry = tikk(address, "schedule", "update", "nightly", "--cron", "0 3 * * *", "--dry-run")
+    lines = dry.stdout.splitlines()
+    assert (
+        lines[0]
+        == "schedule nightly: cron '0 2 * * *' Europe/Oslo  ->  cron '0 3 * * *' Europe/Oslo"
+    )
+    assert " 02:00:00" in lines[2] and " 03:00:00" in lines[2].split(")", 1)[1]
+    assert lines[-1] == "dry run: nothing changed" and len(lines) == 2 + 5 + 1
+    assert tikk_json(address, "schedule", "get", "nightly")["spec"]["cron"] == "0 2 * * *"
+    done = tikk(address, "schedule", "update", "nightly", "--cron", "0 3 * * *")
+    assert done.stdout.splitlines()[-1].startswith("updated to version"), done.stderr
+    assert tikk_json(address, "schedule", "get", "nightly")["spec"]["cron"] == "0 3 * * *"
+    now = datetime.now(tz=UTC).replace(microsecond=0)
+    span = ["--start", (now - timedelta(days=2)).isoformat(), "--end", now.isoformat()]
+    preview = tikk(address, "schedule", "backfill", "nightly", *span, "--dry-run")
+    assert preview.stdout.startswith("dry run: would create 2, already there 0"), preview.stdout
+    assert len(preview.stdout.splitlines()) == 3 and " 03:00:00" in preview.stdout
+    assert tikk_json(address, "task", "list", "--queue", "later").get("tasks", []) == []
+    assert (
+        "created 2, already there 0"
+        in tikk(address, "schedule", "backfill", "nightly", *span).stdout
+    )
+    again = tikk(address, "schedule", "backfill", "nightly", *span, "--dry-run")
+    assert again.stdout.startswith("dry run: would create 0, already there 2")

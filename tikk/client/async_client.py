@@ -206,7 +206,10 @@ class AsyncClient:
         return self._paged(self._calls.list_schedules(page_size))
 
     async def update_schedule(
-        self, definition: ScheduleDefinition, *, expected_version: str = ""
+        self,
+        definition: ScheduleDefinition | schedules_pb2.Schedule,
+        *,
+        expected_version: str = "",
     ) -> schedules_pb2.Schedule:
         return await self._unary(self._calls.update_schedule(definition, expected_version))
 
@@ -223,13 +226,14 @@ class AsyncClient:
         return await self._unary(self._calls.trigger_schedule(schedule_id))
 
     async def backfill_schedule(
-        self, schedule_id: str, start: datetime, end: datetime
+        self, schedule_id: str, start: datetime, end: datetime, *, dry_run: bool = False
     ) -> Backfilled:
-        return await self._unary(self._calls.backfill_schedule(schedule_id, start, end))
+        call = self._calls.backfill_schedule(schedule_id, start, end, dry_run)
+        return await self._unary(call)
 
     async def preview_schedule(
         self,
-        target: str | Recurrence,
+        target: str | Recurrence | schedules_pb2.ScheduleSpec,
         *,
         after: datetime | None = None,
         until: datetime | None = None,

@@ -195,10 +195,17 @@ class Calls:
         return Unary("schedules", "CreateSchedule", request)
 
     def update_schedule(
-        self, definition: ScheduleDefinition, expected_version: str
+        self, definition: ScheduleDefinition | schedules_pb2.Schedule, expected_version: str
     ) -> Unary[schedules_pb2.Schedule]:
+        """A definition, or a schedule as read and changed (its namespace is this one's)."""
+        if isinstance(definition, schedules_pb2.Schedule):
+            message = schedules_pb2.Schedule()
+            message.CopyFrom(definition)
+            message.namespace = self.namespace
+        else:
+            message = schedule_message(definition, self.namespace)
         request = schedules_pb2.UpdateScheduleRequest(
-            schedule=schedule_message(definition, self.namespace), expected_version=expected_version
+            schedule=message, expected_version=expected_version
         )
         return Unary("schedules", "UpdateSchedule", request)
 
@@ -237,27 +244,29 @@ class Calls:
         return Unary("schedules", "TriggerSchedule", request, lambda answer: answer.task)
 
     def backfill_schedule(
-        self, schedule_id: str, start: datetime, end: datetime
+        self, schedule_id: str, start: datetime, end: datetime, dry_run: bool = False
     ) -> Unary[Backfilled]:
         request = schedules_pb2.BackfillScheduleRequest(
-            namespace=self.namespace, schedule_id=schedule_id
+            namespace=self.namespace, schedule_id=schedule_id, dry_run=dry_run
         )
         time_range(request, start, end)
 
         def unwrap(answer: Any) -> Backfilled:
-            return Backfilled(created=answer.created, existing=answer.existing)
+            return Backfilled(answer.created, answer.existing, list(answer.occurrences))
 
         return Unary("schedules", "BackfillSchedule", request, unwrap)
 
     def preview_schedule(
         self,
-        target: str | Recurrence,
+        target: str | Recurrence | schedules_pb2.ScheduleSpec,
         after: datetime | None,
         until: datetime | None,
         count: int,
     ) -> Unary[list[schedules_pb2.PreviewedOccurrence]]:
         request = schedules_pb2.PreviewScheduleRequest(count=count)
-        if isinstance(target, Recurrence):
+        if isinstance(target, schedules_pb2.ScheduleSpec):
+            request.spec.CopyFrom(target)
+        elif isinstance(target, Recurrence):
             request.spec.CopyFrom(spec_message(target))
         else:
             request.schedule.CopyFrom(

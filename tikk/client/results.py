@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import grpc
@@ -24,10 +24,11 @@ class TaskCreated:
 @dataclass(frozen=True)
 class Backfilled:
     """Occurrences of a backfilled range: newly created, and already there (not created
-    twice)."""
+    twice); of a dry run, those it would create (``occurrences``, each with its times)."""
 
     created: int
     existing: int
+    occurrences: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -247,10 +247,14 @@ class Client:
         return self._paged(self._calls.list_schedules(page_size))
 
     def update_schedule(
-        self, definition: ScheduleDefinition, *, expected_version: str = ""
+        self,
+        definition: ScheduleDefinition | schedules_pb2.Schedule,
+        *,
+        expected_version: str = "",
     ) -> schedules_pb2.Schedule:
-        """Replace a schedule's definition; with ``expected_version`` (the ``version`` read
-        before), a schedule changed since raises ``ConflictError`` and nothing changes."""
+        """Replace a schedule's definition (a ``ScheduleDefinition``, or the ``Schedule`` read
+        and changed); with ``expected_version`` (the ``version`` read before), a schedule
+        changed since raises ``ConflictError`` and nothing changes."""
         return self._unary(self._calls.update_schedule(definition, expected_version))
 
     def delete_schedule(self, schedule_id: str, *, expected_version: str = "") -> None:
@@ -268,21 +272,25 @@ class Client:
         """Run one occurrence now; returns its task."""
         return self._unary(self._calls.trigger_schedule(schedule_id))
 
-    def backfill_schedule(self, schedule_id: str, start: datetime, end: datetime) -> Backfilled:
+    def backfill_schedule(
+        self, schedule_id: str, start: datetime, end: datetime, *, dry_run: bool = False
+    ) -> Backfilled:
         """Create, to run now, every occurrence with a nominal time in [start, end);
-        occurrences that already exist are counted, not created twice."""
-        return self._unary(self._calls.backfill_schedule(schedule_id, start, end))
+        occurrences that already exist are counted, not created twice. ``dry_run``: create
+        nothing, answer which would be."""
+        return self._unary(self._calls.backfill_schedule(schedule_id, start, end, dry_run))
 
     def preview_schedule(
         self,
-        target: str | Recurrence,
+        target: str | Recurrence | schedules_pb2.ScheduleSpec,
         *,
         after: datetime | None = None,
         until: datetime | None = None,
         count: int = 10,
     ) -> list[schedules_pb2.PreviewedOccurrence]:
         """The next occurrences of a stored schedule (its id) or of a recurrence not yet
-        created: after ``after`` (default now), at most ``count``, none after ``until``."""
+        created (or a ``ScheduleSpec``): after ``after`` (default now), at most ``count``,
+        none after ``until``."""
         return self._unary(self._calls.preview_schedule(target, after, until, count))
 
     def list_schedule_occurrences(

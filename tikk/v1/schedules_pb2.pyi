@@ -206,24 +206,28 @@ class TriggerScheduleResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[_tasks_pb2.Task, _Mapping]] = ...) -> None: ...
 
 class BackfillScheduleRequest(_message.Message):
-    __slots__ = ("namespace", "schedule_id", "start_time", "end_time")
+    __slots__ = ("namespace", "schedule_id", "start_time", "end_time", "dry_run")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     START_TIME_FIELD_NUMBER: _ClassVar[int]
     END_TIME_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     schedule_id: str
     start_time: _timestamp_pb2.Timestamp
     end_time: _timestamp_pb2.Timestamp
-    def __init__(self, namespace: _Optional[str] = ..., schedule_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, namespace: _Optional[str] = ..., schedule_id: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
 
 class BackfillScheduleResponse(_message.Message):
-    __slots__ = ("created", "existing")
+    __slots__ = ("created", "existing", "occurrences")
     CREATED_FIELD_NUMBER: _ClassVar[int]
     EXISTING_FIELD_NUMBER: _ClassVar[int]
+    OCCURRENCES_FIELD_NUMBER: _ClassVar[int]
     created: int
     existing: int
-    def __init__(self, created: _Optional[int] = ..., existing: _Optional[int] = ...) -> None: ...
+    occurrences: _containers.RepeatedCompositeFieldContainer[PreviewedOccurrence]
+    def __init__(self, created: _Optional[int] = ..., existing: _Optional[int] = ..., occurrences: _Optional[_Iterable[_Union[PreviewedOccurrence, _Mapping]]] = ...) -> None: ...
 
 class PreviewScheduleRequest(_message.Message):
     __slots__ = ("schedule", "spec", "after_time", "count", "until_time")
