@@ -74,12 +74,12 @@ def _comparison(
     old: schedules_pb2.Schedule, new: schedules_pb2.Schedule, before: list[Any], after: list[Any]
 ) -> str:
     """The spec before and after, then the next fire times side by side (local and UTC)."""
+    left = [f"{a.local_time} ({ts(a.fire_time)})" for a in before] or ["-"]
+    right = [f"{b.local_time} ({ts(b.fire_time)})" for b in after] or ["-"]
+    width = max(len(x) for x in [*left, "next fires before"]) + 3
     rows = [f"schedule {old.id}: {_spec_text(old.spec)}  ->  {_spec_text(new.spec)}",
-            f"{'next fires before':<58}after"]  # fmt: skip
-    for a, b in zip_longest(before, after):
-        left = f"{a.local_time} ({ts(a.fire_time)})" if a else "-"
-        right = f"{b.local_time} ({ts(b.fire_time)})" if b else "-"
-        rows.append(f"{left:<58}{right}")
+            f"{'next fires before':<{width}}after"]  # fmt: skip
+    rows += [f"{a:<{width}}{b}" for a, b in zip_longest(left, right, fillvalue="-")]
     return "\n".join(shown(r) for r in rows)
 
 
