@@ -125,6 +125,20 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         tid = validation.task_id(request.task_id, self._settings.limits)
         return task_to_proto(await self._tasks.cancel(ns, tid))
 
+    async def RescheduleTask(
+        self, request: tasks_pb2.RescheduleTaskRequest, context: Ctx
+    ) -> tasks_pb2.Task:
+        limits = self._settings.limits
+        ns = validation.namespace(request.namespace)
+        tid = validation.task_id(request.task_id, limits)
+        if request.WhichOneof("when") is None:
+            raise InvalidArgument("run_at", "give run_at or delay: the task's new due time")
+        at = validation.requested_time(request, limits, self._clock.now_ms())
+        payload = request.payload if request.HasField("payload") else None
+        if payload is not None and len(payload) > limits.max_payload_bytes:
+            raise InvalidArgument("payload", f"larger than {limits.max_payload_bytes} bytes")
+        return task_to_proto(await self._tasks.reschedule(ns, tid, at, payload))
+
     async def ListTasks(
         self, request: tasks_pb2.ListTasksRequest, context: Ctx
     ) -> tasks_pb2.ListTasksResponse:

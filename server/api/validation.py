@@ -195,7 +195,10 @@ def retry_policy(msg: tasks_pb2.RetryPolicy, limits: Limits) -> RetryPolicy:
     return RetryPolicy(attempts, initial, multiplier, maximum, jitter)
 
 
-def _requested_time(req: tasks_pb2.CreateTaskRequest, limits: Limits, now_ms: int) -> int:
+def requested_time(
+    req: tasks_pb2.CreateTaskRequest | tasks_pb2.RescheduleTaskRequest, limits: Limits, now_ms: int
+) -> int:
+    """The instant of a request's ``when`` (``run_at`` or ``delay``), now if neither."""
     horizon = limits.max_schedule_ahead_ms
     match req.WhichOneof("when"):
         case "run_at":
@@ -231,7 +234,7 @@ def create_task(
         raise InvalidArgument("payload", f"larger than {limits.max_payload_bytes} bytes")
     labels = _labels(dict(req.labels), limits)
     policy = retry_policy(req.retry_policy, limits) if req.HasField("retry_policy") else None
-    requested = _requested_time(req, limits, now_ms)
+    requested = requested_time(req, limits, now_ms)
     when = req.WhichOneof("when")
     when_spec = (when, requested if when == "run_at" else req.delay.ToMilliseconds())
     start_timeout = _start_timeout(req, limits)

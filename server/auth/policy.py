@@ -119,6 +119,7 @@ POLICY: Mapping[str, Rule] = {
     _TASKS + "ImportTasks": Rule(Role.WRITE, _task_namespaces),
     _TASKS + "GetTask": READ,
     _TASKS + "CancelTask": WRITE,
+    _TASKS + "RescheduleTask": WRITE,
     _TASKS + "ListTasks": READ,
     _TASKS + "ListQueues": Rule(Role.READ, _every_namespace),
     _HISTORY + "ListTaskRuns": READ,

@@ -77,6 +77,14 @@ def _task_cancel(args: argparse.Namespace, tikk: Client) -> None:
     show(args, t, lambda: task_line(t))
 
 
+def _task_reschedule(args: argparse.Namespace, tikk: Client) -> None:
+    payload = Path(args.payload_file).read_bytes() if args.payload_file else args.payload
+    t = tikk.reschedule_task(
+        args.id, run_at=instant(args.at), delay=span(args.delay), payload=payload
+    )
+    show(args, t, lambda: task_line(t))
+
+
 def _task_list(args: argparse.Namespace, tikk: Client) -> None:
     if not args.queue and not args.label:
         raise InvalidArgument("queue", "give --queue, --label or both")
@@ -125,6 +133,7 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
     action_options(p)
     p.set_defaults(func=client(_task_cancel))
     register_count(sub)
+    _reschedule_command(sub)
     p = sub.add_parser("list")
     client_options(p)
     paging(p)
@@ -136,6 +145,19 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
     )
     p.set_defaults(func=client(_task_list))
     register_import(sub)
+
+
+def _reschedule_command(sub: Any) -> None:
+    p = sub.add_parser("reschedule", help="move a scheduled task to another time")
+    client_options(p)
+    p.add_argument("id")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--at", type=parse_time_ms, help="ISO-8601 instant (UTC if no offset)")
+    when.add_argument("--in", dest="delay", type=parse_duration_ms, help="from now, e.g. 1d")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--payload", help="replace the payload with this text")
+    what.add_argument("--payload-file", help="replace the payload with a file's bytes")
+    p.set_defaults(func=client(_task_reschedule))
 
 
 def _create_command(sub: Any) -> None:

@@ -155,6 +155,24 @@ class TaskOps:
             self._upcoming.scheduled([task])
         return task
 
+    async def reschedule(
+        self, namespace: str, task_id: str, run_at_ms: int, payload: bytes | None
+    ) -> Task:
+        """Move a scheduled task to ``run_at_ms`` (a time already past runs it now), with a
+        new payload if given: placed, watched and confirmed as a create's due row is."""
+        before = await self._store.get(namespace, task_id)
+        due = self._guard.place_due(before.shard, max(run_at_ms, self._clock.now_ms()))
+        now = self._clock.now_ms()
+        async with self._guard.watching([(namespace, task_id)]):
+            moved = await self._store.reschedule(
+                namespace, task_id, to_ms=due, payload=payload, now_ms=now
+            )
+        [task] = await self._guard.confirm([moved])
+        if self._upcoming is not None:
+            self._upcoming.scheduled([before], -1)
+            self._upcoming.scheduled([task])
+        return task
+
     async def purge(self, namespace: str, task_id: str) -> Task:
         """Delete a dead-lettered task for good (see ``TaskStore.purge_dead_letter``)."""
         return await self._store.purge_dead_letter(namespace, task_id)

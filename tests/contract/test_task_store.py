@@ -601,3 +601,39 @@ async def test_a_labels_tasks_are_counted_in_a_state_and_up_to_a_limit(store: Ta
     assert await store.count_by_label("default", acme, TaskState.CANCELLED, 100) == (1, True)
     assert await store.count_by_label("default", acme, None, 5) == (5, False)
     assert await store.count_by_label("other", acme, None, 5) == (0, True)
+
+
+async def due_ids(store: TaskStore, shard: int, second: int) -> list[tuple[str, int, bytes]]:
+    """(task id, due ms, payload) of every due row of ``shard`` in ``second``."""
+    rows = await store.read_due(shard, (second - 1, "\uffff"), second, 100)
+    return [(r.task_id, r.due_ms, r.payload) for r in rows if r.second == second]
+
+
+@pytest.mark.parametrize("shift_ms", [60_000, -5_000, 250])
+async def test_a_scheduled_task_is_rescheduled_with_its_row_and_payload(
+    store: TaskStore, shift_ms: int
+) -> None:
+    t = make_task("a", due_ms=T0 + 10_000)
+    await store.create(t)
+    to = t.due_ms + shift_ms
+    moved = await store.reschedule("default", "a", to_ms=to, payload=b"new", now_ms=T0 + 1)
+    assert (moved.due_ms, moved.payload, moved.state, moved.attempt) == (
+        to, b"new", TaskState.SCHEDULED, 1,
+    )  # fmt: skip
+    assert await store.get("default", "a") == moved
+    assert await due_ids(store, t.shard, second_of(to)) == [("a", to, b"new")]
+    if second_of(to) != second_of(t.due_ms):
+        assert await due_ids(store, t.shard, second_of(t.due_ms)) == []
+    kept = await store.reschedule("default", "a", to_ms=to + 1, payload=None, now_ms=T0 + 2)
+    assert kept.payload == b"new"
+
+
+async def test_only_a_scheduled_task_is_rescheduled(store: TaskStore) -> None:
+    t = make_task("a")
+    await store.create(t)
+    await store.mark_dispatched([t.entry()], T0)
+    with pytest.raises(FailedPrecondition, match="dispatched and can no longer be rescheduled"):
+        await store.reschedule("default", "a", to_ms=T0 + 99_000, payload=None, now_ms=T0)
+    with pytest.raises(NotFound):
+        await store.reschedule("default", "nope", to_ms=T0 + 99_000, payload=None, now_ms=T0)
+    assert (await store.get("default", "a")).due_ms == t.due_ms

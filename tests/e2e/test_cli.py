@@ -248,3 +248,15 @@ def test_a_schedule_update_shows_fires_before_and_after_and_backfill_has_a_dry_r
     )
     again = tikk(address, "schedule", "backfill", "nightly", *span, "--dry-run")
     assert again.stdout.startswith("dry run: would create 0, already there 2")
+
+
+def test_a_task_is_rescheduled_from_the_cli(split: tuple[str, Path]) -> None:
+    address, _ = split
+    tikk_json(address, "task", "create", "--queue", "later", "--handler", "record", "--id", "m",
+              "--at", "2030-01-01T00:00:00Z", "--payload", "v1")  # fmt: skip
+    moved = tikk_json(address, "task", "reschedule", "m", "--at", "2030-01-02T09:30:00+01:00",
+                      "--payload", "v2")  # fmt: skip
+    assert moved["due_time"] == "2030-01-02T08:30:00Z" and moved["state"] == "TASK_STATE_SCHEDULED"
+    assert tikk_json(address, "task", "get", "m")["payload"] == "djI="  # "v2"
+    missing = tikk(address, "task", "reschedule", "m")
+    assert missing.returncode == 2 and "--at" in missing.stderr

@@ -4,7 +4,7 @@ the ``Client`` method of the same name documents."""
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -81,6 +81,17 @@ class AsyncClient:
 
     async def get_task(self, task_id: str) -> tasks_pb2.Task:
         return await self._unary(self._calls.get_task(task_id))
+
+    async def reschedule_task(
+        self,
+        task_id: str,
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        payload: bytes | str | None = None,
+    ) -> tasks_pb2.Task:
+        call = self._calls.reschedule_task(task_id, run_at, delay, payload)
+        return await self._unary(call)
 
     async def cancel_task(self, task_id: str) -> tasks_pb2.Task:
         return await self._unary(self._calls.cancel_task(task_id))

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar
 
 from tikk.client.results import Backfilled, Page, TaskCreated
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
 from tikk.client.wire import (
+    duration,
     enum_name,
+    payload_bytes,
     schedule_message,
     selection_message,
     spec_message,
@@ -104,6 +106,24 @@ class Calls:
     def cancel_task(self, task_id: str) -> Unary[tasks_pb2.Task]:
         request = tasks_pb2.CancelTaskRequest(namespace=self.namespace, task_id=task_id)
         return Unary("tasks", "CancelTask", request)
+
+    def reschedule_task(
+        self,
+        task_id: str,
+        run_at: datetime | None,
+        delay: timedelta | None,
+        payload: bytes | str | None,
+    ) -> Unary[tasks_pb2.Task]:
+        request = tasks_pb2.RescheduleTaskRequest(namespace=self.namespace, task_id=task_id)
+        if (run_at is None) == (delay is None):
+            raise ValueError("give run_at or delay (one of them)")
+        if run_at is not None:
+            request.run_at.CopyFrom(timestamp(run_at, "run_at"))
+        if delay is not None:
+            request.delay.CopyFrom(duration(delay))
+        if payload is not None:
+            request.payload = payload_bytes(payload)
+        return Unary("tasks", "RescheduleTask", request)
 
     def list_tasks(
         self, queue: str, state: str | int | None, size: int, labels: str = ""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -91,6 +91,19 @@ class Client:
     def get_task(self, task_id: str) -> tasks_pb2.Task:
         """The task; ``NotFoundError`` if there is none."""
         return self._unary(self._calls.get_task(task_id))
+
+    def reschedule_task(
+        self,
+        task_id: str,
+        *,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        payload: bytes | str | None = None,
+    ) -> tasks_pb2.Task:
+        """Move a scheduled task to ``run_at`` (or ``delay`` from now), with a new
+        ``payload`` if given; ``FailedPreconditionError`` once it was dispatched."""
+        call = self._calls.reschedule_task(task_id, run_at, delay, payload)
+        return self._unary(call)
 
     def cancel_task(self, task_id: str) -> tasks_pb2.Task:
         """Cancel a task not dispatched yet (a cancelled one stays so);

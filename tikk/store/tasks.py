@@ -208,6 +208,16 @@ class TaskStore(Protocol):
         the task twice, never not at all. Raises ``NotFound``."""
         ...
 
+    async def reschedule(
+        self, namespace: str, task_id: str, *, to_ms: int, payload: bytes | None, now_ms: int
+    ) -> Task:
+        """Move a SCHEDULED task's pending attempt to ``to_ms`` (earlier or later), with its
+        payload replaced by ``payload`` unless that is None; the moved task. Raises
+        ``NotFound``, and ``FailedPrecondition`` for a task not scheduled (dispatched,
+        finished, cancelled, or taken by a dispatcher while it was moved). A crash part-way
+        leaves the task firing at one of the two times, never at neither."""
+        ...
+
     async def get_cursors(self) -> dict[int, Cursor]:
         """Every shard's dispatch cursor that was ever written, in one read."""
         ...
@@ -238,6 +248,14 @@ async def advance_cursor(store: TaskStore, shard: int, second: int, epoch: int) 
     """``advance_cursors`` for one shard; raises ``StaleOwner`` if refused."""
     if await store.advance_cursors({shard: Cursor(second, epoch)}):
         raise StaleOwner(f"shard {shard}: epoch {epoch} is older than the owner's")
+
+
+def require_scheduled(task: Task, verb: str) -> None:
+    """Raise ``FailedPrecondition`` unless ``task`` is scheduled (what ``verb`` needs)."""
+    if task.state is not TaskState.SCHEDULED:
+        raise FailedPrecondition(
+            f"task {task.task_id!r} is {task.state.name.lower()} and can no longer be {verb}"
+        )
 
 
 def require_dead_lettered(task: Task) -> None:

@@ -198,6 +198,20 @@ class CancelTaskRequest(_message.Message):
     task_id: str
     def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
+class RescheduleTaskRequest(_message.Message):
+    __slots__ = ("namespace", "task_id", "run_at", "delay", "payload")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_AT_FIELD_NUMBER: _ClassVar[int]
+    DELAY_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    task_id: str
+    run_at: _timestamp_pb2.Timestamp
+    delay: _duration_pb2.Duration
+    payload: bytes
+    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
 class ListTasksRequest(_message.Message):
     __slots__ = ("namespace", "queue", "state", "page_size", "page_token", "label_selector")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

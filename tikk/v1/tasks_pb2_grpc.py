@@ -59,6 +59,11 @@ class TaskServiceStub:
                 request_serializer=tikk_dot_v1_dot_tasks__pb2.CancelTaskRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_tasks__pb2.Task.FromString,
                 _registered_method=True)
+        self.RescheduleTask = channel.unary_unary(
+                '/tikk.v1.TaskService/RescheduleTask',
+                request_serializer=tikk_dot_v1_dot_tasks__pb2.RescheduleTaskRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_tasks__pb2.Task.FromString,
+                _registered_method=True)
         self.ListTasks = channel.unary_unary(
                 '/tikk.v1.TaskService/ListTasks',
                 request_serializer=tikk_dot_v1_dot_tasks__pb2.ListTasksRequest.SerializeToString,
@@ -116,6 +121,15 @@ class TaskServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RescheduleTask(self, request, context):
+        """Moves a scheduled task's pending attempt to another time (earlier or later), optionally
+        with a new payload; its attempt count and idempotency key stay. FAILED_PRECONDITION once
+        it was dispatched, finished or cancelled.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTasks(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -157,6 +171,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
             'CancelTask': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTask,
                     request_deserializer=tikk_dot_v1_dot_tasks__pb2.CancelTaskRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_tasks__pb2.Task.SerializeToString,
+            ),
+            'RescheduleTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.RescheduleTask,
+                    request_deserializer=tikk_dot_v1_dot_tasks__pb2.RescheduleTaskRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_tasks__pb2.Task.SerializeToString,
             ),
             'ListTasks': grpc.unary_unary_rpc_method_handler(
@@ -304,6 +323,33 @@ class TaskService:
             target,
             '/tikk.v1.TaskService/CancelTask',
             tikk_dot_v1_dot_tasks__pb2.CancelTaskRequest.SerializeToString,
+            tikk_dot_v1_dot_tasks__pb2.Task.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RescheduleTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.TaskService/RescheduleTask',
+            tikk_dot_v1_dot_tasks__pb2.RescheduleTaskRequest.SerializeToString,
             tikk_dot_v1_dot_tasks__pb2.Task.FromString,
             options,
             channel_credentials,

@@ -80,6 +80,7 @@ from tikk.store.tasks import (
     TASK_COLUMNS,
     check_shard_count,
     require_dead_lettered,
+    require_scheduled,
 )
 
 # Moving a task on (a finished attempt, a moved due time) is conditional on the state it was
@@ -377,6 +378,35 @@ class CassandraTaskStore:
         if not await self._update_if(moved, task, now_ms):
             return None
         second = second_of(due_ms)
+        if second_of(to_ms) != second:
+            old_row = [task.shard, minute_of_second(second), second, task_key(namespace, task_id)]
+            await self._db.execute(DELETE_DUE, old_row)
+        return moved
+
+    async def reschedule(
+        self, namespace: str, task_id: str, *, to_ms: int, payload: bytes | None, now_ms: int
+    ) -> Task:
+        task = await self.get(namespace, task_id)
+        require_scheduled(task, "rescheduled")
+        moved = task.evolve(
+            due_ms=to_ms, updated_ms=now_ms, payload=task.payload if payload is None else payload
+        )
+        # A claim reading a row due after the task row's time finishes that move itself
+        # (``claims``), and one due before it is stale. So a later row is written before
+        # the task row (a claim in between fires the task at its old time, and the update
+        # is refused), and an earlier one after it (a crash in between leaves the old row,
+        # which then fires the task at its old time): either way, never at neither time.
+        later = to_ms >= task.due_ms
+        if later:
+            await self._db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))
+        if not await self._update_if(moved, task, now_ms):
+            raise FailedPrecondition(
+                f"task {task_id!r} changed while it was rescheduled (dispatched, cancelled or "
+                "moved); look again"
+            )
+        if not later:
+            await self._db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))
+        second = second_of(task.due_ms)
         if second_of(to_ms) != second:
             old_row = [task.shard, minute_of_second(second), second, task_key(namespace, task_id)]
             await self._db.execute(DELETE_DUE, old_row)

@@ -43,6 +43,7 @@ from tikk.store.tasks import (
     TASK_COLUMNS,
     check_shard_count,
     require_dead_lettered,
+    require_scheduled,
 )
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
@@ -332,6 +333,24 @@ class SqliteTaskStore:
                 ):
                     return None
                 moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
+                delete_due(conn, task)
+                save_task(conn, moved)
+                insert_due(conn, moved.entry())
+                return moved
+
+        return await self._db.run(work)
+
+    async def reschedule(
+        self, namespace: str, task_id: str, *, to_ms: int, payload: bytes | None, now_ms: int
+    ) -> Task:
+        def work(conn: sqlite3.Connection) -> Task:
+            with Transaction(conn):  # serialised with claims: no half-done move to see
+                task = fetch_task(conn, namespace, task_id)
+                require_scheduled(task, "rescheduled")
+                moved = task.evolve(
+                    due_ms=to_ms, updated_ms=now_ms,
+                    payload=task.payload if payload is None else payload,
+                )  # fmt: skip
                 delete_due(conn, task)
                 save_task(conn, moved)
                 insert_due(conn, moved.entry())

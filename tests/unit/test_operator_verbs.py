@@ -1,7 +1,9 @@
-"""Bulk actions through a real gRPC server on the embedded backends: a dry run counts and
-shows a sample and acts on nothing; an action acts on every match exactly once, reports its
-progress, is not started twice by the same id, stops when asked, and is refused for a filter
-no listing serves or a state its verb does not act on."""
+"""The operator's verbs through a real gRPC server, its task store on SQLite and on the real
+Cassandra. Bulk actions: a dry run counts and shows a sample and acts on nothing; an action
+acts on every match exactly once, reports its progress, is not started twice by the same id,
+stops when asked, resumes on another server, and is refused for a filter no listing serves
+or a state its verb does not act on. Also: listing by label, purging one dead letter, the
+recount as an action, and rescheduling a task."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ from tikk.model import DeadLetter, Task, TaskState
 from tikk.quotas import NamespaceUsage
 from tikk.task_filters import TaskFilter
 from tikk.telemetry import Telemetry
+from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import (
     bulk_pb2,
     bulk_pb2_grpc,
@@ -315,3 +318,28 @@ async def test_a_recount_runs_as_an_action_and_sets_the_usage(api: Api) -> None:
     )
     assert done.read >= 301
     assert await quotas.usage(NS) == NamespaceUsage(tasks_stored=301)
+
+
+async def test_a_scheduled_task_is_rescheduled_and_a_dispatched_one_is_not(api: Api) -> None:
+    t = task("r1", {})
+    await stored(api, [t])
+    later = t.due_ms + 86_400_000
+    moved = await api.tasks.RescheduleTask(tasks_pb2.RescheduleTaskRequest(
+        namespace=NS, task_id="r1", run_at=to_timestamp(later), payload=b"v2",
+    ))  # fmt: skip
+    assert moved.due_time.ToMilliseconds() == later and moved.payload == b"v2"
+    assert moved.attempt == 1 and moved.state == tasks_pb2.TASK_STATE_SCHEDULED
+    stored_now = await api.backends.store.get(NS, "r1")
+    assert (stored_now.due_ms, stored_now.payload) == (later, b"v2")
+    await api.backends.store.mark_dispatched([stored_now.entry()], stored_now.due_ms)
+    for request, code in [
+        (tasks_pb2.RescheduleTaskRequest(namespace=NS, task_id="r1", delay=to_duration(5_000)),
+         grpc.StatusCode.FAILED_PRECONDITION),
+        (tasks_pb2.RescheduleTaskRequest(namespace=NS, task_id="r1"),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (tasks_pb2.RescheduleTaskRequest(namespace=NS, task_id="nope", delay=to_duration(5_000)),
+         grpc.StatusCode.NOT_FOUND),
+    ]:  # fmt: skip
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await api.tasks.RescheduleTask(request)
+        assert err.value.code() is code, err.value.details()
