@@ -29,6 +29,8 @@ from tests.unit.test_auth_policy import service_methods
 from tests.waiting import eventually
 from tikk.client import Client, PermissionDeniedError, Transport, UnauthenticatedError
 from tikk.v1 import (
+    bulk_pb2,
+    bulk_pb2_grpc,
     history_pb2,
     history_pb2_grpc,
     schedules_pb2,
@@ -151,6 +153,9 @@ def _task_rpcs() -> list[Rpc]:
             metadata=md), grpc.StatusCode.NOT_FOUND),
         Rpc("ListTasks", "read", lambda ch, w, md: _tasks(ch).ListTasks(
             tasks_pb2.ListTasksRequest(namespace=ns[w], queue="emails"), timeout=T, metadata=md)),
+        Rpc("RescheduleTask", "write", lambda ch, w, md: _tasks(ch).RescheduleTask(
+            tasks_pb2.RescheduleTaskRequest(namespace=ns[w], task_id="missing",
+            delay=Duration(seconds=60)), timeout=T, metadata=md), grpc.StatusCode.NOT_FOUND),
         Rpc("ListQueues", "read-all", lambda ch, w, md: _tasks(ch).ListQueues(
             tasks_pb2.ListQueuesRequest(), timeout=T, metadata=md), scoped=False),
     ]  # fmt: skip
@@ -171,6 +176,9 @@ def _history_rpcs() -> list[Rpc]:
             history_pb2.ListDeadLettersRequest(namespace=ns[w]), timeout=T, metadata=md)),
         Rpc("RedriveTask", "admin", lambda ch, w, md: _history(ch).RedriveTask(
             history_pb2.RedriveTaskRequest(namespace=ns[w], task_id=TASK), timeout=T,
+            metadata=md), grpc.StatusCode.FAILED_PRECONDITION),
+        Rpc("PurgeDeadLetter", "admin", lambda ch, w, md: _history(ch).PurgeDeadLetter(
+            history_pb2.PurgeDeadLetterRequest(namespace=ns[w], task_id=TASK), timeout=T,
             metadata=md), grpc.StatusCode.FAILED_PRECONDITION),
         Rpc("ListScheduleOccurrences", "read", lambda ch, w, md: _history(ch)
             .ListScheduleOccurrences(history_pb2.ListScheduleOccurrencesRequest(
@@ -249,7 +257,47 @@ def _admin_rpcs() -> list[Rpc]:
     ]  # fmt: skip
 
 
-RPCS = [*_task_rpcs(), *_history_rpcs(), *_schedule_rpcs(), *_worker_rpcs(), *_admin_rpcs()]
+def _bulk(ch: grpc.Channel) -> Any:
+    return bulk_pb2_grpc.BulkServiceStub(ch)
+
+
+def _bulk_rpcs() -> list[Rpc]:
+    """Bulk verbs need what their verb needs of one task: write to cancel, admin to re-drive
+    and purge; counting and following actions need read, stopping one write."""
+    ns = NAMESPACE
+
+    def dry(w: str) -> bulk_pb2.BulkActionRequest:
+        return bulk_pb2.BulkActionRequest(
+            filter=bulk_pb2.TaskFilter(namespace=ns[w], queue="emails"), dry_run=True
+        )
+
+    missing = grpc.StatusCode.NOT_FOUND
+    return [
+        Rpc("CountTasks", "read", lambda ch, w, md: _bulk(ch).CountTasks(
+            bulk_pb2.CountTasksRequest(filter=dry(w).filter), timeout=T, metadata=md)),
+        Rpc("BulkCancelTasks", "write", lambda ch, w, md: _bulk(ch).BulkCancelTasks(
+            dry(w), timeout=T, metadata=md)),
+        Rpc("BulkRedriveTasks", "admin", lambda ch, w, md: _bulk(ch).BulkRedriveTasks(
+            dry(w), timeout=T, metadata=md)),
+        Rpc("BulkPurgeTasks", "admin", lambda ch, w, md: _bulk(ch).BulkPurgeTasks(
+            dry(w), timeout=T, metadata=md)),
+        Rpc("RecountUsage", "admin", lambda ch, w, md: _bulk(ch).RecountUsage(
+            bulk_pb2.RecountUsageRequest(namespace=ns[w]), timeout=T, metadata=md)),
+        Rpc("GetBulkAction", "read", lambda ch, w, md: _bulk(ch).GetBulkAction(
+            bulk_pb2.GetBulkActionRequest(namespace=ns[w], id="missing"), timeout=T,
+            metadata=md), missing),
+        Rpc("ListBulkActions", "read", lambda ch, w, md: _bulk(ch).ListBulkActions(
+            bulk_pb2.ListBulkActionsRequest(namespace=ns[w]), timeout=T, metadata=md)),
+        Rpc("StopBulkAction", "write", lambda ch, w, md: _bulk(ch).StopBulkAction(
+            bulk_pb2.StopBulkActionRequest(namespace=ns[w], id="missing"), timeout=T,
+            metadata=md), missing),
+    ]  # fmt: skip
+
+
+RPCS = [
+    *_task_rpcs(), *_history_rpcs(), *_schedule_rpcs(), *_worker_rpcs(), *_admin_rpcs(),
+    *_bulk_rpcs(),
+]  # fmt: skip
 
 
 def status(call: Callable[[], object]) -> tuple[grpc.StatusCode, str]:
