@@ -162,6 +162,9 @@ class CassandraRunHistory:
         await self._db.execute_many(self._db.partition_batches(by_id, packed))
         await self._db.execute_many(self._db.partition_batches(listed, packed))
 
+    async def prune(self, namespace: str, before_ms: int, most: int) -> int:
+        return 0  # every row carries a TTL of HISTORY_RETENTION_S
+
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         rows = await self._db.execute(SELECT_RUN, [namespace, run_id])
         if not rows:

@@ -107,6 +107,12 @@ class RunHistory(Protocol):
         token."""
         ...
 
+    async def prune(self, namespace: str, before_ms: int, most: int) -> int:
+        """Delete up to ``most`` of the namespace's runs recorded before ``before_ms`` (and
+        occurrences decided before it); how many runs were deleted. A backend whose rows
+        expire by themselves (Cassandra's TTL) deletes nothing here and returns 0."""
+        ...
+
     async def start(self) -> None:
         """Open connections and files (nothing is opened by the constructor). A backend
         sharing a driver session with others starts it if none has yet."""

@@ -61,6 +61,18 @@ _FILING_INDEXES = (
     f"CREATE INDEX IF NOT EXISTS runs_by_queue_filed ON runs (namespace, queue, {_FILED}, run_id)",
     "DROP INDEX IF EXISTS runs_by_task",
     "DROP INDEX IF EXISTS runs_by_queue",
+    # What retention deletes: a namespace's oldest runs and occurrences.
+    f"CREATE INDEX IF NOT EXISTS runs_by_namespace_filed ON runs (namespace, {_FILED})",
+    "CREATE INDEX IF NOT EXISTS occurrences_by_decided ON occurrences (namespace, decided_ms)",
+)
+_PRUNE_RUNS = (
+    f"DELETE FROM runs WHERE rowid IN (SELECT rowid FROM runs WHERE namespace = ?"
+    f" AND {_FILED} < ? LIMIT ?)"
+)
+_PRUNE_OCCURRENCES = (
+    "DELETE FROM occurrences WHERE (namespace, schedule_id, nominal_ms, outcome) IN"
+    " (SELECT namespace, schedule_id, nominal_ms, outcome FROM occurrences"
+    " WHERE namespace = ? AND decided_ms < ? LIMIT ?)"
 )
 _OCCURRENCE_COLUMNS = ", ".join(OCCURRENCE_COLUMNS)
 _COLUMNS = ", ".join(RUN_COLUMNS)
@@ -94,6 +106,15 @@ class SqliteRunHistory:
                 conn.executemany(sql, rows)
 
         await self._db.run(work)
+
+    async def prune(self, namespace: str, before_ms: int, most: int) -> int:
+        def work(conn: sqlite3.Connection) -> int:
+            with Transaction(conn):
+                runs = conn.execute(_PRUNE_RUNS, (namespace, before_ms, most)).rowcount
+                conn.execute(_PRUNE_OCCURRENCES, (namespace, before_ms, most))
+                return int(runs)
+
+        return await self._db.run(work)
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         sql = f"SELECT {_COLUMNS} FROM runs WHERE namespace=? AND run_id=?"

@@ -41,6 +41,7 @@ from server.ops.history import HistoryOps
 from server.ops.late_writes import LateWriteGuard
 from server.ops.quotas import QuotaGate
 from server.ops.results import ResultRecorder
+from server.ops.retention import RetentionPrune
 from server.ops.schedules import ScheduleOps
 from server.ops.start_timeouts import StartTimeouts
 from server.ops.task_search import TaskSearch
@@ -105,6 +106,7 @@ class ApiServer:
         self._reporting: asyncio.Task[None] | None = None
         self._counting: asyncio.Task[None] | None = None
         self._bulk: asyncio.Task[None] | None = None
+        self._pruning: asyncio.Task[None] | None = None
         telemetry = telemetry or Telemetry()
         self._server = grpc.aio.server(
             interceptors=interceptor_chain(settings, backends.credentials, telemetry),
@@ -138,6 +140,7 @@ class ApiServer:
             self._reporting = asyncio.create_task(self._report_backlog())
         self._counting = asyncio.create_task(self._ops.upcoming.run(), name="tikk-due-counts")
         self._bulk = asyncio.create_task(self._ops.bulk.run(), name="tikk-bulk-actions")
+        self._pruning = asyncio.create_task(self._ops.retention.run(), name="tikk-retention")
         return self.port
 
     def _bind(self) -> int:
@@ -158,7 +161,8 @@ class ApiServer:
 
     async def stop(self, grace_s: float = 5.0) -> None:
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        for running in (self._reporting, self._bulk):  # a bulk action resumes from its last step
+        # A bulk action resumes from its last step; a prune deletes in whole transactions.
+        for running in (self._reporting, self._bulk, self._pruning):
             if running is not None:
                 running.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -228,6 +232,8 @@ class Operations:
     # Reads what a task filter selects; bulk actions act on it, run while serving.
     search: TaskSearch
     bulk: BulkActions
+    # Deletes what the namespaces' retention no longer keeps, while serving.
+    retention: RetentionPrune
 
     @classmethod
     def over(
@@ -253,9 +259,11 @@ class Operations:
         admin = AdminOps(b.quotas, quotas, clock)
         search = TaskSearch(b.store, clock)
         bulk = BulkActions(b.bulk_actions, search, tasks, clock, quotas=b.quotas, owner=runner_id())
+        retention = RetentionPrune(b.store, b.history, b.quotas, quotas, clock=clock)
         return cls(
-            tasks, results, schedules, HistoryOps(b.history), admin, guard, upcoming, search, bulk
-        )
+            tasks, results, schedules, HistoryOps(b.history), admin, guard, upcoming, search,
+            bulk, retention,
+        )  # fmt: skip
 
 
 def _add_services(

@@ -18,6 +18,11 @@ class NamespaceQuotas:
     tasks_stored: int | None = None
     schedules: int | None = None
     import_streams: int | None = None
+    # How long a finished task, and a run in the history, are kept (``server.ops.retention``).
+    # None: as the store keeps them by itself (the embedded store: for ever; Cassandra: 30
+    # days, by TTL).
+    task_retention_seconds: int | None = None
+    history_retention_seconds: int | None = None
 
     def over(self, defaults: NamespaceQuotas) -> NamespaceQuotas:
         """These quotas, with ``defaults`` filling the ones not set."""
@@ -32,6 +37,7 @@ class NamespaceQuotas:
 
 
 QUOTA_NAMES = tuple(f.name for f in fields(NamespaceQuotas))
+RETENTION_NAMES = ("task_retention_seconds", "history_retention_seconds")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from server.cli.bulk import action_line, follow
 from server.cli.client import client, show
 from server.cli.options import client_options
 from tikk.client import Client
-from tikk.quotas import QUOTA_NAMES
+from tikk.quotas import QUOTA_NAMES, RETENTION_NAMES
 from tikk.text_rules import shown
 from tikk.v1 import admin_pb2, bulk_pb2
 
@@ -28,6 +28,9 @@ def _quota_value(text: str) -> int | None:
 
 
 def _quota_text(q: admin_pb2.Quotas, name: str) -> str:
+    if name in RETENTION_NAMES:
+        seconds = getattr(q, name)
+        return f"{seconds:,} s ({seconds / 86_400:g} days)" if q.HasField(name) else "as stored"
     return f"{getattr(q, name):,}" if q.HasField(name) else "unlimited"
 
 
@@ -35,7 +38,7 @@ def _report(resp: admin_pb2.NamespaceQuotasResponse) -> str:
     rows = [shown(f"namespace {resp.namespace}")]
     for name in QUOTA_NAMES:
         own = "" if resp.quotas.HasField(name) else "  (server default)"
-        rows.append(f"  {name:<17} {_quota_text(resp.effective, name)}{own}")
+        rows.append(f"  {name:<25} {_quota_text(resp.effective, name)}{own}")
     rows.append(f"  usage: tasks_stored {resp.usage.tasks_stored:,}")
     return "\n".join(rows)
 

@@ -197,3 +197,14 @@ async def test_a_failed_runs_traceback_reads_back_whole_everywhere(history: RunH
     by_task = await history.list_for_task("default", "t1", 10, "")
     by_queue = await history.list_by_queue(RunQuery("default", "q", T0 - 60_000, T0), 10, "")
     assert by_task.items == [run] and by_queue.items == [run]
+
+
+async def test_runs_recorded_before_a_time_are_pruned(history: RunHistory) -> None:
+    for i in range(4):
+        await history.append(make_run(f"r{i}", finished_ms=T0 + i * 1000))
+    await history.append(make_run("other", namespace="ns2", finished_ms=T0))
+    deleted = await history.prune("default", T0 + 2_500, 10)
+    assert deleted in (0, 3)  # 0: a backend whose rows expire by themselves (TTL)
+    runs = await history.list_for_task("default", "t1", 10, "")
+    assert len(runs.items) == 4 - deleted and runs.items[0].run_id == "r3"
+    assert (await history.get("ns2", "other")).run_id == "other"

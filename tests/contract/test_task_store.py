@@ -637,3 +637,23 @@ async def test_only_a_scheduled_task_is_rescheduled(store: TaskStore) -> None:
     with pytest.raises(NotFound):
         await store.reschedule("default", "nope", to_ms=T0 + 99_000, payload=None, now_ms=T0)
     assert (await store.get("default", "a")).due_ms == t.due_ms
+
+
+async def test_finished_tasks_older_than_a_time_are_pruned_and_open_ones_kept(
+    store: TaskStore,
+) -> None:
+    for i in range(5):
+        t = dataclasses.replace(make_task(f"d{i}"), labels={"k": "v"})
+        await store.create(t)
+        await store.mark_dispatched([t.entry()], T0)
+        await store.finish_attempt("default", t.task_id, 1, Succeed(), T0 + i)
+    await store.create(make_task("open"))
+    await store.create(make_task("x", namespace="other"))
+    deleted = await store.prune_finished("default", T0 + 3, 2)  # d0..d2 are older; 2 at most
+    assert deleted in (0, 2)  # 0: a store whose rows expire by themselves (TTL)
+    left = {t.task_id for t in (await store.list_tasks("default", "q", None, 100, "")).items}
+    assert len(left) == 6 - deleted and {"open", "d3", "d4"} <= left
+    assert await store.prune_finished("default", T0 + 3, 10) == (1 if deleted else 0)
+    assert (await store.get("default", "open")).state is TaskState.SCHEDULED
+    if deleted:  # what the label index held of them went with them
+        assert await labelled(store, "default", ("k", "v"), 10) == ["d3", "d4"]

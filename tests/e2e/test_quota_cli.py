@@ -48,7 +48,7 @@ def test_a_quota_set_from_the_cli_is_applied_by_running_servers(group: str) -> N
     done = tikk(group, "quota", "set", "--namespace", "team", "--tasks-stored", "4",
                 "--schedules", "10")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "tasks_stored      4" in done.stdout and "usage: tasks_stored 4" in done.stdout
+    assert "tasks_stored              4" in done.stdout and "usage: tasks_stored 4" in done.stdout
     refusals: list[str] = []
     admitted = 0  # by a process still within its cache of the old (no) quota
 
@@ -69,6 +69,6 @@ def test_a_quota_set_from_the_cli_is_applied_by_running_servers(group: str) -> N
     recounted = tikk(group, "quota", "recount", "--namespace", "team")
     assert f"usage: tasks_stored {4 + admitted}" in recounted.stdout, recounted.stderr
     cleared = tikk(group, "quota", "set", "--namespace", "team", "--tasks-stored", "none")
-    assert "tasks_stored      unlimited" in cleared.stdout
-    assert "schedules         10" in cleared.stdout  # quotas not named are kept
+    assert "tasks_stored              unlimited" in cleared.stdout
+    assert "schedules                 10" in cleared.stdout  # quotas not named are kept
     eventually(lambda: create(group, "last").returncode == 0, timeout=30, every=0.2)

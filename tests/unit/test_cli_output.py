@@ -183,10 +183,12 @@ def test_quota_set_reads_the_quotas_then_writes_them_whole(
     ]  # fmt: skip
     assert (code, out) == (EXIT_OK, """\
 namespace ns
-  tasks_per_second  1,000  (server default)
-  tasks_stored      unlimited  (server default)
-  schedules         10
-  import_streams    unlimited  (server default)
+  tasks_per_second          1,000  (server default)
+  tasks_stored              unlimited  (server default)
+  schedules                 10
+  import_streams            unlimited  (server default)
+  task_retention_seconds    as stored  (server default)
+  history_retention_seconds as stored  (server default)
   usage: tasks_stored 12,345
 """)  # fmt: skip
 

@@ -284,12 +284,16 @@ class AsyncClient:
         tasks_stored: int | None = None,
         schedules: int | None = None,
         import_streams: int | None = None,
+        task_retention_seconds: int | None = None,
+        history_retention_seconds: int | None = None,
     ) -> admin_pb2.NamespaceQuotasResponse:
-        """Replace the namespace's quotas: one not given is cleared (no quota, or the
-        server's default). Applies on every server process within seconds."""
+        """Replace the namespace's quotas and retention: one not given is cleared (no
+        quota, or the server's default). Applies on every server process within seconds."""
         quotas = {
             "tasks_per_second": tasks_per_second, "tasks_stored": tasks_stored,
             "schedules": schedules, "import_streams": import_streams,
+            "task_retention_seconds": task_retention_seconds,
+            "history_retention_seconds": history_retention_seconds,
         }  # fmt: skip
         return await self._unary(self._calls.set_namespace_quotas(quotas))
 

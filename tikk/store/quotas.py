@@ -22,6 +22,7 @@ Backends: ``tikk.store.sqlite.quotas``, ``tikk.store.cassandra.quotas``. Every m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -70,6 +71,10 @@ class QuotaStore(Protocol):
         database together; return how many were granted (0 once that second is spent).
         What is granted stays taken, used or not; a write that fails may have taken what it
         did not report (a limit errs towards admitting less)."""
+        ...
+
+    async def namespaces(self) -> Sequence[str]:
+        """Every namespace that ever had a task or quotas of its own (few: one row each)."""
         ...
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:

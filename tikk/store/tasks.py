@@ -218,6 +218,13 @@ class TaskStore(Protocol):
         leaves the task firing at one of the two times, never at neither."""
         ...
 
+    async def prune_finished(self, namespace: str, before_ms: int, most: int) -> int:
+        """Delete up to ``most`` of the namespace's finished tasks (succeeded, dead-lettered,
+        cancelled) that last changed before ``before_ms``, with their listing rows; how many
+        were deleted. A store whose rows expire by themselves (Cassandra's TTL) deletes
+        nothing here and returns 0."""
+        ...
+
     async def get_cursors(self) -> dict[int, Cursor]:
         """Every shard's dispatch cursor that was ever written, in one read."""
         ...

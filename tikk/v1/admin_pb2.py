@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tikk/v1/admin.proto\x12\x07tikk.v1\"\xbe\x01\n\x06Quotas\x12\x1d\n\x10tasks_per_second\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x19\n\x0ctasks_stored\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x16\n\tschedules\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x1b\n\x0eimport_streams\x18\x04 \x01(\x03H\x03\x88\x01\x01\x42\x13\n\x11_tasks_per_secondB\x0f\n\r_tasks_storedB\x0c\n\n_schedulesB\x11\n\x0f_import_streams\"\x1d\n\x05Usage\x12\x14\n\x0ctasks_stored\x18\x01 \x01(\x03\".\n\x19GetNamespaceQuotasRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"O\n\x19SetNamespaceQuotasRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x06quotas\x18\x02 \x01(\x0b\x32\x0f.tikk.v1.Quotas\"1\n\x1cRecountNamespaceUsageRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\x90\x01\n\x17NamespaceQuotasResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x06quotas\x18\x02 \x01(\x0b\x32\x0f.tikk.v1.Quotas\x12\"\n\teffective\x18\x03 \x01(\x0b\x32\x0f.tikk.v1.Quotas\x12\x1d\n\x05usage\x18\x04 \x01(\x0b\x32\x0e.tikk.v1.Usage2\xa8\x02\n\x0c\x41\x64minService\x12Z\n\x12GetNamespaceQuotas\x12\".tikk.v1.GetNamespaceQuotasRequest\x1a .tikk.v1.NamespaceQuotasResponse\x12Z\n\x12SetNamespaceQuotas\x12\".tikk.v1.SetNamespaceQuotasRequest\x1a .tikk.v1.NamespaceQuotasResponse\x12`\n\x15RecountNamespaceUsage\x12%.tikk.v1.RecountNamespaceUsageRequest\x1a .tikk.v1.NamespaceQuotasResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13tikk/v1/admin.proto\x12\x07tikk.v1\"\xc4\x02\n\x06Quotas\x12\x1d\n\x10tasks_per_second\x18\x01 \x01(\x03H\x00\x88\x01\x01\x12\x19\n\x0ctasks_stored\x18\x02 \x01(\x03H\x01\x88\x01\x01\x12\x16\n\tschedules\x18\x03 \x01(\x03H\x02\x88\x01\x01\x12\x1b\n\x0eimport_streams\x18\x04 \x01(\x03H\x03\x88\x01\x01\x12#\n\x16task_retention_seconds\x18\x05 \x01(\x03H\x04\x88\x01\x01\x12&\n\x19history_retention_seconds\x18\x06 \x01(\x03H\x05\x88\x01\x01\x42\x13\n\x11_tasks_per_secondB\x0f\n\r_tasks_storedB\x0c\n\n_schedulesB\x11\n\x0f_import_streamsB\x19\n\x17_task_retention_secondsB\x1c\n\x1a_history_retention_seconds\"\x1d\n\x05Usage\x12\x14\n\x0ctasks_stored\x18\x01 \x01(\x03\".\n\x19GetNamespaceQuotasRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"O\n\x19SetNamespaceQuotasRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x06quotas\x18\x02 \x01(\x0b\x32\x0f.tikk.v1.Quotas\"1\n\x1cRecountNamespaceUsageRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\"\x90\x01\n\x17NamespaceQuotasResponse\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x1f\n\x06quotas\x18\x02 \x01(\x0b\x32\x0f.tikk.v1.Quotas\x12\"\n\teffective\x18\x03 \x01(\x0b\x32\x0f.tikk.v1.Quotas\x12\x1d\n\x05usage\x18\x04 \x01(\x0b\x32\x0e.tikk.v1.Usage2\xa8\x02\n\x0c\x41\x64minService\x12Z\n\x12GetNamespaceQuotas\x12\".tikk.v1.GetNamespaceQuotasRequest\x1a .tikk.v1.NamespaceQuotasResponse\x12Z\n\x12SetNamespaceQuotas\x12\".tikk.v1.SetNamespaceQuotasRequest\x1a .tikk.v1.NamespaceQuotasResponse\x12`\n\x15RecountNamespaceUsage\x12%.tikk.v1.RecountNamespaceUsageRequest\x1a .tikk.v1.NamespaceQuotasResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,17 +33,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\nio.tikk.v1P\001'
   _globals['_QUOTAS']._serialized_start=33
-  _globals['_QUOTAS']._serialized_end=223
-  _globals['_USAGE']._serialized_start=225
-  _globals['_USAGE']._serialized_end=254
-  _globals['_GETNAMESPACEQUOTASREQUEST']._serialized_start=256
-  _globals['_GETNAMESPACEQUOTASREQUEST']._serialized_end=302
-  _globals['_SETNAMESPACEQUOTASREQUEST']._serialized_start=304
-  _globals['_SETNAMESPACEQUOTASREQUEST']._serialized_end=383
-  _globals['_RECOUNTNAMESPACEUSAGEREQUEST']._serialized_start=385
-  _globals['_RECOUNTNAMESPACEUSAGEREQUEST']._serialized_end=434
-  _globals['_NAMESPACEQUOTASRESPONSE']._serialized_start=437
-  _globals['_NAMESPACEQUOTASRESPONSE']._serialized_end=581
-  _globals['_ADMINSERVICE']._serialized_start=584
-  _globals['_ADMINSERVICE']._serialized_end=880
+  _globals['_QUOTAS']._serialized_end=357
+  _globals['_USAGE']._serialized_start=359
+  _globals['_USAGE']._serialized_end=388
+  _globals['_GETNAMESPACEQUOTASREQUEST']._serialized_start=390
+  _globals['_GETNAMESPACEQUOTASREQUEST']._serialized_end=436
+  _globals['_SETNAMESPACEQUOTASREQUEST']._serialized_start=438
+  _globals['_SETNAMESPACEQUOTASREQUEST']._serialized_end=517
+  _globals['_RECOUNTNAMESPACEUSAGEREQUEST']._serialized_start=519
+  _globals['_RECOUNTNAMESPACEUSAGEREQUEST']._serialized_end=568
+  _globals['_NAMESPACEQUOTASRESPONSE']._serialized_start=571
+  _globals['_NAMESPACEQUOTASRESPONSE']._serialized_end=715
+  _globals['_ADMINSERVICE']._serialized_start=718
+  _globals['_ADMINSERVICE']._serialized_end=1014
 # @@protoc_insertion_point(module_scope)

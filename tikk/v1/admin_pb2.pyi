@@ -6,16 +6,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Quotas(_message.Message):
-    __slots__ = ("tasks_per_second", "tasks_stored", "schedules", "import_streams")
+    __slots__ = ("tasks_per_second", "tasks_stored", "schedules", "import_streams", "task_retention_seconds", "history_retention_seconds")
     TASKS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     TASKS_STORED_FIELD_NUMBER: _ClassVar[int]
     SCHEDULES_FIELD_NUMBER: _ClassVar[int]
     IMPORT_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    TASK_RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_RETENTION_SECONDS_FIELD_NUMBER: _ClassVar[int]
     tasks_per_second: int
     tasks_stored: int
     schedules: int
     import_streams: int
-    def __init__(self, tasks_per_second: _Optional[int] = ..., tasks_stored: _Optional[int] = ..., schedules: _Optional[int] = ..., import_streams: _Optional[int] = ...) -> None: ...
+    task_retention_seconds: int
+    history_retention_seconds: int
+    def __init__(self, tasks_per_second: _Optional[int] = ..., tasks_stored: _Optional[int] = ..., schedules: _Optional[int] = ..., import_streams: _Optional[int] = ..., task_retention_seconds: _Optional[int] = ..., history_retention_seconds: _Optional[int] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("tasks_stored",)

@@ -11,7 +11,7 @@ read of the task table by token ranges (rows whose retention ran out are gone fr
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tikk.drivers.cassandra import CassandraSession
 from tikk.model import TaskState
@@ -109,6 +109,14 @@ class CassandraQuotaStore:
                 return 0
             rows = await self._db.execute(DRAW_MORE, [used + granted, namespace, second, used])
         return granted if rows[0][0] else 0
+
+    async def namespaces(self) -> Sequence[str]:
+        # Two small tables read whole: a row per namespace each.
+        usage, quotas = await self._db.execute_many([
+            self._db.bind("SELECT namespace FROM task_usage", []),
+            self._db.bind("SELECT namespace FROM namespace_quotas", []),
+        ])  # fmt: skip
+        return sorted({r.namespace for r in [*usage, *quotas]})
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         # A counter cannot be set, only moved: by the difference to what it holds now.

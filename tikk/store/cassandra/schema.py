@@ -141,6 +141,10 @@ STORE_MIGRATIONS = [
             ring int, namespace text, action_id text,
             PRIMARY KEY ((ring), namespace, action_id))""",
     ]),
+    Migration("store", 14, "retention of finished tasks and runs per namespace", [
+        "ALTER TABLE namespace_quotas ADD IF NOT EXISTS task_retention_seconds bigint",
+        "ALTER TABLE namespace_quotas ADD IF NOT EXISTS history_retention_seconds bigint",
+    ]),
 ]  # fmt: skip
 
 

@@ -412,6 +412,9 @@ class CassandraTaskStore:
             await self._db.execute(DELETE_DUE, old_row)
         return moved
 
+    async def prune_finished(self, namespace: str, before_ms: int, most: int) -> int:
+        return 0  # every row carries a TTL of the retention (``schema.TASK_RETENTION_S``)
+
     async def get_cursors(self) -> dict[int, Cursor]:
         rows = await self._db.execute(SELECT_CURSORS, [])
         return {r.shard: Cursor(r.second, r.epoch) for r in rows}

@@ -75,7 +75,9 @@ CREATE TABLE IF NOT EXISTS namespace_quotas (
     tasks_stored INTEGER,
     schedules INTEGER,
     import_streams INTEGER,
-    updated_ms INTEGER NOT NULL
+    updated_ms INTEGER NOT NULL,
+    task_retention_seconds INTEGER,
+    history_retention_seconds INTEGER
 );
 CREATE TABLE IF NOT EXISTS quota_rate (
     namespace TEXT NOT NULL,
@@ -88,6 +90,13 @@ CREATE TABLE IF NOT EXISTS quota_rate (
 _RATE_KEPT_S = 60
 
 _COLUMNS = ", ".join(QUOTA_NAMES)
+# Quotas added since the table was made: older files gain their columns on open.
+_ADDED_QUOTA_COLUMNS = {
+    "namespace_quotas": {
+        "task_retention_seconds": "INTEGER",
+        "history_retention_seconds": "INTEGER",
+    }
+}
 
 
 class SqliteQuotaStore:
@@ -95,7 +104,7 @@ class SqliteQuotaStore:
 
     def __init__(self, path: str) -> None:
         schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + TASK_LABELS_SCHEMA + QUOTAS_SCHEMA
-        self._db = SqliteRunner(path, schema, ADDED_COLUMNS)
+        self._db = SqliteRunner(path, schema, {**ADDED_COLUMNS, **_ADDED_QUOTA_COLUMNS})
 
     async def get(self, namespace: str) -> NamespaceQuotas:
         sql = f"SELECT {_COLUMNS} FROM namespace_quotas WHERE namespace=?"
@@ -104,7 +113,10 @@ class SqliteQuotaStore:
 
     async def put(self, namespace: str, quotas: NamespaceQuotas, now_ms: int) -> None:
         values = (namespace, *(getattr(quotas, n) for n in QUOTA_NAMES), now_ms)
-        sql = f"INSERT OR REPLACE INTO namespace_quotas VALUES ({','.join('?' * len(values))})"
+        sql = (
+            f"INSERT OR REPLACE INTO namespace_quotas (namespace, {_COLUMNS}, updated_ms)"
+            f" VALUES ({','.join('?' * len(values))})"
+        )
 
         def work(conn: sqlite3.Connection) -> None:
             with Transaction(conn):
@@ -143,6 +155,11 @@ class SqliteQuotaStore:
                 return granted
 
         return await self._db.run(work)
+
+    async def namespaces(self) -> Sequence[str]:
+        sql = "SELECT namespace FROM task_usage UNION SELECT namespace FROM namespace_quotas"
+        rows = await self._db.run(lambda conn: conn.execute(sql).fetchall())
+        return sorted(str(r[0]) for r in rows)
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         def work(conn: sqlite3.Connection) -> None:

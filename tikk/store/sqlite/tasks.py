@@ -56,6 +56,11 @@ _BY_LABEL = (
     " WHERE task_labels.namespace = ? AND task_labels.label = ? AND task_labels.task_id > ?"
     " ORDER BY task_labels.task_id LIMIT ?"
 )
+_FINISHED = [s for s in TaskState if s.finished]
+_PRUNE_FINISHED = (
+    "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks"
+    " WHERE namespace = ? AND state = ? AND updated_ms < ? LIMIT ?)"
+)
 _COUNT_BY_LABEL = (
     "SELECT count(*) FROM (SELECT 1 FROM task_labels WHERE namespace = ? AND label = ? LIMIT ?)"
 )
@@ -355,6 +360,19 @@ class SqliteTaskStore:
                 save_task(conn, moved)
                 insert_due(conn, moved.entry())
                 return moved
+
+        return await self._db.run(work)
+
+    async def prune_finished(self, namespace: str, before_ms: int, most: int) -> int:
+        # Through the (namespace, state, updated_ms) index, a state at a time; the label
+        # index follows by trigger, and a finished task has no due row left.
+        def work(conn: sqlite3.Connection) -> int:
+            deleted = 0
+            with Transaction(conn):
+                for state in _FINISHED:
+                    args = (namespace, int(state), before_ms, most - deleted)
+                    deleted += conn.execute(_PRUNE_FINISHED, args).rowcount
+            return deleted
 
         return await self._db.run(work)
 

@@ -1,0 +1,99 @@
+"""Retention: finished tasks and run history older than a namespace's retention are deleted,
+a bounded batch at a time, so an embedded store that fires a million tasks a day stays
+bounded on disk.
+
+A namespace's retention is kept with its quotas (``task_retention_seconds``,
+``history_retention_seconds``; the server's defaults fill those it has not set, and neither
+set means as the store keeps them by itself). Each pass looks at every namespace and deletes
+at most ``batch`` rows per statement and ``most_per_pass`` per namespace, so a pass never
+holds the store long, however much is due to go: the rest goes in the next passes. On
+Cassandra every row carries a TTL, and the stores delete nothing here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from history.run_history import RunHistory
+from server.ops.quotas import QuotaGate
+from tikk.clock import Clock
+from tikk.errors import BackendUnavailable
+from tikk.store.quotas import QuotaStore
+from tikk.store.tasks import TaskStore
+
+log = logging.getLogger("tikk.retention")
+# A store's or a history's prune: (namespace, before_ms, most) → how many it deleted.
+_Prune = Callable[[str, int, int], Awaitable[int]]
+
+
+@dataclass(frozen=True)
+class RetentionSettings:
+    """How often and how much a server deletes."""
+
+    interval_s: float = 30.0
+    batch: int = 1_000
+    most_per_pass: int = 20_000
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """What one pass deleted."""
+
+    tasks: int = 0
+    runs: int = 0
+
+
+class RetentionPrune:
+    """Deletes what every namespace's retention no longer keeps (see the module)."""
+
+    def __init__(
+        self, store: TaskStore, history: RunHistory, quotas: QuotaStore, gate: QuotaGate, *,
+        clock: Clock, settings: RetentionSettings | None = None,
+    ) -> None:  # fmt: skip
+        self._store = store
+        self._history = history
+        self._quotas = quotas
+        self._gate = gate
+        self._clock = clock
+        self._settings = settings or RetentionSettings()
+
+    async def run(self) -> None:
+        """Pass after pass until cancelled (a task of the serving process)."""
+        while True:
+            try:
+                done = await self.pass_once()
+                if done.tasks or done.runs:
+                    log.info("retention deleted %d finished tasks, %d runs", done.tasks, done.runs)
+            except BackendUnavailable as exc:
+                log.warning("retention pass failed, trying again: %s", exc)
+            await asyncio.sleep(self._settings.interval_s)
+
+    async def pass_once(self) -> Pruned:
+        """One pass over every namespace."""
+        total = Pruned()
+        for namespace in await self._quotas.namespaces():
+            kept = await self._gate.quotas(namespace)
+            now = self._clock.now_ms()
+            tasks = runs = 0
+            if kept.task_retention_seconds is not None:
+                before = now - kept.task_retention_seconds * 1000
+                tasks = await self._drain(self._store.prune_finished, namespace, before)
+            if kept.history_retention_seconds is not None:
+                before = now - kept.history_retention_seconds * 1000
+                runs = await self._drain(self._history.prune, namespace, before)
+            total = Pruned(total.tasks + tasks, total.runs + runs)
+        return total
+
+    async def _drain(self, prune: _Prune, namespace: str, before_ms: int) -> int:
+        """``prune`` batch after batch until it finds less than a batch or the pass's share
+        for the namespace is spent."""
+        s, deleted = self._settings, 0
+        while deleted < s.most_per_pass:
+            n = await prune(namespace, before_ms, min(s.batch, s.most_per_pass - deleted))
+            deleted += n
+            if n < s.batch:
+                break
+        return deleted
