@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from server.app import Operations
-from server.ops.bulk_actions import BulkActions, BulkSettings
+from server.ops.bulk_actions import BulkActions, BulkSettings, TaskVerbs
 from server.ops.tasks import TaskOps
 from server.wiring import Backends, open_backends
 from tests.contract import cassandra_keyspace
@@ -260,6 +260,17 @@ class DiesAfter:
         return await self._tasks.get(namespace, task_id)
 
 
+def runner(
+    backends: Backends, ops: Operations, verbs: TaskVerbs, clock: ManualClock, owner: str
+) -> BulkActions:
+    """A server's bulk-action runner, a page of 100 at a time, one task at a time."""
+    small = BulkSettings(page_size=100, concurrency=1, lease_ms=30_000)
+    return BulkActions(
+        backends.bulk_actions, ops.search, verbs, clock, owner=owner, quotas=backends.quotas,
+        settings=small,
+    )  # fmt: skip
+
+
 async def test_another_server_resumes_an_action_whose_server_died_acting_once_on_each(
     tmp_path: Path,
 ) -> None:
@@ -273,16 +284,8 @@ async def test_another_server_resumes_an_action_whose_server_died_acting_once_on
                                      created_ms=clock.now_ms(), due_ms=clock.now_ms() + HOUR_MS)
                  for i in range(1_000)]  # fmt: skip
         await backends.store.create_many(tasks)
-        small = BulkSettings(page_size=100, concurrency=1, lease_ms=30_000)
-        dying = DiesAfter(ops.tasks, 250)
-        first = BulkActions(
-            backends.bulk_actions, ops.search, dying, clock, owner="s1", quotas=backends.quotas,
-            settings=small,
-        )  # fmt: skip
-        second = BulkActions(
-            backends.bulk_actions, ops.search, ops.tasks, clock, owner="s2",
-            quotas=backends.quotas, settings=small,
-        )  # fmt: skip
+        first = runner(backends, ops, DiesAfter(ops.tasks, 250), clock, "s1")
+        second = runner(backends, ops, ops.tasks, clock, "s2")
         f = TaskFilter(NS, labels=parse_selector("customer=acme"))
         action = await first.start(BulkVerb.CANCEL, f, "acme")
         with pytest.raises(BackendUnavailable):

@@ -97,6 +97,24 @@ async def list_label_tasks(
     return await listing.page(db, namespace, None, page_size, page_token)
 
 
+async def count_label_tasks(
+    db: CassandraSession, shard_count: int, namespace: str, label: tuple[str, str], *,
+    state: TaskState | None, most: int,
+) -> tuple[int, bool]:  # fmt: skip
+    """``TaskStore.count_by_label``: no count in the database, so the listing's pages, each
+    task read for its state."""
+    counted, token = 0, ""
+    while counted <= most:
+        page = await list_label_tasks(
+            db, shard_count, namespace, label, page_size=1_000, page_token=token
+        )
+        counted += sum(state is None or t.state is state for t in page.items)
+        token = page.next_token
+        if not token:
+            return min(counted, most), counted <= most
+    return most, False
+
+
 @dataclass(frozen=True)
 class _ShardedListing:
     """A listing table of one partition per shard under ``key`` (bound before the shard)."""

@@ -53,6 +53,7 @@ from tikk.model import (
 )
 from tikk.store.cassandra.claims import claim_attempt_start, claim_due
 from tikk.store.cassandra.listings import (
+    count_label_tasks,
     dead_letter_delete,
     dead_letter_write,
     label_listing_deletes,
@@ -220,15 +221,9 @@ class CassandraTaskStore:
     async def count_by_label(
         self, namespace: str, label: tuple[str, str], state: TaskState | None, most: int
     ) -> tuple[int, bool]:
-        # No count in the database: the listing's pages, each task read for its state.
-        counted, token = 0, ""
-        while counted <= most:
-            page = await self.list_by_label(namespace, label, 1_000, token)
-            counted += sum(state is None or t.state is state for t in page.items)
-            token = page.next_token
-            if not token:
-                return min(counted, most), counted <= most
-        return most, False
+        return await count_label_tasks(
+            self._db, self._shard_count, namespace, label, state=state, most=most
+        )
 
     async def list_dead_letters(
         self, namespace: str, queue: str, page_size: int, page_token: str, now_ms: int

@@ -30,6 +30,7 @@ from tikk.paging import decode_token, encode_token
 from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA
 from tikk.store.sqlite.schema import ADDED_COLUMNS, TASK_LABELS_SCHEMA, TASKS_SCHEMA
 from tikk.store.sqlite.task_creates import create_all, create_one
+from tikk.store.sqlite.task_queries import BY_LABEL, count_by_label_query, prune_finished
 from tikk.store.sqlite.task_rows import (
     delete_due,
     entry_from_sql_row,
@@ -48,27 +49,6 @@ from tikk.store.tasks import (
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
 _DUE_COLUMNS = ", ".join(DUE_READ_COLUMNS)
-# A label's tasks: the index's rows in task id order, each joined to its task row.
-_BY_LABEL = (
-    f"SELECT {', '.join('tasks.' + c for c in TASK_COLUMNS)} FROM task_labels"
-    " JOIN tasks ON tasks.namespace = task_labels.namespace"
-    " AND tasks.task_id = task_labels.task_id"
-    " WHERE task_labels.namespace = ? AND task_labels.label = ? AND task_labels.task_id > ?"
-    " ORDER BY task_labels.task_id LIMIT ?"
-)
-_FINISHED = [s for s in TaskState if s.finished]
-_PRUNE_FINISHED = (
-    "DELETE FROM tasks WHERE rowid IN (SELECT rowid FROM tasks"
-    " WHERE namespace = ? AND state = ? AND updated_ms < ? LIMIT ?)"
-)
-_COUNT_BY_LABEL = (
-    "SELECT count(*) FROM (SELECT 1 FROM task_labels WHERE namespace = ? AND label = ? LIMIT ?)"
-)
-_COUNT_BY_LABEL_IN_STATE = (
-    "SELECT count(*) FROM (SELECT 1 FROM task_labels JOIN tasks"
-    " ON tasks.namespace = task_labels.namespace AND tasks.task_id = task_labels.task_id"
-    " WHERE task_labels.namespace = ? AND task_labels.label = ? AND tasks.state = ? LIMIT ?)"
-)
 # The task file's page cache. Its indexes grow with the tasks stored; at SQLite's default
 # (2 MiB) a load of millions re-read index pages from the OS on every batch.
 CACHE_MIB = 64
@@ -161,7 +141,7 @@ class SqliteTaskStore:
     ) -> Page[Task]:
         after = decode_token(page_token, (str,))
         args = (namespace, f"{label[0]}={label[1]}", str(after[0]) if after else "", page_size + 1)
-        rows = await self._db.run(lambda conn: conn.execute(_BY_LABEL, args).fetchall())
+        rows = await self._db.run(lambda conn: conn.execute(BY_LABEL, args).fetchall())
         tasks = [task_from_sql_row(r) for r in rows[:page_size]]
         more = len(rows) > page_size
         return Page(tasks, encode_token(tasks[-1].task_id) if more else "")
@@ -169,10 +149,7 @@ class SqliteTaskStore:
     async def count_by_label(
         self, namespace: str, label: tuple[str, str], state: TaskState | None, most: int
     ) -> tuple[int, bool]:
-        # In SQL: no task row is decoded, so a count of 100,000 takes a fraction of a second.
-        sql, args = _COUNT_BY_LABEL, [namespace, "=".join(label), most + 1]
-        if state is not None:
-            sql, args = _COUNT_BY_LABEL_IN_STATE, [namespace, "=".join(label), int(state), most + 1]
+        sql, args = count_by_label_query(namespace, label, state, most)
         [(found,)] = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
         return min(int(found), most), found <= most
 
@@ -364,17 +341,7 @@ class SqliteTaskStore:
         return await self._db.run(work)
 
     async def prune_finished(self, namespace: str, before_ms: int, most: int) -> int:
-        # Through the (namespace, state, updated_ms) index, a state at a time; the label
-        # index follows by trigger, and a finished task has no due row left.
-        def work(conn: sqlite3.Connection) -> int:
-            deleted = 0
-            with Transaction(conn):
-                for state in _FINISHED:
-                    args = (namespace, int(state), before_ms, most - deleted)
-                    deleted += conn.execute(_PRUNE_FINISHED, args).rowcount
-            return deleted
-
-        return await self._db.run(work)
+        return await self._db.run(lambda conn: prune_finished(conn, namespace, before_ms, most))
 
     async def get_cursors(self) -> dict[int, Cursor]:
         rows = await self._db.run(
