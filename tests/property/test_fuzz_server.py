@@ -109,5 +109,5 @@ def test_every_service_of_the_contract_is_fuzzed() -> None:
     services = {r.path.split("/")[1] for r in RPCS}
     assert services == {
         "tikk.v1.TaskService", "tikk.v1.HistoryService", "tikk.v1.ScheduleService",
-        "tikk.v1.WorkerService", "tikk.v1.AdminService",
+        "tikk.v1.WorkerService", "tikk.v1.AdminService", "tikk.v1.BulkService",
     }  # fmt: skip
