@@ -144,6 +144,15 @@ class TaskOps:
             self._upcoming.scheduled([task], -1)
         return task
 
+    async def cancel_many(self, namespace: str, task_ids: Sequence[str]) -> list[Task | TikkError]:
+        """``cancel`` of each, written together where the store can; one outcome each."""
+        began = self._clock.now_ms()
+        outcomes = await self._store.cancel_many(namespace, task_ids, self._clock)
+        if self._upcoming is not None:
+            mine = [t for t in outcomes if isinstance(t, Task) and t.updated_ms >= began]
+            self._upcoming.scheduled(mine, -1)
+        return outcomes
+
     async def redrive(self, namespace: str, task_id: str) -> Task:
         """Schedule a dead-lettered task again, now, with a fresh attempt count."""
         shard = shard_of(namespace, task_id, self._store.shard_count)

@@ -657,3 +657,18 @@ async def test_finished_tasks_older_than_a_time_are_pruned_and_open_ones_kept(
     assert (await store.get("default", "open")).state is TaskState.SCHEDULED
     if deleted:  # what the label index held of them went with them
         assert await labelled(store, "default", ("k", "v"), 10) == ["d3", "d4"]
+
+
+async def test_many_tasks_are_cancelled_at_once_each_with_its_outcome(store: TaskStore) -> None:
+    for task_id in ("a", "b", "c"):
+        await store.create(make_task(task_id))
+    await store.mark_dispatched([make_task("b").entry()], T0)
+    await store.cancel("default", "c", ManualClock(T0))
+    outcomes = await store.cancel_many("default", ["a", "b", "c", "nope"], ManualClock(T0 + 1))
+    a, b, c, nope = outcomes
+    assert isinstance(a, Task) and (a.state, a.updated_ms) == (TaskState.CANCELLED, T0 + 1)
+    assert isinstance(b, FailedPrecondition) and "dispatched" in str(b)
+    assert isinstance(c, Task) and (c.state, c.updated_ms) == (TaskState.CANCELLED, T0)
+    assert isinstance(nope, NotFound)
+    assert (await store.get("default", "a")).state is TaskState.CANCELLED
+    assert (await store.get("default", "b")).state is TaskState.DISPATCHED

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import os
 import random
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from tests.waiting import eventually_async
 from tikk.bulk_actions import BulkState, BulkVerb
 from tikk.clock import ManualClock, SystemClock
 from tikk.delivery_tokens import new_keys
-from tikk.errors import BackendUnavailable
+from tikk.errors import BackendUnavailable, FailedPrecondition, NotFound, TikkError
 from tikk.label_selectors import parse_selector
 from tikk.model import DeadLetter, Task, TaskState
 from tikk.quotas import NamespaceUsage
@@ -249,6 +249,16 @@ class DiesAfter:
             raise BackendUnavailable("the server went away")
         self.left -= 1
         return await self._tasks.cancel(namespace, task_id)
+
+    async def cancel_many(self, namespace: str, task_ids: Sequence[str]) -> list[Task | TikkError]:
+        """One at a time, so the server dies exactly ``most`` cancels in."""
+        outcomes: list[Task | TikkError] = []
+        for task_id in task_ids:
+            try:
+                outcomes.append(await self.cancel(namespace, task_id))
+            except (NotFound, FailedPrecondition) as exc:
+                outcomes.append(exc)
+        return outcomes
 
     async def redrive(self, namespace: str, task_id: str) -> Task:
         return await self._tasks.redrive(namespace, task_id)

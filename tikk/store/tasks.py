@@ -89,6 +89,14 @@ class TaskStore(Protocol):
         """
         ...
 
+    async def cancel_many(
+        self, namespace: str, task_ids: Sequence[str], clock: Clock
+    ) -> list[Task | TikkError]:
+        """``cancel`` of each task, one outcome each in order (``NotFound``,
+        ``FailedPrecondition`` or ``CancelUnsettled`` in its place); written together where
+        the backend can (one transaction on SQLite). A backend failure raises."""
+        ...
+
     async def list_tasks(
         self, namespace: str, queue: str, state: TaskState | None, page_size: int, page_token: str
     ) -> Page[Task]:

@@ -25,6 +25,7 @@ in rows), ``task_creates``, ``claims`` (dispatch and start claims), ``successes`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,6 +67,7 @@ from tikk.store.cassandra.quotas import count_usage
 from tikk.store.cassandra.schema import DUE_RETENTION_S, INIT_CURSOR, TASK_RETENTION_S
 from tikk.store.cassandra.successes import succeed_after_read
 from tikk.store.cassandra.task_creates import create_tasks
+from tikk.store.cassandra.task_moves import DELETE_DUE, move_task, update_task_if
 from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
     due_values,
@@ -73,26 +75,15 @@ from tikk.store.cassandra.task_rows import (
     label_writes,
     listing_write,
     read_task,
-    task_values,
     ttl_after,
 )
 from tikk.store.tasks import (
     DUE_READ_COLUMNS,
-    TASK_COLUMNS,
     check_shard_count,
     require_dead_lettered,
     require_scheduled,
 )
 
-# Moving a task on (a finished attempt, a moved due time) is conditional on the state it was
-# read in: two reports of one run, or a report racing a dispatcher, must not overwrite each
-# other's progress (a read-then-write would let a late duplicate set a dispatched attempt
-# back to scheduled). All of the row is rewritten so every cell gets the new TTL.
-_SETTABLE = [c for c in TASK_COLUMNS if c not in ("namespace", "task_id")]
-UPDATE_TASK_IF = (
-    f"UPDATE tasks USING TTL ? SET {', '.join(f'{c} = ?' for c in _SETTABLE)}"
-    " WHERE namespace = ? AND task_id = ? IF state = ? AND attempt = ? AND due_ms = ?"
-)
 # Success needs no read: the delivery names the attempt, and the condition makes a stale
 # report a no-op. Its TTL ends with the row's other cells (written for this due time), so
 # the row never outlives them with only these two cells.
@@ -102,7 +93,6 @@ HAND_OFF = (
     "UPDATE due_index USING TTL ? SET handed_off_ms = ?"
     " WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
 )
-DELETE_DUE = "DELETE FROM due_index WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
 SELECT_DUE = (
     f"SELECT {', '.join(DUE_READ_COLUMNS)} FROM due_index WHERE shard = ? AND minute = ?"
     " AND (second, task_key) > (?, ?) AND (second, task_key) < (?, ?) LIMIT ?"
@@ -190,6 +180,17 @@ class CassandraTaskStore:
         if not settled:
             raise self._unsettled(task)
         return task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
+
+    async def cancel_many(
+        self, namespace: str, task_ids: Sequence[str], clock: Clock
+    ) -> list[Task | TikkError]:
+        async def one(task_id: str) -> Task | TikkError:
+            try:
+                return await self.cancel(namespace, task_id, clock)
+            except (NotFound, FailedPrecondition, CancelUnsettled) as exc:
+                return exc
+
+        return list(await asyncio.gather(*(one(t) for t in task_ids)))
 
     def _held(self, task: Task, at_ms: int) -> bool:
         """Whether a cancel known written at ``at_ms`` is seen by every claim of ``task``."""
@@ -296,13 +297,7 @@ class CassandraTaskStore:
         return updated
 
     async def _update_if(self, new: Task, read: Task, now_ms: int) -> bool:
-        """Write ``new`` over the task row if it is still in the state ``read`` saw."""
-        ttl = ttl_after(new.due_ms, now_ms, TASK_RETENTION_S)
-        rows = await self._db.execute(UPDATE_TASK_IF, [
-            ttl, *task_values(new)[2:], new.namespace, new.task_id,
-            int(read.state), read.attempt, read.due_ms,
-        ])  # fmt: skip
-        return bool(rows and rows[0][0])
+        return await update_task_if(self._db, new, read, now_ms)
 
     async def _write_finished(self, t: Task, now_ms: int) -> None:
         """The rows of other partitions that a finished attempt needs: the retry's due row,
@@ -365,18 +360,7 @@ class CassandraTaskStore:
         if (task.state, task.attempt, task.due_ms) != (TaskState.SCHEDULED, attempt, due_ms):
             return None
         moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
-        # The new row first, so that a crash at any point leaves a row that fires the task: a
-        # dispatcher that reads it before the task row has moved finishes the move itself
-        # (``mark_dispatched``); if the task row then refuses (a dispatcher took the task
-        # at its old time), the new row is a stray that no longer matches the task.
-        await self._db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))
-        if not await self._update_if(moved, task, now_ms):
-            return None
-        second = second_of(due_ms)
-        if second_of(to_ms) != second:
-            old_row = [task.shard, minute_of_second(second), second, task_key(namespace, task_id)]
-            await self._db.execute(DELETE_DUE, old_row)
-        return moved
+        return moved if await move_task(self._db, task, moved, now_ms) else None
 
     async def reschedule(
         self, namespace: str, task_id: str, *, to_ms: int, payload: bytes | None, now_ms: int
@@ -386,25 +370,11 @@ class CassandraTaskStore:
         moved = task.evolve(
             due_ms=to_ms, updated_ms=now_ms, payload=task.payload if payload is None else payload
         )
-        # A claim reading a row due after the task row's time finishes that move itself
-        # (``claims``), and one due before it is stale. So a later row is written before
-        # the task row (a claim in between fires the task at its old time, and the update
-        # is refused), and an earlier one after it (a crash in between leaves the old row,
-        # which then fires the task at its old time): either way, never at neither time.
-        later = to_ms >= task.due_ms
-        if later:
-            await self._db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))
-        if not await self._update_if(moved, task, now_ms):
+        if not await move_task(self._db, task, moved, now_ms):
             raise FailedPrecondition(
                 f"task {task_id!r} changed while it was rescheduled (dispatched, cancelled or "
                 "moved); look again"
             )
-        if not later:
-            await self._db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))
-        second = second_of(task.due_ms)
-        if second_of(to_ms) != second:
-            old_row = [task.shard, minute_of_second(second), second, task_key(namespace, task_id)]
-            await self._db.execute(DELETE_DUE, old_row)
         return moved
 
     async def prune_finished(self, namespace: str, before_ms: int, most: int) -> int:

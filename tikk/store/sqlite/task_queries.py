@@ -1,12 +1,15 @@
 """The embedded task store's queries over many tasks: a label's tasks through the label index
-(``schema.TASK_LABELS_SCHEMA``), their count, and the prune of finished tasks."""
+(``schema.TASK_LABELS_SCHEMA``), their count, the prune of finished tasks; and the cancel of
+one task inside a transaction, which a cancel of many repeats in one."""
 
 from __future__ import annotations
 
 import sqlite3
 
 from tikk.drivers.sqlite import Transaction
-from tikk.model import TaskState
+from tikk.errors import FailedPrecondition, NotFound, TikkError
+from tikk.model import Task, TaskState
+from tikk.store.sqlite.task_rows import delete_due, fetch_task, save_task
 from tikk.store.tasks import TASK_COLUMNS
 
 # A label's tasks: the index's rows in task id order, each joined to its task row.
@@ -53,3 +56,33 @@ def prune_finished(conn: sqlite3.Connection, namespace: str, before_ms: int, mos
             args = (namespace, int(state), before_ms, most - deleted)
             deleted += conn.execute(_PRUNE_FINISHED, args).rowcount
     return deleted
+
+
+def cancel_in(conn: sqlite3.Connection, namespace: str, task_id: str, now_ms: int) -> Task:
+    """Cancel one task in the caller's transaction (``TaskStore.cancel``): no fence, as the
+    check and the write are one transaction, serialised with claims."""
+    task = fetch_task(conn, namespace, task_id)
+    if task.state is TaskState.CANCELLED:
+        return task
+    if task.state is not TaskState.SCHEDULED:
+        raise FailedPrecondition(
+            f"task {task_id!r} is {task.state.name.lower()} and can no longer be cancelled"
+        )
+    cancelled = task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
+    save_task(conn, cancelled)
+    delete_due(conn, task)
+    return cancelled
+
+
+def cancel_each(
+    conn: sqlite3.Connection, namespace: str, task_ids: list[str], now_ms: int
+) -> list[Task | TikkError]:
+    """``cancel_in`` of each task in one transaction, a refusal in its place."""
+    outcomes: list[Task | TikkError] = []
+    with Transaction(conn):
+        for task_id in task_ids:
+            try:
+                outcomes.append(cancel_in(conn, namespace, task_id, now_ms))
+            except (NotFound, FailedPrecondition) as exc:
+                outcomes.append(exc)
+    return outcomes

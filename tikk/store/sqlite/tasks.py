@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from tikk.buckets import DEFAULT_SHARD_COUNT, minute_of_second
 from tikk.clock import Clock
 from tikk.drivers.sqlite import SqliteRunner, Transaction
-from tikk.errors import FailedPrecondition, NotFound, TikkError
+from tikk.errors import NotFound, TikkError
 from tikk.model import (
     START_TIMEOUT,
     Claimed,
@@ -30,7 +30,13 @@ from tikk.paging import decode_token, encode_token
 from tikk.store.sqlite.quotas import TASK_USAGE_SCHEMA
 from tikk.store.sqlite.schema import ADDED_COLUMNS, TASK_LABELS_SCHEMA, TASKS_SCHEMA
 from tikk.store.sqlite.task_creates import create_all, create_one
-from tikk.store.sqlite.task_queries import BY_LABEL, count_by_label_query, prune_finished
+from tikk.store.sqlite.task_queries import (
+    BY_LABEL,
+    cancel_each,
+    cancel_in,
+    count_by_label_query,
+    prune_finished,
+)
 from tikk.store.sqlite.task_rows import (
     delete_due,
     entry_from_sql_row,
@@ -100,24 +106,17 @@ class SqliteTaskStore:
         return await self._db.run(lambda conn: fetch_task(conn, namespace, task_id))
 
     async def cancel(self, namespace: str, task_id: str, clock: Clock) -> Task:
-        # No fence: the check and the write are one transaction, serialised with claims.
         def work(conn: sqlite3.Connection) -> Task:
             with Transaction(conn):
-                now_ms = clock.now_ms()
-                task = fetch_task(conn, namespace, task_id)
-                if task.state is TaskState.CANCELLED:
-                    return task
-                if task.state is not TaskState.SCHEDULED:
-                    raise FailedPrecondition(
-                        f"task {task_id!r} is {task.state.name.lower()} and can no longer be "
-                        "cancelled"
-                    )
-                cancelled = task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
-                save_task(conn, cancelled)
-                delete_due(conn, task)
-                return cancelled
+                return cancel_in(conn, namespace, task_id, clock.now_ms())
 
         return await self._db.run(work)
+
+    async def cancel_many(
+        self, namespace: str, task_ids: Sequence[str], clock: Clock
+    ) -> list[Task | TikkError]:
+        ids = list(task_ids)
+        return await self._db.run(lambda conn: cancel_each(conn, namespace, ids, clock.now_ms()))
 
     async def list_tasks(
         self, namespace: str, queue: str, state: TaskState | None, page_size: int, page_token: str
