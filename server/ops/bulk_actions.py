@@ -146,6 +146,8 @@ class BulkActions:
                 await self.run_due()
             except BackendUnavailable as exc:
                 log.warning("bulk actions: %s; trying again", exc)
+            except Exception:  # a bug must not stop every later action of this server
+                log.exception("bulk actions: unexpected failure; trying again")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._settings.poll_s)
 

@@ -69,6 +69,8 @@ class RetentionPrune:
                     log.info("retention deleted %d finished tasks, %d runs", done.tasks, done.runs)
             except BackendUnavailable as exc:
                 log.warning("retention pass failed, trying again: %s", exc)
+            except Exception:  # a bug must not stop every later pass of this server
+                log.exception("retention pass failed unexpectedly; trying again")
             await asyncio.sleep(self._settings.interval_s)
 
     async def pass_once(self) -> Pruned:
