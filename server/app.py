@@ -204,7 +204,7 @@ def interceptor_chain(
 def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int]]:
     # A larger request is RESOURCE_EXHAUSTED before it is read. Answers (a page of tasks at
     # the largest payload) may be larger than any one request.
-    send = max(16 * 1024 * 1024, 4 * settings.limits.max_payload_bytes)
+    send = settings.limits.max_answer_bytes
     options = [
         ("grpc.max_receive_message_length", settings.limits.max_request_bytes),
         ("grpc.max_send_message_length", send),

@@ -82,6 +82,11 @@ class Limits:
     max_backfill_occurrences: int = 10_000
     default_retry: RetryPolicy = field(default_factory=RetryPolicy)
 
+    @property
+    def max_answer_bytes(self) -> int:
+        """The largest answer a server sends (gRPC's send limit)."""
+        return max(16 * 1024 * 1024, 4 * self.max_payload_bytes)
+
 
 @dataclass(frozen=True)
 class Deadlines:

@@ -3,6 +3,8 @@ protobuf form, over ``server.ops.history`` (and ``server.ops.tasks`` for dead le
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from server.api import validation
 from server.api.messages import task_to_proto
 from server.api.status import Ctx
@@ -10,7 +12,7 @@ from server.ops.history import HistoryOps
 from server.ops.tasks import TaskOps
 from tikk.clock import Clock
 from tikk.errors import InvalidArgument
-from tikk.model import RunQuery, RunRecord, RunStatus
+from tikk.model import Page, RunQuery, RunRecord, RunStatus
 from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord
 from tikk.settings import Settings
 from tikk.timestamps import to_duration, to_timestamp
@@ -18,6 +20,8 @@ from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2
 
 _HOUR_MS = 3_600_000
 _OCCURRENCE_RANGE_MS = 30 * 86_400_000
+# The bytes of runs one answer holds: under gRPC clients' default receive limit of 4 MiB.
+_ANSWER_BUDGET = 3 * 1024 * 1024
 
 
 class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[misc]
@@ -35,7 +39,8 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         ns = validation.namespace(request.namespace)
         tid = validation.task_id(request.task_id, self._limits)
         size = validation.listing_page_size(request.page_size, self._limits)
-        page = await self._history.runs_of_task(ns, tid, size, request.page_token)
+        token = request.page_token
+        page = await fitting(lambda n: self._history.runs_of_task(ns, tid, n, token), size)
         return _runs(page.items, page.next_token)
 
     async def ListRuns(
@@ -48,7 +53,8 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
         start, end = validation.time_span(request, now, _HOUR_MS, self._limits)
         query = RunQuery(ns, queue, start, end, RunStatus(status) if status else None)
         size = validation.listing_page_size(request.page_size, self._limits)
-        page = await self._history.runs(query, size, request.page_token)
+        token = request.page_token
+        page = await fitting(lambda n: self._history.runs(query, n, token), size)
         return _runs(page.items, page.next_token)
 
     async def GetRun(self, request: history_pb2.GetRunRequest, context: Ctx) -> history_pb2.Run:
@@ -98,6 +104,22 @@ class HistoryService(history_pb2_grpc.HistoryServiceServicer):  # type: ignore[m
             occurrences=[occurrence_to_proto(r) for r in page.items],
             next_page_token=page.next_token,
         )
+
+
+async def fitting(read: Callable[[int], Awaitable[Page[RunRecord]]], size: int) -> Page[RunRecord]:
+    """A page of up to ``size`` runs that fits in one answer. Runs carry up to 64 KiB of
+    output and 16 KiB of traceback, so a page of a thousand could exceed what a gRPC client
+    takes by default (4 MiB): when the page read is over ``_ANSWER_BUDGET``, the runs that fit
+    are read again as a page of their own, whose token goes on from the last of them (a
+    listing's token is made from its last item, so the shorter read ends where it should)."""
+    page = await read(size)
+    used = fits = 0
+    for r in page.items:
+        used += run_to_proto(r).ByteSize() + 16
+        if used > _ANSWER_BUDGET:
+            break
+        fits += 1
+    return page if fits == len(page.items) else await read(max(1, fits))
 
 
 def _runs(items: list[RunRecord], token: str) -> history_pb2.ListRunsResponse:
