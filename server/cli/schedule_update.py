@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import argparse
 from itertools import zip_longest
-from typing import Any
-
-from google.protobuf.duration_pb2 import Duration
+from typing import Any, get_args
 
 from server.cli.client import client, show, ts
 from server.cli.options import client_options, parse_duration_ms
 from tikk.client import Client
+from tikk.client.specs import CatchUp, Overlap
+from tikk.client.wire import enum_name
 from tikk.text_rules import shown
+from tikk.timestamps import to_duration
 from tikk.v1 import schedules_pb2
 
-_CATCH_UP = {"skip": 1, "run_once": 2, "run_all": 3}
-_OVERLAP = {"allow": 1, "skip": 2, "buffer_one": 3, "cancel_previous": 4}
+# The policies' short names, as the client spells them (``tikk.client.specs``).
+CATCH_UP_CHOICES, OVERLAP_CHOICES = get_args(CatchUp), get_args(Overlap)
 
 
 def changed(s: schedules_pb2.Schedule, args: argparse.Namespace) -> schedules_pb2.Schedule:
@@ -33,12 +34,12 @@ def changed(s: schedules_pb2.Schedule, args: argparse.Namespace) -> schedules_pb
         new.spec.ClearField("phase")
     if args.every is not None:
         new.spec.cron = ""
-        new.spec.interval.CopyFrom(_span(args.every))
+        new.spec.interval.CopyFrom(to_duration(args.every))
     for name, value in (("timezone", args.tz), ("queue", args.queue), ("handler", args.handler)):
         if value is not None:
             setattr(new.spec if name == "timezone" else new, name, value)
     if args.jitter is not None:
-        new.spec.jitter.CopyFrom(_span(args.jitter))
+        new.spec.jitter.CopyFrom(to_duration(args.jitter))
     if args.payload is not None:
         new.payload = args.payload.encode()
     _changed_policy(new.policy, args)
@@ -47,19 +48,15 @@ def changed(s: schedules_pb2.Schedule, args: argparse.Namespace) -> schedules_pb
 
 def _changed_policy(p: schedules_pb2.SchedulePolicy, args: argparse.Namespace) -> None:
     if args.catch_up is not None:
-        p.catch_up = _CATCH_UP[args.catch_up]  # type: ignore[assignment]
+        catch_up = enum_name(schedules_pb2.CatchUpPolicy, "CATCH_UP_POLICY_", args.catch_up)
+        p.catch_up = schedules_pb2.CatchUpPolicy.Value(catch_up)  # type: ignore[assignment]
     if args.catch_up_window is not None:
-        p.catch_up_window.CopyFrom(_span(args.catch_up_window))
+        p.catch_up_window.CopyFrom(to_duration(args.catch_up_window))
     if args.overlap is not None:
-        p.overlap = _OVERLAP[args.overlap]  # type: ignore[assignment]
+        overlap = enum_name(schedules_pb2.OverlapPolicy, "OVERLAP_POLICY_", args.overlap)
+        p.overlap = schedules_pb2.OverlapPolicy.Value(overlap)  # type: ignore[assignment]
     if args.pause_after_failures is not None:
         p.pause_after_failures = args.pause_after_failures
-
-
-def _span(ms: int) -> Duration:
-    d = Duration()
-    d.FromMilliseconds(ms)
-    return d
 
 
 def _spec_text(spec: schedules_pb2.ScheduleSpec) -> str:
@@ -110,9 +107,9 @@ def register_update(sub: Any) -> None:
     p.add_argument("--queue")
     p.add_argument("--handler")
     p.add_argument("--payload", help="payload as text")
-    p.add_argument("--catch-up", choices=list(_CATCH_UP))
+    p.add_argument("--catch-up", choices=CATCH_UP_CHOICES)
     p.add_argument("--catch-up-window", type=parse_duration_ms)
-    p.add_argument("--overlap", choices=list(_OVERLAP))
+    p.add_argument("--overlap", choices=OVERLAP_CHOICES)
     p.add_argument("--pause-after-failures", type=int)
     p.add_argument("--count", type=int, default=5, help="fire times shown each way")
     p.add_argument("--dry-run", action="store_true", help="show the change; write nothing")

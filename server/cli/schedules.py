@@ -8,7 +8,7 @@ from typing import Any
 
 from server.cli.client import client, instant, show, show_page, span, task_line, ts
 from server.cli.options import client_options, paging, parse_duration_ms, parse_time_ms
-from server.cli.schedule_update import register_update
+from server.cli.schedule_update import CATCH_UP_CHOICES, OVERLAP_CHOICES, register_update
 from tikk.client import Client, Recurrence, ScheduleDefinition
 from tikk.text_rules import shown
 from tikk.v1 import history_pb2, schedules_pb2
@@ -141,11 +141,9 @@ def _schedule_create_command(sub: Any) -> None:
     p.add_argument("--queue", required=True)
     p.add_argument("--handler", required=True)
     p.add_argument("--payload", help="payload as text")
-    p.add_argument("--catch-up", choices=["skip", "run_once", "run_all"], default="run_once")
+    p.add_argument("--catch-up", choices=CATCH_UP_CHOICES, default="run_once")
     p.add_argument("--catch-up-window", type=parse_duration_ms, help="default 60s")
-    p.add_argument(
-        "--overlap", choices=["allow", "skip", "buffer_one", "cancel_previous"], default="allow"
-    )
+    p.add_argument("--overlap", choices=OVERLAP_CHOICES, default="allow")
     p.add_argument("--pause-after-failures", type=int, default=0)
     p.set_defaults(func=client(_schedule_create))
 
