@@ -156,10 +156,7 @@ class CassandraTaskStore:
             if not self._held(task, task.updated_ms):
                 raise self._unsettled(task)
             return task
-        if task.state is not TaskState.SCHEDULED:
-            raise FailedPrecondition(
-                f"task {task_id!r} is {task.state.name.lower()} and can no longer be cancelled"
-            )
+        require_scheduled(task, "cancelled")
         # The time after the read, not when the call began: the read may have waited.
         now_ms = clock.now_ms()
         if not self._held(task, now_ms):

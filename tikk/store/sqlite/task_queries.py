@@ -10,7 +10,7 @@ from tikk.drivers.sqlite import Transaction
 from tikk.errors import FailedPrecondition, NotFound, TikkError
 from tikk.model import Task, TaskState
 from tikk.store.sqlite.task_rows import delete_due, fetch_task, save_task
-from tikk.store.tasks import TASK_COLUMNS
+from tikk.store.tasks import TASK_COLUMNS, require_scheduled
 
 # A label's tasks: the index's rows in task id order, each joined to its task row.
 BY_LABEL = (
@@ -64,10 +64,7 @@ def cancel_in(conn: sqlite3.Connection, namespace: str, task_id: str, now_ms: in
     task = fetch_task(conn, namespace, task_id)
     if task.state is TaskState.CANCELLED:
         return task
-    if task.state is not TaskState.SCHEDULED:
-        raise FailedPrecondition(
-            f"task {task_id!r} is {task.state.name.lower()} and can no longer be cancelled"
-        )
+    require_scheduled(task, "cancelled")
     cancelled = task.evolve(state=TaskState.CANCELLED, updated_ms=now_ms)
     save_task(conn, cancelled)
     delete_due(conn, task)
