@@ -29,7 +29,6 @@ from tikk.bulk_actions import BulkAction, BulkProgress, BulkState, BulkVerb
 from tikk.clock import Clock
 from tikk.errors import (
     BackendUnavailable,
-    CancelUnsettled,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -71,9 +70,7 @@ _Outcomes = list[tuple[_Outcome, str]]
 
 
 class TaskVerbs(Protocol):
-    """What a bulk action does to one task (``server.ops.tasks.TaskOps``)."""
-
-    async def cancel(self, namespace: str, task_id: str) -> Task: ...
+    """What a bulk action does to tasks (``server.ops.tasks.TaskOps``)."""
 
     async def cancel_many(
         self, namespace: str, task_ids: Sequence[str]
@@ -232,42 +229,34 @@ class BulkActions:
             began = self._clock.now_ms()
             done = await self._tasks.cancel_many(part[0].namespace, [t.task_id for t in part])
             for task, outcome in zip(part, done, strict=True):
-                outcomes.append(await self._cancelled(task, outcome, began))
+                outcomes.append(await self._outcome(BulkVerb.CANCEL, task, outcome, began))
         return outcomes
 
-    async def _cancelled(
-        self, task: Task, outcome: Task | TikkError, began: int
-    ) -> tuple[_Outcome, str]:
-        """What one cancel of a batch came to (as ``_act`` tells it for one)."""
-        if isinstance(outcome, Task):
-            return (_Outcome.ACTED if outcome.updated_ms >= began else _Outcome.SKIPPED), ""
-        if isinstance(outcome, NotFound):
-            return _Outcome.SKIPPED, ""
-        if isinstance(outcome, FailedPrecondition):
-            return await self._refused(BulkVerb.CANCEL, task, outcome)
-        return _Outcome.FAILED, str(outcome)
-
     async def _act(self, verb: BulkVerb, task: Task) -> tuple[_Outcome, str]:
-        """One task: acted on, skipped (it moved on), or failed (refused, with why). A
-        store that fails raises: the page is read and acted on again later."""
-        ns, task_id = task.namespace, task.task_id
+        """Re-drive or purge one task. A store that fails raises: the page is read and
+        acted on again later."""
         began = self._clock.now_ms()
+        act = self._tasks.redrive if verb is BulkVerb.REDRIVE else self._tasks.purge
         try:
-            if verb is BulkVerb.CANCEL:
-                cancelled = await self._tasks.cancel(ns, task_id)
-                mine = cancelled.updated_ms >= began
-                return (_Outcome.ACTED if mine else _Outcome.SKIPPED), ""
-            if verb is BulkVerb.REDRIVE:
-                await self._tasks.redrive(ns, task_id)
-            else:
-                await self._tasks.purge(ns, task_id)
-            return _Outcome.ACTED, ""
-        except NotFound:
+            done: Task | TikkError = await act(task.namespace, task.task_id)
+        except (NotFound, FailedPrecondition) as exc:
+            done = exc
+        return await self._outcome(verb, task, done, began)
+
+    async def _outcome(
+        self, verb: BulkVerb, task: Task, done: Task | TikkError, began: int
+    ) -> tuple[_Outcome, str]:
+        """What the verb did to one task: acted on (a cancel answered with a cancel made
+        before ``began`` was someone else's: skipped), skipped (gone, or moved on), or
+        failed (refused, with why)."""
+        if isinstance(done, Task):
+            mine = verb is not BulkVerb.CANCEL or done.updated_ms >= began
+            return (_Outcome.ACTED if mine else _Outcome.SKIPPED), ""
+        if isinstance(done, NotFound):
             return _Outcome.SKIPPED, ""
-        except CancelUnsettled as exc:
-            return _Outcome.FAILED, str(exc)
-        except FailedPrecondition as exc:
-            return await self._refused(verb, task, exc)
+        if isinstance(done, FailedPrecondition):
+            return await self._refused(verb, task, done)
+        return _Outcome.FAILED, str(done)  # a cancel the store may not have settled
 
     async def _refused(self, verb: BulkVerb, task: Task, exc: TikkError) -> tuple[_Outcome, str]:
         """A refusal of a task that moved on is a skip; of one still in the verb's state
