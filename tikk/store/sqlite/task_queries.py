@@ -1,6 +1,7 @@
 """The embedded task store's queries over many tasks: a label's tasks through the label index
 (``schema.TASK_LABELS_SCHEMA``), their count, the prune of finished tasks; and the cancel of
-one task inside a transaction, which a cancel of many repeats in one."""
+one task inside a transaction, which a cancel of many repeats in one; and the move of a
+task's due time with its row."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sqlite3
 from tikk.drivers.sqlite import Transaction
 from tikk.errors import FailedPrecondition, NotFound, TikkError
 from tikk.model import Task, TaskState
-from tikk.store.sqlite.task_rows import delete_due, fetch_task, save_task
+from tikk.store.sqlite.task_rows import delete_due, fetch_task, insert_due, save_task
 from tikk.store.tasks import TASK_COLUMNS, require_scheduled
 
 # A label's tasks: the index's rows in task id order, each joined to its task row.
@@ -56,6 +57,15 @@ def prune_finished(conn: sqlite3.Connection, namespace: str, before_ms: int, mos
             args = (namespace, int(state), before_ms, most - deleted)
             deleted += conn.execute(_PRUNE_FINISHED, args).rowcount
     return deleted
+
+
+def move_in(conn: sqlite3.Connection, task: Task, moved: Task) -> Task:
+    """Write the scheduled ``task`` (as read) as ``moved``, its due row with it, in the
+    caller's transaction (a late write placed again, a reschedule)."""
+    delete_due(conn, task)
+    save_task(conn, moved)
+    insert_due(conn, moved.entry())
+    return moved
 
 
 def cancel_in(conn: sqlite3.Connection, namespace: str, task_id: str, now_ms: int) -> Task:

@@ -35,10 +35,10 @@ from tikk.store.sqlite.task_queries import (
     cancel_each,
     cancel_in,
     count_by_label_query,
+    move_in,
     prune_finished,
 )
 from tikk.store.sqlite.task_rows import (
-    delete_due,
     entry_from_sql_row,
     fetch_task,
     insert_due,
@@ -313,11 +313,7 @@ class SqliteTaskStore:
                     due_ms,
                 ):
                     return None
-                moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
-                delete_due(conn, task)
-                save_task(conn, moved)
-                insert_due(conn, moved.entry())
-                return moved
+                return move_in(conn, task, task.evolve(due_ms=to_ms, updated_ms=now_ms))
 
         return await self._db.run(work)
 
@@ -332,10 +328,7 @@ class SqliteTaskStore:
                     due_ms=to_ms, updated_ms=now_ms,
                     payload=task.payload if payload is None else payload,
                 )  # fmt: skip
-                delete_due(conn, task)
-                save_task(conn, moved)
-                insert_due(conn, moved.entry())
-                return moved
+                return move_in(conn, task, moved)
 
         return await self._db.run(work)
 
