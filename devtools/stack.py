@@ -372,9 +372,20 @@ def start_kafka(auth: bool) -> None:
     k.spawn([*_kafka_java_opts(), "kafka.Kafka", str(props)])
 
 
+def _kafka_cluster_id() -> str:
+    """A random cluster id the storage tool's argument parser cannot mistake for an option.
+
+    One base64 id in 64 starts with '-', which the parser reads as a flag; Kafka's own
+    generator draws again in that case, and so does this one.
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _format_kafka(props: Path, conf: Path, auth: bool) -> None:
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    args = ["format", "-t", cluster_id, "-c", str(props), "--ignore-formatted"]
+    args = ["format", "-t", _kafka_cluster_id(), "-c", str(props), "--ignore-formatted"]
     if auth:
         # The users' passwords go through an argument file (read by the java launcher), never
         # the command line other users of this host can list.

@@ -43,3 +43,11 @@ def test_authenticated_urls_name_the_files_under_the_stack_dir(stack_dir: Path) 
         assert parsed.credentials.password.startswith("pw-of-")
     with_options = stack.login(f"kafka://127.0.0.1:{stack.KAFKA_PORT}?prefix=x.")
     assert with_options.startswith(f"kafka://tikk@127.0.0.1:{stack.KAFKA_PORT}?prefix=x.&sasl=")
+
+
+def test_a_kafka_cluster_id_never_reads_as_an_option() -> None:
+    # One plain base64 id in 64 starts with '-'; 2,000 draws would show about 31 of them.
+    ids = [stack._kafka_cluster_id() for _ in range(2000)]
+    assert not [i for i in ids if i.startswith("-")]
+    assert all(len(i) == 22 for i in ids)
+    assert len(set(ids)) == len(ids)
