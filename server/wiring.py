@@ -24,6 +24,7 @@ from tikk.settings import Settings
 from tikk.store.bulk_actions import BulkActionStore
 from tikk.store.credentials import CredentialStore
 from tikk.store.due_counts import DueCountStore
+from tikk.store.queue_holds import QueueHoldStore
 from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.tasks import TaskStore
@@ -122,6 +123,18 @@ def _cassandra_bulk_actions(url: str, shards: int, drivers: Drivers) -> BulkActi
     return CassandraBulkActionStore(drivers.cassandra(url, "store_url"))
 
 
+def _sqlite_queue_holds(url: str, shards: int, drivers: Drivers) -> QueueHoldStore:
+    from tikk.store.sqlite.queue_holds import SqliteQueueHoldStore
+
+    return SqliteQueueHoldStore(split_url("store_url", url)[1])
+
+
+def _cassandra_queue_holds(url: str, shards: int, drivers: Drivers) -> QueueHoldStore:
+    from tikk.store.cassandra.queue_holds import CassandraQueueHoldStore
+
+    return CassandraQueueHoldStore(drivers.cassandra(url, "store_url"), shards)
+
+
 def _sqlite_history(url: str, shards: int, drivers: Drivers) -> RunHistory:
     from history.sqlite import SqliteRunHistory
 
@@ -186,6 +199,11 @@ DUE_COUNT_STORES: Mapping[str, Callable[[str, int, Drivers], DueCountStore]] = {
 BULK_ACTION_STORES: Mapping[str, Callable[[str, int, Drivers], BulkActionStore]] = {
     "sqlite": _sqlite_bulk_actions,
     "cassandra": _cassandra_bulk_actions,
+}
+# Paused and rate-limited queues and their parked rows, beside the tasks.
+QUEUE_HOLD_STORES: Mapping[str, Callable[[str, int, Drivers], QueueHoldStore]] = {
+    "sqlite": _sqlite_queue_holds,
+    "cassandra": _cassandra_queue_holds,
 }
 RUN_HISTORIES: Mapping[str, Callable[[str, int, Drivers], RunHistory]] = {
     "sqlite": _sqlite_history,
@@ -257,6 +275,11 @@ async def open_bulk_actions(settings: Settings, drivers: Drivers) -> BulkActionS
     return await started(build(BULK_ACTION_STORES, "store_url", url, shards, drivers))
 
 
+async def open_queue_holds(settings: Settings, drivers: Drivers) -> QueueHoldStore:
+    url, shards = settings.store_url, settings.shard_count
+    return await started(build(QUEUE_HOLD_STORES, "store_url", url, shards, drivers))
+
+
 async def open_history(settings: Settings, drivers: Drivers) -> RunHistory:
     url, shards = settings.history_url, settings.shard_count
     return await started(build(RUN_HISTORIES, "history_url", url, shards, drivers))
@@ -324,12 +347,14 @@ class Backends:
     quotas: QuotaStore
     due_counts: DueCountStore
     bulk_actions: BulkActionStore
+    queue_holds: QueueHoldStore
     # Open when the API checks callers (``settings.security.auth``).
     credentials: CredentialStore | None = None
 
     async def close(self) -> None:
         if self.credentials is not None:
             await self.credentials.close()
+        await self.queue_holds.close()
         await self.bulk_actions.close()
         await self.due_counts.close()
         await self.quotas.close()
@@ -357,8 +382,20 @@ async def open_backends(settings: Settings, drivers: Drivers | None = None) -> B
         opened.push_async_callback(due_counts.close)
         bulk_actions = await open_bulk_actions(settings, drivers)
         opened.push_async_callback(bulk_actions.close)
+        queue_holds = await open_queue_holds(settings, drivers)
+        opened.push_async_callback(queue_holds.close)
         credentials = None
         if settings.security.auth:
             credentials = await open_credentials(settings, drivers)
         opened.pop_all()
-    return Backends(store, history, queue, schedules, quotas, due_counts, bulk_actions, credentials)
+    return Backends(
+        store,
+        history,
+        queue,
+        schedules,
+        quotas,
+        due_counts,
+        bulk_actions,
+        queue_holds,
+        credentials,
+    )

@@ -16,6 +16,7 @@ _TABLES = [
     "runs", "runs_by_task", "runs_by_queue", "schedules", "schedules_by_namespace",
     "schedule_occurrences", "store_meta", "start_claims", "credentials", "namespace_quotas",
     "task_usage", "quota_rate", "tasks_by_label", "bulk_actions", "bulk_actions_running",
+    "queue_controls", "parked_rows",
 ]  # fmt: skip
 
 

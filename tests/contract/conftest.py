@@ -16,6 +16,7 @@ from dispatcher.ready_queue.local import LocalReadyQueue
 from history.run_history import RunHistory
 from server.wiring import (
     BULK_ACTION_STORES,
+    QUEUE_HOLD_STORES,
     QUOTA_STORES,
     RUN_HISTORIES,
     SCHEDULE_STORES,
@@ -30,6 +31,7 @@ from tests.services import KAFKA, kafka_options, require, with_login
 from tikk.clock import Clock
 from tikk.ready_queue import ReadyQueue
 from tikk.store.bulk_actions import BulkActionStore
+from tikk.store.queue_holds import QueueHoldStore
 from tikk.store.quotas import QuotaStore
 from tikk.store.schedules import ScheduleStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
@@ -277,3 +279,25 @@ async def bulk_store(
     backend = await open_backend(BULK_ACTION_STORES, url, Drivers())
     yield backend
     await backend.close()
+
+
+@dataclass
+class HoldBackend:
+    """A queue-hold store and the task store of the same database (whose tasks it skips)."""
+
+    holds: QueueHoldStore
+    tasks: TaskStore
+
+
+@pytest.fixture(params=["sqlite", "cassandra"])
+async def hold_backend(
+    request: pytest.FixtureRequest, tmp_path: Path, keyspace: TestKeyspace
+) -> AsyncIterator[HoldBackend]:
+    url, drivers = backend_url(request.param, tmp_path, keyspace), Drivers()
+    backend = HoldBackend(
+        await open_backend(QUEUE_HOLD_STORES, url, drivers),
+        await open_backend(TASK_STORES, url, drivers),
+    )
+    yield backend
+    await backend.holds.close()
+    await backend.tasks.close()

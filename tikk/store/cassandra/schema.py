@@ -145,6 +145,19 @@ STORE_MIGRATIONS = [
         "ALTER TABLE namespace_quotas ADD IF NOT EXISTS task_retention_seconds bigint",
         "ALTER TABLE namespace_quotas ADD IF NOT EXISTS history_retention_seconds bigint",
     ]),
+    # Paused and rate-limited queues (``tikk.store.cassandra.queue_holds``): every queue's
+    # control in one small partition; parked rows by queue and shard in due order.
+    Migration("store", 15, "queue controls and parked rows", [
+        """CREATE TABLE IF NOT EXISTS queue_controls (
+            ring int, queue text, paused boolean, paused_ms bigint, rate_per_s double,
+            skip_older_than_ms bigint, updated_ms bigint, PRIMARY KEY ((ring), queue))""",
+        """CREATE TABLE IF NOT EXISTS parked_rows (
+            queue text, shard int, due_ms bigint, task_key text, namespace text, task_id text,
+            attempt int, handler text, payload blob, labels map<text, text>, max_attempts int,
+            scheduled_ms bigint, trace_context map<text, text>, schedule_id text,
+            start_timeout_ms bigint, PRIMARY KEY ((queue, shard), due_ms, task_key))
+            WITH gc_grace_seconds = 3600""",
+    ]),
 ]  # fmt: skip
 
 
