@@ -38,8 +38,9 @@ from collections.abc import Mapping
 
 from dispatcher.ownership import Ownership
 from dispatcher.queue_backoff import QueueBackoffs
+from dispatcher.queue_gates import QueueGates
 from dispatcher.schedule_steps import ScheduleStepper
-from dispatcher.shard_state import NEVER, ShardState, row_key
+from dispatcher.shard_state import ShardState, row_key, shard_gauges
 from dispatcher.stats import DispatchStats
 from tikk.buckets import second_of
 from tikk.clock import Clock
@@ -49,8 +50,9 @@ from tikk.model import Cursor, Delivery, DueEntry
 from tikk.ready_queue import ReadyQueue
 from tikk.settings import DispatchSettings
 from tikk.start_expiry import StartExpiry
+from tikk.store.queue_holds import QueueHoldStore
 from tikk.store.tasks import TaskStore
-from tikk.telemetry import ShardGauge, Telemetry
+from tikk.telemetry import Telemetry
 
 log = logging.getLogger("tikk.dispatcher")
 
@@ -75,9 +77,10 @@ class Dispatcher:
         schedules: ScheduleStepper | None = None,
         expiry: StartExpiry | None = None,
         keys: DeliveryKeys | None = None,
+        holds: QueueHoldStore | None = None,
     ) -> None:
         """``keys`` sign every delivery published (servers refuse results of unsigned ones;
-        only tests of dispatching alone leave them out)."""
+        only tests of dispatching alone leave them out). ``holds``: paused queues (gates)."""
         self._store = store
         self._queue = queue
         self._ownership = ownership
@@ -89,7 +92,6 @@ class Dispatcher:
         self._held: list[tuple[int, int, DueEntry]] = []
         self._seq = itertools.count()
         self._last_flush_ms = 0
-        self._last_reads_log_ms = NEVER
         self._backoff = QueueBackoffs(
             self._settings.error_backoff_ms, self._settings.max_queue_backoff_ms
         )
@@ -98,6 +100,7 @@ class Dispatcher:
         self._schedules = schedules
         self._expiry = expiry
         self._keys = keys
+        self.gates = QueueGates(holds, store.shard_count, self._settings) if holds else None
         self.stats = DispatchStats()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -117,13 +120,15 @@ class Dispatcher:
     async def close(self, now_ms: int) -> None:
         """Stop cleanly: write the cursors as they stand."""
         await self._flush_cursors(now_ms, force=True)
-        self._log_reads(now_ms, force=True)
+        self.stats.log_reads(now_ms, 0)
 
     async def tick(self, now_ms: int) -> int:
         """One step at instant ``now_ms`` (read before any store access, which the sweep
         relies on): sync ownership, scan, fire what is due, move the cursors. Returns the
         instant of the next step."""
         await self._sync_ownership(self._ownership.owned())
+        if self.gates is not None:
+            await self._release(self.gates, now_ms)
         # Shards are scanned concurrently: each read is a small, independent partition slice.
         # Ticks come as often as tasks fall due (a thousand a second under load); most find
         # nothing to read on most shards, and those are not visited at all.
@@ -131,25 +136,23 @@ class Dispatcher:
         await asyncio.gather(*(self._scan(shard, now_ms) for shard in due))
         await self._fire(now_ms)
         await self._flush_cursors(now_ms)
-        self._log_reads(now_ms)
+        self.stats.log_reads(now_ms, self._settings.reads_log_interval_ms)
         next_poll = now_ms + self._settings.poll_interval_ms
         return min(self._held[0][0], next_poll) if self._held else next_poll
 
-    def _log_reads(self, now_ms: int, force: bool = False) -> None:
-        """Running totals, not rates: a reader takes the difference of any two lines (the
-        last one is written on close, so a window ending at a stop is covered)."""
-        interval = self._settings.reads_log_interval_ms
-        if not force and now_ms - self._last_reads_log_ms < interval:
-            return
-        self._last_reads_log_ms = now_ms
-        log.info(
-            "store reads at %d ms: %d reads, %d rows",
-            now_ms, self.stats.store_reads, self.stats.rows_read,
-        )  # fmt: skip
+    async def _release(self, gates: QueueGates, now_ms: int) -> None:
+        """Parked rows of queues that may dispatch again fire now (``queue_gates``)."""
+        await gates.refresh(self._shards, now_ms)
+        for entry in await gates.release(now_ms):
+            if entry.shard in self._shards:
+                heapq.heappush(self._held, (now_ms, next(self._seq), entry))
 
     @property
     def held(self) -> int:
         return len(self._held)
+
+    def _is_released(self, entry: DueEntry) -> bool:
+        return self.gates is not None and self.gates.is_released(entry)
 
     async def _sync_ownership(self, owned: Mapping[int, int]) -> None:
         for shard in [s for s, st in self._shards.items() if owned.get(s) != st.epoch]:
@@ -245,7 +248,7 @@ class Dispatcher:
         while self._held and self._held[0][0] <= now_ms:
             _, _, entry = heapq.heappop(self._held)
             st = self._shards.get(entry.shard)
-            if st is not None and row_key(entry) in st.unacked:
+            if st is not None and (row_key(entry) in st.unacked or self._is_released(entry)):
                 batch.append(entry)
         return batch
 
@@ -296,6 +299,8 @@ class Dispatcher:
         for entry in waiting:
             self._hold_again([entry], self._backoff.until(entry.queue))
         batch = [e for e in batch if now_ms >= self._backoff.until(e.queue)]
+        if self.gates is not None and batch:
+            batch = await self._admit(self.gates, batch, now_ms)
         if not batch:
             return
         try:
@@ -335,14 +340,10 @@ class Dispatcher:
                 signed = traced if keys is None else [keys.signed(d) for d in traced]
                 async with asyncio.timeout(self._settings.publish_timeout_ms / 1000):
                     await self._queue.publish(signed)
-        except TimeoutError:
-            unconfirmed = BackendUnavailable(
-                f"not confirmed within {self._settings.publish_timeout_ms} ms"
-            )
-            self._queue_failed(queue, entries, now_ms, unconfirmed)
-            return False
-        except BackendUnavailable as exc:
-            self._queue_failed(queue, entries, now_ms, exc)
+        except (TimeoutError, BackendUnavailable) as exc:
+            timeout = f"not confirmed within {self._settings.publish_timeout_ms} ms"
+            failure = exc if isinstance(exc, BackendUnavailable) else BackendUnavailable(timeout)
+            self._queue_failed(queue, entries, now_ms, failure)
             return False
         self._backoff.succeeded(queue)
         self._settle(entries)
@@ -376,8 +377,20 @@ class Dispatcher:
         for entry in entries:
             heapq.heappush(self._held, (max(entry.due_ms, fire_at_ms), next(self._seq), entry))
 
+    async def _admit(self, gates: QueueGates, batch: list[DueEntry], now_ms: int) -> list[DueEntry]:
+        """The rows that may go out now; the rest were parked and no longer hold the cursor."""
+        try:
+            go, parked = await gates.admit(batch, now_ms)
+        except BackendUnavailable:
+            self._hold_again(batch, now_ms)
+            raise
+        self._settle(parked)
+        return go
+
     def _settle(self, entries: list[DueEntry]) -> None:
         """These rows need nothing more from this owner: they no longer hold the cursor."""
+        if self.gates is not None:
+            self.gates.finished(entries)
         for entry in entries:
             st = self._shards.get(entry.shard)
             if st is not None:
@@ -387,6 +400,8 @@ class Dispatcher:
         """Rows whose task was not ready to fire (its create unfinished): the next read of
         their second holds them again. They do not hold the cursor: a create finished after
         the sweep passed its row is re-placed by the server that finished it."""
+        if self.gates is not None:
+            self.gates.finished(entries)
         for entry in entries:
             st = self._shards.get(entry.shard)
             if st is not None:
@@ -407,21 +422,14 @@ class Dispatcher:
         self._settle(ticks)
         self.stats.schedule_steps += len(ticks)
 
-    def _gauges(self, now_ms: int) -> dict[int, ShardGauge]:
-        return {
-            shard: ShardGauge(
-                backlog=st.backlog(now_ms), cursor_lag_s=max(0, second_of(now_ms) - st.cursor)
-            )
-            for shard, st in self._shards.items()
-        }
-
     async def _flush_cursors(self, now_ms: int, force: bool = False) -> None:
         for st in self._shards.values():
             st.advance()
         if not force and now_ms - self._last_flush_ms < self._settings.cursor_flush_interval_ms:
             return
         if self._telemetry.metering:
-            self._telemetry.report_shards(self._gauges(now_ms), self._store.shard_count)
+            gauges = shard_gauges(self._shards, now_ms)
+            self._telemetry.report_shards(gauges, self._store.shard_count)
         moves = {
             shard: Cursor(st.cursor, st.epoch)
             for shard, st in self._shards.items()

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tikk.buckets import second_of
 from tikk.model import Cursor, DueEntry
+from tikk.telemetry import ShardGauge
 
 # An instant before any other: "never" for the times of the last rescan and sweep.
 NEVER = -(2**62)
@@ -58,3 +60,13 @@ class ShardState:
     def backlog(self, now_ms: int) -> int:
         """Rows due by ``now_ms`` that the queue has not acknowledged."""
         return sum(1 for key in self.unacked if key[2] <= now_ms)
+
+
+def shard_gauges(shards: dict[int, ShardState], now_ms: int) -> dict[int, ShardGauge]:
+    """What the metrics show of each owned shard: its backlog and how far its cursor trails."""
+    return {
+        shard: ShardGauge(
+            backlog=st.backlog(now_ms), cursor_lag_s=max(0, second_of(now_ms) - st.cursor)
+        )
+        for shard, st in shards.items()
+    }

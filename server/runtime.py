@@ -130,6 +130,7 @@ async def _dispatch(
     dispatcher = Dispatcher(
         store, queue, ownership, clock, settings=dispatch, telemetry=telemetry,
         schedules=stepper, expiry=StartTimeouts(store, history, queue, telemetry), keys=keys,
+        holds=backends.queue_holds,
     )  # fmt: skip
     await dispatcher.run(stop)
 

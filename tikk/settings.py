@@ -145,6 +145,12 @@ class DispatchSettings:
     # How often the running totals of due-index reads are logged (INFO, ``tikk.dispatcher``):
     # the benchmark reads them to show that poll cost follows what is due, not what is stored.
     reads_log_interval_ms: int = 10_000
+    # How often the queues' controls (paused, rate; ``tikk.queue_holds``) are read again: a
+    # pause takes effect within about this.
+    queue_control_refresh_ms: int = 1_000
+    # Rows per second released from a queue's parked rows when it has no rate of its own
+    # (resumed after a pause), per dispatcher.
+    release_per_s: int = 1_000
 
 
 @dataclass(frozen=True)
