@@ -39,6 +39,7 @@ from server.ops.admin import AdminOps
 from server.ops.bulk_actions import BulkActions, runner_id
 from server.ops.history import HistoryOps
 from server.ops.late_writes import LateWriteGuard
+from server.ops.queues import QueueOps
 from server.ops.quotas import QuotaGate
 from server.ops.results import ResultRecorder
 from server.ops.retention import RetentionPrune
@@ -234,6 +235,7 @@ class Operations:
     bulk: BulkActions
     # Deletes what the namespaces' retention no longer keeps, while serving.
     retention: RetentionPrune
+    queues: QueueOps
 
     @classmethod
     def over(
@@ -262,7 +264,7 @@ class Operations:
         retention = RetentionPrune(b.store, b.history, b.quotas, quotas, clock=clock)
         return cls(
             tasks, results, schedules, HistoryOps(b.history), admin, guard, upcoming, search,
-            bulk, retention,
+            bulk, retention, QueueOps(b.queue, b.queue_holds, clock),
         )  # fmt: skip
 
 
@@ -275,7 +277,7 @@ def _add_services(
 ) -> None:
     """The tikk.v1 services (``server.api``) on ``server``."""
     tasks_pb2_grpc.add_TaskServiceServicer_to_server(
-        TaskService(ops.tasks, ops.search, settings, clock, telemetry), server
+        TaskService(ops.tasks, ops.search, ops.queues, settings, clock, telemetry=telemetry), server
     )
     history_pb2_grpc.add_HistoryServiceServicer_to_server(
         HistoryService(ops.history, ops.tasks, settings, clock), server

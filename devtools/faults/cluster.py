@@ -31,12 +31,13 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from devtools.faults.worker_app import LOG_ENV
 from devtools.stack import login
 from server.certs import DevPki, make_dev_pki
 from tikk.client.transport import Transport
+from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 # PR_SET_PDEATHSIG (1) with SIGKILL (9), then the real command: the setting survives exec.
@@ -351,6 +352,14 @@ class Cluster:
 
     def resume(self, role: str) -> None:
         self.members[role].resume()
+
+    def pause_queue(self, queue: str, paused: bool, timeout_s: float = 60.0) -> None:
+        """Pause or resume ``queue`` through the server, as an operator does (waiting for
+        the server if it is restarting)."""
+        request = tasks_pb2.UpdateQueueRequest(name=queue, paused=paused)
+        with self.config.transport.channel(self.config.address) as channel:
+            stub: Any = tasks_pb2_grpc.TaskServiceStub(channel)
+            stub.UpdateQueue(request, timeout=timeout_s, wait_for_ready=True)
 
     def exited(self) -> list[str]:
         """Roles whose current process ended although nobody killed it (a crash)."""

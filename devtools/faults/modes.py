@@ -53,6 +53,7 @@ def ci() -> Mode[FaultSpec]:
             last_at_s=120.0,
             kafka_stop_s=10.0,
             cassandra_stop_s=30.0,
+            queue_pauses=1,
         ),
         drain_s=45.0,
         timeout_s=600.0,
@@ -75,6 +76,7 @@ def soak(duration_s: float) -> Mode[FaultSpec]:
             dispatcher_pauses=_per_hour(6, duration_s),
             kafka_stops=_per_hour(3, duration_s),
             cassandra_stops=_per_hour(3, duration_s),
+            queue_pauses=_per_hour(6, duration_s),
             first_at_s=20.0,
             last_at_s=max(30.0, duration_s - 60.0),
             kafka_stop_s=30.0,
@@ -106,5 +108,5 @@ def storm(duration_s: float = 300.0) -> Mode[StormSpec]:
 
 def storm_ci() -> Mode[StormSpec]:
     """A two-minute storm for CI: seven to eleven faults, every kind at least once (the kinds
-    are dealt from a deck of six); about three minutes in all on the 2-core machine."""
+    are dealt from a deck of seven); about three minutes in all on the 2-core machine."""
     return replace(storm(120.0), name="storm-ci", drain_s=60.0, timeout_s=600.0)

@@ -4,7 +4,9 @@
   the window ends when the new process is ready;
 * ``pause dispatcher``: SIGSTOP for longer than its ZooKeeper session, then SIGCONT;
 * ``stop kafka|cassandra``: SIGSTOP of the service's JVM, then SIGCONT; the window ends when
-  it answers again.
+  it answers again;
+* ``pause queue``: an operator pauses the workload's queue (``UpdateQueue``), then resumes
+  it: what came due meanwhile is held by the dispatchers and released after, late but whole.
 
 Faults are planned up front (seeded, so a run can be repeated) by a mode's schedule: a
 ``FaultSpec`` spreads given numbers of each kind evenly over a span, a ``storm.StormSpec``
@@ -24,6 +26,7 @@ from typing import Protocol, Self
 from devtools.faults.cluster import Cluster
 from devtools.faults.records import FaultKind, FaultWindow
 from devtools.faults.services import ServiceStopper
+from devtools.faults.worker_app import QUEUE
 
 log = logging.getLogger("devtools.faults")
 
@@ -66,6 +69,8 @@ class Holds(Protocol):
     def kafka_stop_s(self) -> float: ...
     @property
     def cassandra_stop_s(self) -> float: ...
+    @property
+    def queue_pause_s(self) -> float: ...
 
 
 def hold_for(kind: FaultKind, holds: Holds, rng: random.Random) -> float:
@@ -76,6 +81,8 @@ def hold_for(kind: FaultKind, holds: Holds, rng: random.Random) -> float:
         return holds.pause_s
     if kind is FaultKind.STOP_KAFKA:
         return holds.kafka_stop_s
+    if kind is FaultKind.PAUSE_QUEUE:
+        return holds.queue_pause_s
     return holds.cassandra_stop_s
 
 
@@ -96,6 +103,8 @@ class FaultSpec:
     pause_s: float = 9.0
     kafka_stop_s: float = 30.0
     cassandra_stop_s: float = 30.0
+    queue_pauses: int = 0
+    queue_pause_s: float = 12.0
 
     @property
     def service_faults(self) -> bool:
@@ -116,6 +125,7 @@ def targets(kind: FaultKind, cluster_roles: dict[str, list[str]]) -> list[str]:
         FaultKind.PAUSE_DISPATCHER: cluster_roles["dispatcher"],
         FaultKind.STOP_KAFKA: ["kafka"],
         FaultKind.STOP_CASSANDRA: ["cassandra"],
+        FaultKind.PAUSE_QUEUE: [QUEUE],
     }[kind]
 
 
@@ -131,6 +141,7 @@ def plan_faults(
         + [FaultKind.PAUSE_DISPATCHER] * spec.dispatcher_pauses
         + [FaultKind.STOP_KAFKA] * spec.kafka_stops
         + [FaultKind.STOP_CASSANDRA] * spec.cassandra_stops
+        + [FaultKind.PAUSE_QUEUE] * spec.queue_pauses
     )
     rng.shuffle(kinds)
     step = (spec.last_at_s - spec.first_at_s) / max(1, len(kinds))
@@ -154,6 +165,7 @@ class Nemesis:
         self.services = services
         self.windows: list[FaultWindow] = []
         self._paused: set[str] = set()
+        self._held_queues: set[str] = set()
         self._stop = threading.Event()
 
     def run(self, plan: list[PlannedFault], origin: float) -> None:
@@ -176,6 +188,13 @@ class Nemesis:
             pid = self.cluster.kill9(fault.target)
             time.sleep(fault.hold_s)
             self.cluster.restart(fault.target)
+        elif fault.kind is FaultKind.PAUSE_QUEUE:
+            pid = 0
+            self._held_queues.add(fault.target)
+            self.cluster.pause_queue(fault.target, True)
+            time.sleep(fault.hold_s)
+            self.cluster.pause_queue(fault.target, False)
+            self._held_queues.discard(fault.target)
         elif fault.kind is FaultKind.PAUSE_DISPATCHER:
             pid = self.cluster.members[fault.target].pid
             self._paused.add(fault.target)
@@ -197,4 +216,8 @@ class Nemesis:
             self.cluster.resume(role)
             restored.append(role)
         self._paused.clear()
+        for queue in list(self._held_queues):
+            self.cluster.pause_queue(queue, False)
+            restored.append(f"queue {queue}")
+        self._held_queues.clear()
         return restored + self.services.restore()

@@ -42,6 +42,8 @@ class FaultKind(StrEnum):
     PAUSE_DISPATCHER = "pause dispatcher"
     STOP_KAFKA = "stop kafka"
     STOP_CASSANDRA = "stop cassandra"
+    # An operator pauses the workload's queue, then resumes it (``tikk queues pause``).
+    PAUSE_QUEUE = "pause queue"
 
     @property
     def is_kill(self) -> bool:

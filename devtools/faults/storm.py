@@ -4,10 +4,11 @@ Spread-out faults show how each one is recovered from; they hide what happens wh
 comes before the stack has caught up with the last, as it does on a bad day in production.
 A storm brings one every 10-15 s (the gap drawn anew each time) from ``first_at_s`` to
 ``last_at_s``: ``kill -9`` of the server, a dispatcher or a worker, a dispatcher paused past
-its ZooKeeper session, Kafka or Cassandra stopped. The kinds are dealt from a deck shuffled
-anew each round, so every kind comes up once in each round of six and even a two-minute storm
-hits them all. Kafka is stopped for 8 s and Cassandra for 10 s, so that a stop fits, roughly,
-in its gap; the nemesis carries faults out one at a time, so one that overruns delays the next.
+its ZooKeeper session, Kafka or Cassandra stopped, the workload's queue paused by an operator.
+The kinds are dealt from a deck shuffled anew each round, so every kind comes up once in each
+round of seven and even a two-minute storm hits them all. Kafka is stopped for 8 s, Cassandra
+for 10 s and the queue paused for 8 s, so that each fits, roughly, in its gap; the nemesis
+carries faults out one at a time, so one that overruns delays the next.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class StormSpec:
     pause_s: float = 9.0
     kafka_stop_s: float = 8.0
     cassandra_stop_s: float = 10.0
+    queue_pause_s: float = 8.0
 
     @property
     def service_faults(self) -> bool:

@@ -13,18 +13,18 @@ from server.api import validation
 from server.api.bulk_fields import label_selector
 from server.api.imports import import_batch
 from server.api.messages import task_to_proto
+from server.api.queues import queue_change, queue_to_proto
 from server.api.status import Ctx, bounded, code_of, detail_of, idle_bounded, numeric
 from server.api.streams import answer_in_order
+from server.ops.queues import QueueOps
 from server.ops.task_search import TaskSearch
 from server.ops.tasks import Created, TaskOps
 from tikk.clock import Clock
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import Task
-from tikk.ready_queue import QueueBacklog
 from tikk.settings import Settings
 from tikk.task_filters import TaskFilter
 from tikk.telemetry import Telemetry
-from tikk.timestamps import to_duration
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 # Creates a chunk's valid tasks: ``TaskOps.create_many``, or an import stream's.
@@ -33,11 +33,12 @@ CreateMany = Callable[[Sequence[Task]], Awaitable[list[Created]]]
 
 class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     def __init__(
-        self, tasks: TaskOps, search: TaskSearch, settings: Settings, clock: Clock,
-        telemetry: Telemetry,
+        self, tasks: TaskOps, search: TaskSearch, queues: QueueOps, settings: Settings,
+        clock: Clock, *, telemetry: Telemetry,
     ) -> None:  # fmt: skip
         self._tasks = tasks
         self._search = search
+        self._queues = queues
         self._settings = settings
         self._clock = clock
         self._telemetry = telemetry
@@ -162,20 +163,17 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
         self, request: tasks_pb2.ListQueuesRequest, context: Ctx
     ) -> tasks_pb2.ListQueuesResponse:
         size = validation.listing_page_size(request.page_size, self._settings.limits)
-        page = await self._tasks.queues(size, request.page_token)
+        page = await self._queues.queues(size, request.page_token)
         now = self._clock.now_ms()
         return tasks_pb2.ListQueuesResponse(
-            queues=[_queue_to_proto(b, now) for b in page.items], next_page_token=page.next_token
+            queues=[queue_to_proto(q, now) for q in page.items], next_page_token=page.next_token
         )
 
-
-def _queue_to_proto(b: QueueBacklog, now_ms: int) -> tasks_pb2.QueueInfo:
-    info = tasks_pb2.QueueInfo(name=b.queue, waiting=b.waiting)
-    if b.oldest_enqueued_ms is not None:
-        info.oldest_waiting_age.CopyFrom(to_duration(max(0, now_ms - b.oldest_enqueued_ms)))
-    if b.consumers is not None:
-        info.consumers = b.consumers
-    return info
+    async def UpdateQueue(
+        self, request: tasks_pb2.UpdateQueueRequest, context: Ctx
+    ) -> tasks_pb2.QueueInfo:
+        queue, change = queue_change(request, self._settings.limits)
+        return queue_to_proto(await self._queues.update(queue, change), self._clock.now_ms())
 
 
 def _record_outcomes(

@@ -14,7 +14,8 @@ itself. ``scopes`` returning nothing means the role on at least one scope suffic
 Decisions on calls that span namespaces:
 
 - ``ListQueues`` shows every queue with its backlog: queues are shared by all namespaces, so
-  their names and sizes are everyone's data. It needs ``read`` on ``*``.
+  their names and sizes are everyone's data. It needs ``read`` on ``*``. ``UpdateQueue``
+  (pause, resume, rate) acts on every namespace's tasks in the queue: ``admin`` on ``*``.
 - ``GetWorkerConfig`` names no queue; it returns where workers consume from. Any ``worker``
   grant suffices: every worker needs it before it knows its queues' deliveries.
 - ``PreviewSchedule`` of a spec (no stored schedule) reads nothing stored; ``read`` on any
@@ -122,6 +123,8 @@ POLICY: Mapping[str, Rule] = {
     _TASKS + "RescheduleTask": WRITE,
     _TASKS + "ListTasks": READ,
     _TASKS + "ListQueues": Rule(Role.READ, _every_namespace),
+    # Queues are shared by every namespace: steering one is an admin's of them all.
+    _TASKS + "UpdateQueue": Rule(Role.ADMIN, _every_namespace),
     _HISTORY + "ListTaskRuns": READ,
     _HISTORY + "ListRuns": READ,
     _HISTORY + "GetRun": READ,

@@ -1,5 +1,5 @@
 """``dead-letters`` (list; redrive and purge, one or by filter) and ``queues`` (what waits in
-each ready queue)."""
+each ready queue; pause, resume, rate limits)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 from typing import Any
 
 from server.cli.bulk import action_options, one_or_many, run_verb, selection_options
-from server.cli.client import client, lines, show, show_page, task_line
-from server.cli.options import client_options, paging
+from server.cli.client import client, lines, show, show_page, span, task_line
+from server.cli.options import client_options, paging, parse_duration_ms
 from tikk.client import Client
 from tikk.text_rules import shown
 from tikk.v1 import tasks_pb2
@@ -35,17 +35,40 @@ def _dead_purge(args: argparse.Namespace, tikk: Client) -> None:
     show(args, t, lambda: "purged  " + task_line(t))
 
 
+_HEADER = (
+    f"{'queue':<32} {'waiting':>9} {'oldest':>10} {'consumers':>9}  {'state':<6} {'held':>8}"
+    f" {'rate':>8} {'skip':>8}"
+)
+
+
 def _queue_line(q: tasks_pb2.QueueInfo) -> str:
+    """What waits, then what an operator set: paused or active, tasks held back by the
+    dispatchers, the rate limit, and the age past which held tasks are skipped."""
     age = f"{q.oldest_waiting_age.ToMilliseconds() / 1000:.1f}s" if q.waiting else "-"
     consumers = str(q.consumers) if q.HasField("consumers") else "?"
-    return shown(f"{q.name:<32} {q.waiting:>9} {age:>10} {consumers:>9}")
+    state = "paused" if q.paused else "active"
+    held = f"{q.held:,}{'+' if q.held_more else ''}"
+    rate = f"{q.max_per_second:g}/s" if q.max_per_second else "-"
+    skip_s = q.skip_older_than.ToMilliseconds() / 1000
+    skip = f"{skip_s:g}s" if q.HasField("skip_older_than") else "-"
+    return shown(
+        f"{q.name:<32} {q.waiting:>9} {age:>10} {consumers:>9}  {state:<6} {held:>8} {rate:>8}"
+        f" {skip:>8}"
+    )
 
 
 def _queues_list(args: argparse.Namespace, tikk: Client) -> None:
     page = tikk.list_queues(page_size=args.limit).page(args.page_token)
-    header = f"{'queue':<32} {'waiting':>9} {'oldest':>10} {'consumers':>9}"
-    rows = [header, *(_queue_line(q) for q in page.items)] if page.items else []
+    rows = [_HEADER, *(_queue_line(q) for q in page.items)] if page.items else []
     show(args, page.response, lambda: lines(rows, page.next_page_token))
+
+
+def _queues_update(args: argparse.Namespace, tikk: Client) -> None:
+    q = tikk.update_queue(
+        args.name, paused={"pause": True, "resume": False}.get(args.action),
+        max_per_second=args.rate, skip_older_than=span(args.skip_older_than),
+    )  # fmt: skip
+    show(args, q, lambda: lines([_HEADER, _queue_line(q)], ""))
 
 
 def register(sub: Any) -> None:
@@ -85,3 +108,22 @@ def _queue_commands(parent: argparse.ArgumentParser) -> None:
     client_options(p)
     paging(p)
     p.set_defaults(func=client(_queues_list))
+    for name, about in [
+        ("pause", "hold the queue's due tasks (they stay scheduled) until it is resumed"),
+        ("resume", "release the held tasks in due order at a bounded rate, then run as before"),
+        ("limit", "set the queue's dispatch rate or skip limit without pausing it"),
+    ]:
+        p = sub.add_parser(name, help=about)
+        client_options(p)
+        p.add_argument("name", help="the queue")
+        p.add_argument(
+            "--rate",
+            type=float,
+            metavar="PER_SECOND",
+            default=None,
+            help="most tasks dispatched per second over the queue; 0: no limit",
+        )
+        p.add_argument("--skip-older-than", type=parse_duration_ms, metavar="SPAN",
+                       default=None, help="skip (cancel) held tasks due longer ago than this "
+                       "when they are released; 0s: run every one")  # fmt: skip
+        p.set_defaults(func=client(_queues_update))

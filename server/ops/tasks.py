@@ -29,8 +29,7 @@ from tikk.buckets import shard_of
 from tikk.clock import Clock
 from tikk.errors import TikkError
 from tikk.model import Page, Task, TaskState
-from tikk.paging import decode_token, encode_token
-from tikk.ready_queue import QueueBacklog, ReadyQueue
+from tikk.ready_queue import ReadyQueue
 from tikk.store.tasks import TaskStore
 
 # What creating one task came to: the task as stored and whether this call created it, or
@@ -198,12 +197,3 @@ class TaskOps:
         """Dead-lettered tasks of the namespace, of one queue or ("") of all."""
         now = self._clock.now_ms()
         return await self._store.list_dead_letters(namespace, queue, size, token, now)
-
-    async def queues(self, size: int, token: str) -> Page[QueueBacklog]:
-        """What waits in each ready queue, by name, a page at a time."""
-        parts = decode_token(token, (str,))
-        after = str(parts[0]) if parts else ""
-        backlog = [b for b in await self._queue.backlog() if b.queue > after]
-        page = backlog[:size]
-        more = len(backlog) > size
-        return Page(page, encode_token(page[-1].queue) if more else "")

@@ -158,6 +158,9 @@ def _task_rpcs() -> list[Rpc]:
             delay=Duration(seconds=60)), timeout=T, metadata=md), grpc.StatusCode.NOT_FOUND),
         Rpc("ListQueues", "read-all", lambda ch, w, md: _tasks(ch).ListQueues(
             tasks_pb2.ListQueuesRequest(), timeout=T, metadata=md), scoped=False),
+        Rpc("UpdateQueue", "admin-all", lambda ch, w, md: _tasks(ch).UpdateQueue(
+            tasks_pb2.UpdateQueueRequest(name="authz-probe", max_per_second=0), timeout=T,
+            metadata=md), scoped=False),
     ]  # fmt: skip
 
 

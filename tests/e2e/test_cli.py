@@ -260,3 +260,41 @@ def test_a_task_is_rescheduled_from_the_cli(split: tuple[str, Path]) -> None:
     assert tikk_json(address, "task", "get", "m")["payload"] == "djI="  # "v2"
     missing = tikk(address, "task", "reschedule", "m")
     assert missing.returncode == 2 and "--at" in missing.stderr
+
+
+def test_a_paused_queue_holds_its_tasks_until_resumed_then_runs_them_late(
+    split: tuple[str, Path],
+) -> None:
+    address, _ = split
+    paused = tikk_json(address, "queues", "pause", "e2e", "--skip-older-than", "1h")
+    assert paused["paused"] is True and paused["skip_older_than"] == "3600s"
+    time.sleep(1.5)  # dispatchers read the queues' settings once a second
+    for i in range(5):
+        tikk_json(address, "task", "create", "--queue", "e2e", "--handler", "record",
+                  "--id", f"held-{i}")  # fmt: skip
+
+    def held() -> bool:
+        (q,) = [q for q in tikk_json(address, "queues", "list")["queues"] if q["name"] == "e2e"]
+        return q["paused"] is True and int(q.get("held", 0)) == 5
+
+    eventually(held)
+    time.sleep(2)
+    states = {tikk_json(address, "task", "get", f"held-{i}")["state"] for i in range(5)}
+    assert states == {"TASK_STATE_SCHEDULED"}
+    text = tikk(address, "queues", "list").stdout
+    assert re.search(r"^e2e\s+.*\bpaused\s+5\s+-\s+3600s$", text, re.M), text
+    tikk_json(address, "queues", "resume", "e2e")
+
+    def ran() -> bool:
+        states = [tikk_json(address, "task", "get", f"held-{i}")["state"] for i in range(5)]
+        return states == ["TASK_STATE_SUCCEEDED"] * 5
+
+    eventually(ran)
+    (run,) = tikk_json(address, "runs", "task", "held-0")["runs"]
+    due = datetime.fromisoformat(run["due_time"])
+    fired = datetime.fromisoformat(run["fired_time"])
+    assert fired - due >= timedelta(seconds=2)  # its lateness is the time it was held
+    wrong = tikk(address, "queues", "limit", "e2e", "--rate", "-1")
+    assert wrong.returncode == 1 and "max_per_second" in wrong.stderr
+    limited = tikk_json(address, "queues", "limit", "e2e", "--rate", "50")
+    assert limited["max_per_second"] == 50 and "paused" not in limited

@@ -124,13 +124,13 @@ def test_a_storm_brings_every_kind_each_round_every_10_to_15_seconds() -> None:
     gaps = [b.at_s - a.at_s for a, b in itertools.pairwise(plan)]
     assert all(10.0 <= g <= 15.0 for g in gaps)
     assert plan[0].at_s == 10.0 and plan[-1].at_s <= 290.0
-    for n in range(0, len(plan) - 5, 6):  # each round of six deals every kind once
-        assert {f.kind for f in plan[n : n + 6]} == set(FaultKind)
+    for n in range(0, len(plan) - 6, 7):  # each round of seven deals every kind once
+        assert {f.kind for f in plan[n : n + 7]} == set(FaultKind)
     assert all(f.hold_s > 4 for f in plan if f.kind is FaultKind.PAUSE_DISPATCHER)
     calm = modes.storm_ci().without_service_faults().faults
     kinds = {f.kind for f in calm.plan(random.Random(11), ROLES)}
     assert FaultKind.STOP_KAFKA not in kinds and FaultKind.STOP_CASSANDRA not in kinds
-    assert len(kinds) == 4 and not calm.service_faults
+    assert len(kinds) == 5 and not calm.service_faults
 
 
 def test_whole_run_lateness_counts_every_attempt_and_says_where_it_arose() -> None:

@@ -42,6 +42,14 @@ ANSWERS: dict[str, Callable[[], Any]] = {
                 name="a", waiting=3, oldest_waiting_age=to_duration(1500), consumers=2
             ),
             tasks_pb2.QueueInfo(name="b"),
+            tasks_pb2.QueueInfo(
+                name="c",
+                paused=True,
+                held=10_000,
+                held_more=True,
+                max_per_second=2.5,
+                skip_older_than=to_duration(600_000),
+            ),
         ]
     ),
     "ListDeadLetters": history_pb2.ListDeadLettersResponse,
@@ -112,9 +120,10 @@ def tikk(
 
 
 QUEUES = """\
-queue                              waiting     oldest consumers
-a                                        3       1.5s         2
-b                                        0          -         ?
+queue                              waiting     oldest consumers  state      held     rate     skip
+a                                        3       1.5s         2  active        0        -        -
+b                                        0          -         ?  active        0        -        -
+c                                        0          -         ?  paused  10,000+    2.5/s     600s
 """
 TASKS = """\
 t1  scheduled     q/h  attempt 2  due 2030-01-01T00:00:00.123+00:00

@@ -381,16 +381,18 @@ def test_the_workload_plan_has_the_asked_for_mix_and_timing() -> None:
 
 
 def test_the_fault_plan_has_every_fault_once_in_its_span() -> None:
-    spec = FaultSpec(3, 3, 3, 1, 1, 1, first_at_s=8.0, last_at_s=100.0)
+    spec = FaultSpec(3, 3, 3, 1, 1, 1, first_at_s=8.0, last_at_s=100.0, queue_pauses=1)
     roles = {"server": ["server"], "dispatcher": ["d-0", "d-1"], "worker": ["w-0", "w-1"]}
     plan = plan_faults(spec, random.Random(3), roles)
     assert Counter(f.kind for f in plan) == {
         FaultKind.KILL_SERVER: 3, FaultKind.KILL_DISPATCHER: 3, FaultKind.KILL_WORKER: 3,
         FaultKind.PAUSE_DISPATCHER: 1, FaultKind.STOP_KAFKA: 1, FaultKind.STOP_CASSANDRA: 1,
+        FaultKind.PAUSE_QUEUE: 1,
     }  # fmt: skip
     assert all(8.0 <= f.at_s < 100.0 for f in plan)
     assert all(1.0 <= f.hold_s <= 4.0 for f in plan if f.kind.is_kill)
     assert {f.target for f in plan if f.kind is FaultKind.PAUSE_DISPATCHER} <= {"d-0", "d-1"}
+    assert {f.target for f in plan if f.kind is FaultKind.PAUSE_QUEUE} == {"faults"}
 
 
 def test_the_modes_fault_as_often_as_promised() -> None:

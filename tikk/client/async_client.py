@@ -140,6 +140,23 @@ class AsyncClient:
     def list_queues(self, *, page_size: int = 100) -> AsyncListing[tasks_pb2.QueueInfo]:
         return self._paged(self._calls.list_queues(page_size))
 
+    async def update_queue(
+        self,
+        name: str,
+        *,
+        paused: bool | None = None,
+        max_per_second: float | None = None,
+        skip_older_than: timedelta | None = None,
+    ) -> tasks_pb2.QueueInfo:
+        call = self._calls.update_queue(name, paused, max_per_second, skip_older_than)
+        return await self._unary(call)
+
+    async def pause_queue(self, name: str) -> tasks_pb2.QueueInfo:
+        return await self.update_queue(name, paused=True)
+
+    async def resume_queue(self, name: str) -> tasks_pb2.QueueInfo:
+        return await self.update_queue(name, paused=False)
+
     # Run history and dead letters
 
     async def get_run(self, run_id: str) -> history_pb2.Run:

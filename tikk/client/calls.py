@@ -138,6 +138,22 @@ class Calls:
         request = tasks_pb2.ListQueuesRequest(page_size=size)
         return Paged("tasks", "ListQueues", request, lambda page: page.queues)
 
+    def update_queue(
+        self,
+        name: str,
+        paused: bool | None,
+        max_per_second: float | None,
+        skip_older_than: timedelta | None,
+    ) -> Unary[tasks_pb2.QueueInfo]:
+        request = tasks_pb2.UpdateQueueRequest(name=name)
+        if paused is not None:
+            request.paused = paused
+        if max_per_second is not None:
+            request.max_per_second = max_per_second
+        if skip_older_than is not None:
+            request.skip_older_than.FromTimedelta(skip_older_than)
+        return Unary("tasks", "UpdateQueue", request)
+
     def list_dead_letters(self, queue: str, size: int) -> Paged[tasks_pb2.Task]:
         request = history_pb2.ListDeadLettersRequest(
             namespace=self.namespace, queue=queue, page_size=size

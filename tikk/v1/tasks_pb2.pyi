@@ -245,16 +245,40 @@ class ListQueuesRequest(_message.Message):
     def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class QueueInfo(_message.Message):
-    __slots__ = ("name", "waiting", "oldest_waiting_age", "consumers")
+    __slots__ = ("name", "waiting", "oldest_waiting_age", "consumers", "paused", "paused_time", "max_per_second", "skip_older_than", "held", "held_more")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     OLDEST_WAITING_AGE_FIELD_NUMBER: _ClassVar[int]
     CONSUMERS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_TIME_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    SKIP_OLDER_THAN_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
+    HELD_MORE_FIELD_NUMBER: _ClassVar[int]
     name: str
     waiting: int
     oldest_waiting_age: _duration_pb2.Duration
     consumers: int
-    def __init__(self, name: _Optional[str] = ..., waiting: _Optional[int] = ..., oldest_waiting_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., consumers: _Optional[int] = ...) -> None: ...
+    paused: bool
+    paused_time: _timestamp_pb2.Timestamp
+    max_per_second: float
+    skip_older_than: _duration_pb2.Duration
+    held: int
+    held_more: bool
+    def __init__(self, name: _Optional[str] = ..., waiting: _Optional[int] = ..., oldest_waiting_age: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., consumers: _Optional[int] = ..., paused: _Optional[bool] = ..., paused_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_per_second: _Optional[float] = ..., skip_older_than: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., held: _Optional[int] = ..., held_more: _Optional[bool] = ...) -> None: ...
+
+class UpdateQueueRequest(_message.Message):
+    __slots__ = ("name", "paused", "max_per_second", "skip_older_than")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    MAX_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    SKIP_OLDER_THAN_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    paused: bool
+    max_per_second: float
+    skip_older_than: _duration_pb2.Duration
+    def __init__(self, name: _Optional[str] = ..., paused: _Optional[bool] = ..., max_per_second: _Optional[float] = ..., skip_older_than: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class ListQueuesResponse(_message.Message):
     __slots__ = ("queues", "next_page_token")

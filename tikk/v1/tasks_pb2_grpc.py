@@ -74,6 +74,11 @@ class TaskServiceStub:
                 request_serializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesRequest.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesResponse.FromString,
                 _registered_method=True)
+        self.UpdateQueue = channel.unary_unary(
+                '/tikk.v1.TaskService/UpdateQueue',
+                request_serializer=tikk_dot_v1_dot_tasks__pb2.UpdateQueueRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_tasks__pb2.QueueInfo.FromString,
+                _registered_method=True)
 
 
 class TaskServiceServicer:
@@ -145,6 +150,14 @@ class TaskServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateQueue(self, request, context):
+        """Pause, resume or rate-limit a queue (admin of every namespace: queues are shared). Every
+        queue with tasks or settings is in ListQueues.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TaskServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -187,6 +200,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.ListQueues,
                     request_deserializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesRequest.FromString,
                     response_serializer=tikk_dot_v1_dot_tasks__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'UpdateQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateQueue,
+                    request_deserializer=tikk_dot_v1_dot_tasks__pb2.UpdateQueueRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_tasks__pb2.QueueInfo.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -405,6 +423,33 @@ class TaskService:
             '/tikk.v1.TaskService/ListQueues',
             tikk_dot_v1_dot_tasks__pb2.ListQueuesRequest.SerializeToString,
             tikk_dot_v1_dot_tasks__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.TaskService/UpdateQueue',
+            tikk_dot_v1_dot_tasks__pb2.UpdateQueueRequest.SerializeToString,
+            tikk_dot_v1_dot_tasks__pb2.QueueInfo.FromString,
             options,
             channel_credentials,
             insecure,

@@ -134,7 +134,7 @@ class Console:
         return response
 
     async def _queue_rows(self, now_ms: int) -> list[list[str]]:
-        backlog = (await self._ops.tasks.queues(1_000, "")).items
+        backlog = [q.backlog for q in (await self._ops.queues.queues(1_000, "")).items]
         last5, last60 = self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS)
         return pages.queue_rows(backlog, last5, last60, now_ms)
 
