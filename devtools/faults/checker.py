@@ -5,7 +5,8 @@ Violations (any one fails the run):
 * **lost**: accepted, not cancelled, and never started by the end of the drain;
 * **early**: a handler start before the due time of that attempt (the due time the delivery
   carried, and for a first attempt also the ``run_at`` the client sent);
-* **cancelled but ran**: a cancel returned OK and the task started anyway;
+* **cancelled but ran**: a cancel returned OK and the task started anyway; or a bulk cancel
+  left a task CANCELLED, outside the store's cancel fence of its due time, and it started;
 * **key inconsistency**: the starts of one task carry more than one idempotency key;
 * **dead-letter inexactness**: an always-failing task did not end DEAD_LETTERED after exactly
   attempts 1..max_attempts (and in ``ListDeadLetters``), or a fail-once task did not end
@@ -34,7 +35,14 @@ from devtools.faults.lateness import (
     recovery,
     whole_run,
 )
-from devtools.faults.records import FaultWindow, FinalState, History, Start, TaskKind
+from devtools.faults.records import (
+    CANCEL_FENCE_MS,
+    FaultWindow,
+    FinalState,
+    History,
+    Start,
+    TaskKind,
+)
 
 # The timing a CheckResult holds is measured in ``lateness``; its names are this module's too.
 __all__ = [
@@ -90,6 +98,9 @@ class CheckResult:
     cancels_ok: int
     cancels_refused: int
     cancels_indeterminate: int
+    # Tasks a bulk cancel left CANCELLED, of those in its batches.
+    bulk_cancelled: int
+    bulk_batched: int
     starts: int
     lost: tuple[str, ...]
     # How the lost tasks ended (``GetTask``) and which fault their due time was near.
@@ -140,6 +151,8 @@ def check(history: History, after_ms: int = 5_000) -> CheckResult:
         cancels_ok=sum(1 for c in history.cancels if c.ok),
         cancels_refused=sum(1 for c in history.cancels if not c.ok and not c.indeterminate),
         cancels_indeterminate=sum(1 for c in history.cancels if c.indeterminate),
+        bulk_cancelled=len(bulk_cancelled(history)),
+        bulk_batched=sum(len(b.task_ids) for b in history.bulk_cancels),
         starts=len(history.starts),
         lost=missing,
         lost_states=_tally(finals[t].state if t in finals else "UNREAD" for t in missing),
@@ -163,11 +176,20 @@ def cancelled(history: History) -> set[str]:
     """Tasks taken out by a cancel: it returned OK, or its outcome was unknown and the task
     ended CANCELLED (the call took effect although its answer was lost)."""
     finals = {f.task_id: f.state for f in history.finals}
-    return {
+    one_by_one = {
         c.task_id
         for c in history.cancels
         if c.ok or (c.indeterminate and finals.get(c.task_id) == "CANCELLED")
     }
+    return one_by_one | bulk_cancelled(history)
+
+
+def bulk_cancelled(history: History) -> set[str]:
+    """Tasks of a bulk cancel's batches that ended CANCELLED (an action reports counts, not
+    which tasks it took: their final state says)."""
+    finals = {f.task_id: f.state for f in history.finals}
+    batched = {t for b in history.bulk_cancels for t in b.task_ids}
+    return {t for t in batched if finals.get(t) == "CANCELLED"}
 
 
 def _tally(values: Iterable[str]) -> tuple[tuple[str, int], ...]:
@@ -216,9 +238,18 @@ def early(history: History) -> tuple[Early, ...]:
 
 
 def cancelled_but_ran(history: History) -> tuple[str, ...]:
-    """Tasks whose cancel returned OK and that started anyway."""
+    """Tasks whose cancel returned OK and that started anyway; and tasks a bulk cancel left
+    CANCELLED that started although the cancel was written outside the cancel fence (one
+    written inside it is acknowledged as unsettled: it may still run once)."""
     started = {s.task_id for s in history.starts}
-    return tuple(sorted(c.task_id for c in history.cancels if c.ok and c.task_id in started))
+    one_by_one = {c.task_id for c in history.cancels if c.ok and c.task_id in started}
+    finals = {f.task_id: f for f in history.finals}
+    dues = {c.task_id: c.due_ms for c in history.creates}
+    settled = {
+        t for t in bulk_cancelled(history)
+        if dues[t] - finals[t].updated_ms >= CANCEL_FENCE_MS and t in started
+    }  # fmt: skip
+    return tuple(sorted(one_by_one | settled))
 
 
 def key_inconsistent(starts: Iterable[Start]) -> tuple[str, ...]:
@@ -301,7 +332,7 @@ def unexpected_dead_letters(history: History) -> tuple[str, ...]:
     """Dead-lettered tasks that were meant to succeed (e.g. a message the queue gave up on
     after it was handed out too often)."""
     kinds = {c.task_id: c.kind for c in history.creates}
-    meant = {TaskKind.OK, TaskKind.CANCEL, TaskKind.FAIL_ONCE}
+    meant = {TaskKind.OK, TaskKind.CANCEL, TaskKind.BULK_CANCEL, TaskKind.FAIL_ONCE}
     return tuple(sorted(t for t in history.dead_letters if kinds.get(t) in meant))
 
 
@@ -314,6 +345,7 @@ def unfinished(history: History, finals: Mapping[str, FinalState]) -> tuple[Fina
         final = finals.get(c.task_id)
         if not c.accepted or final is None or c.task_id in gone:
             continue
-        if c.kind in (TaskKind.OK, TaskKind.CANCEL) and final.state != "SUCCEEDED":
+        escaped = c.kind in (TaskKind.OK, TaskKind.CANCEL, TaskKind.BULK_CANCEL)
+        if escaped and final.state != "SUCCEEDED":
             found.append(final)
     return tuple(found)

@@ -111,7 +111,7 @@ class StateReader:
                 time.sleep(1.0)
                 continue
             state = tasks_pb2.TaskState.Name(task.state).removeprefix("TASK_STATE_")
-            return FinalState(task_id, state, task.attempt)
+            return FinalState(task_id, state, task.attempt, task.update_time.ToMilliseconds())
         return FinalState(task_id, "UNREADABLE", 0)
 
     def finals(self, task_ids: Iterable[str]) -> dict[str, FinalState]:

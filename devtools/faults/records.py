@@ -19,6 +19,9 @@ OK = "OK"
 WARM_UP_ID = "warm-up"
 # Codes after which a create or cancel may or may not have taken effect: retried as is.
 INDETERMINATE = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+# The Cassandra store refuses a cancel this close to the due time, and a cancel it wrote
+# this close is acknowledged as unsettled (it may still run once).
+CANCEL_FENCE_MS = 2_000
 
 
 class TaskKind(StrEnum):
@@ -28,11 +31,13 @@ class TaskKind(StrEnum):
     FAIL_ONCE = "fail_once"
     ALWAYS_FAIL = "always_fail"
     CANCEL = "cancel"
+    # Cancelled with the others of its batch by one bulk action (a label selector).
+    BULK_CANCEL = "bulk_cancel"
 
     @property
     def handler(self) -> str:
         """The worker handler: a task to be cancelled runs the plain handler if it escapes."""
-        return "ok" if self is TaskKind.CANCEL else self.value
+        return "ok" if self in (TaskKind.CANCEL, TaskKind.BULK_CANCEL) else self.value
 
 
 class FaultKind(StrEnum):
@@ -61,6 +66,8 @@ class TaskPlan:
     due_ms: int
     due_now: bool
     cancel_at_ms: int | None = None
+    # The label value (``batch=...``) a bulk cancel selects a BULK_CANCEL task by.
+    batch: str = ""
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,21 @@ class CancelRecord:
     @property
     def indeterminate(self) -> bool:
         return self.outcome in INDETERMINATE
+
+
+@dataclass(frozen=True)
+class BulkCancelRecord:
+    """Every call made to start one bulk cancel of a batch (the same action id each time, so
+    a repeat starts nothing twice). What it cancelled is read from the tasks' final states:
+    an action reports counts, not which task it took."""
+
+    batch: str
+    task_ids: tuple[str, ...]
+    calls: tuple[Call, ...]
+
+    @property
+    def outcome(self) -> str:
+        return self.calls[-1].code if self.calls else "NOT_SENT"
 
 
 @dataclass(frozen=True)
@@ -192,6 +214,9 @@ class FinalState:
     task_id: str
     state: str
     attempt: int
+    # When the task last changed (a cancel: when it was written, or, for a cancel the store
+    # acknowledged within its fence, when that was known).
+    updated_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,12 +229,13 @@ class History:
     faults: tuple[FaultWindow, ...]
     finals: tuple[FinalState, ...]
     dead_letters: frozenset[str]
+    bulk_cancels: tuple[BulkCancelRecord, ...] = ()
 
 
 def write_history(history: History, path: Path) -> None:
     """Every record but the starts (already in the workers' log) as JSON lines."""
     with open(path, "w", encoding="utf-8") as f:
-        for name in ("creates", "cancels", "faults", "finals"):
+        for name in ("creates", "cancels", "faults", "finals", "bulk_cancels"):
             for item in getattr(history, name):
                 f.write(json.dumps({"record": name, **dataclasses.asdict(item)}) + "\n")
         f.write(json.dumps({"record": "dead_letters", "ids": sorted(history.dead_letters)}))
@@ -231,6 +257,8 @@ def _record(d: dict[str, Any]) -> object:
             return FaultWindow(**{**d, "kind": FaultKind(d["kind"])})
         case "finals":
             return FinalState(**d)
+        case "bulk_cancels":
+            return BulkCancelRecord(d["batch"], tuple(d["task_ids"]), _calls(d["calls"]))
         case _:
             return frozenset(d["ids"])
 
@@ -246,4 +274,5 @@ def read_history(records: Path, starts: Path) -> History:
         faults=tuple(i for i in items if isinstance(i, FaultWindow)),
         finals=tuple(i for i in items if isinstance(i, FinalState)),
         dead_letters=next((i for i in items if isinstance(i, frozenset)), frozenset()),
+        bulk_cancels=tuple(i for i in items if isinstance(i, BulkCancelRecord)),
     )

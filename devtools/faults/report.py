@@ -144,7 +144,8 @@ def render(r: CheckResult, info: RunInfo) -> str:
         f" ({r.accepted_after_retry} after an indeterminate attempt), {r.refused} refused,"
         f" {r.indeterminate} never settled",
         f"cancels: {r.cancels_ok} ok, {r.cancels_refused} refused,"
-        f" {r.cancels_indeterminate} indeterminate; handler starts: {r.starts:,}",
+        f" {r.cancels_indeterminate} indeterminate; bulk cancels left {r.bulk_cancelled} of"
+        f" {r.bulk_batched} batched tasks cancelled; handler starts: {r.starts:,}",
         f"faults: {faults}",
         "violations:",
         *_violations(r),

@@ -221,10 +221,23 @@ class Run:
         assert self.workload is not None
         creates, cancels = self.workload.records()
         maybe_cancelled = {c.task_id for c in cancels if c.ok or c.indeterminate}
+        maybe_cancelled |= self._bulk_cancelled()
         while _now_ms() < self._drain_until_ms() and still_expected(
             creates, maybe_cancelled, self.starts.read()
         ):
             time.sleep(1.0)
+
+    def _bulk_cancelled(self) -> set[str]:
+        """Tasks of the bulk cancels' batches that are CANCELLED now (the others must run)."""
+        assert self.workload is not None
+        batched = [t for b in self.workload.bulk_records() for t in b.task_ids]
+        reader = StateReader(
+            self.config.address, NAMESPACE, time.monotonic() + 60, transport=self.config.transport
+        )
+        try:
+            return {t for t, f in reader.finals(batched).items() if f.state == "CANCELLED"}
+        finally:
+            reader.close()
 
     def _drain_until_ms(self) -> int:
         return max(p.due_ms for p in self.plans) + int(self.mode.drain_s * 1000)
@@ -263,6 +276,7 @@ class Run:
             faults=tuple(self.nemesis.windows),
             finals=tuple(self.finals.values()),
             dead_letters=self.dead_letters,
+            bulk_cancels=self.workload.bulk_records() if self.workload else (),
         )
 
     def clean_up(self, keep_data: bool) -> None:

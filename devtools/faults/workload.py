@@ -1,5 +1,5 @@
-"""The workload: a client creating tasks at a steady rate and cancelling some, recording
-every call.
+"""The workload: a client creating tasks at a steady rate and cancelling some, one at a
+time or a batch at a time by a bulk action over their label, recording every call.
 
 Tasks have client-chosen ids and an absolute ``run_at`` fixed in the plan, so a create whose
 outcome is unknown (UNAVAILABLE, DEADLINE_EXCEEDED) is retried with identical content and
@@ -22,8 +22,10 @@ from typing import Any
 import grpc
 
 from devtools.faults.records import (
+    CANCEL_FENCE_MS,
     INDETERMINATE,
     OK,
+    BulkCancelRecord,
     Call,
     CancelRecord,
     CreateRecord,
@@ -33,7 +35,7 @@ from devtools.faults.records import (
 from devtools.faults.worker_app import QUEUE
 from tikk.client.transport import Transport
 from tikk.timestamps import to_duration, to_timestamp
-from tikk.v1 import tasks_pb2, tasks_pb2_grpc
+from tikk.v1 import bulk_pb2, bulk_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
 log = logging.getLogger("devtools.faults")
 # Reconnect quickly to a restarted server (gRPC's default backoff grows to two minutes).
@@ -42,8 +44,6 @@ CHANNEL_OPTIONS = [
     ("grpc.min_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 1_000),
 ]
-# A cancel is refused this close to the due time; retrying closer is pointless.
-CANCEL_FENCE_MS = 2_000
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,11 @@ class WorkloadSpec:
     cancel_share: float = 0.02
     cancel_lead_s: tuple[float, float] = (12.0, 25.0)
     cancel_before_s: tuple[float, float] = (4.0, 8.0)
+    # Bulk-cancelled tasks come in batches, each cancelled half a second after its last
+    # create; their lead keeps every one of them well ahead of the cancel fence.
+    bulk_cancel_share: float = 0.03
+    bulk_batch: int = 4
+    bulk_lead_s: tuple[float, float] = (20.0, 30.0)
     max_attempts: int = 3
     initial_backoff_ms: int = 1_000
     max_backoff_ms: int = 4_000
@@ -76,6 +81,7 @@ class WorkloadSpec:
 def _kind(spec: WorkloadSpec, r: float) -> TaskKind:
     bounds = [
         (spec.cancel_share, TaskKind.CANCEL),
+        (spec.bulk_cancel_share, TaskKind.BULK_CANCEL),
         (spec.always_fail_share, TaskKind.ALWAYS_FAIL),
         (spec.fail_once_share, TaskKind.FAIL_ONCE),
     ]
@@ -89,12 +95,19 @@ def _kind(spec: WorkloadSpec, r: float) -> TaskKind:
 def plan_tasks(spec: WorkloadSpec, rng: random.Random, start_ms: int) -> list[TaskPlan]:
     """The tasks of a run, created evenly over ``duration_s`` from ``start_ms``."""
     plans = []
+    batched = 0
     for i in range(spec.task_count):
         create_at = start_ms + int(i * 1000 / spec.rate_per_s)
         kind = _kind(spec, rng.random())
-        due_now = kind is not TaskKind.CANCEL and rng.random() < spec.due_now_share
+        cancelled = kind in (TaskKind.CANCEL, TaskKind.BULK_CANCEL)
+        due_now = not cancelled and rng.random() < spec.due_now_share
         cancel_at = None
-        if kind is TaskKind.CANCEL:
+        batch = ""
+        if kind is TaskKind.BULK_CANCEL:
+            due = create_at + int(rng.uniform(*spec.bulk_lead_s) * 1000)
+            batch = f"b{batched // spec.bulk_batch}"
+            batched += 1
+        elif kind is TaskKind.CANCEL:
             due = create_at + int(rng.uniform(*spec.cancel_lead_s) * 1000)
             cancel_at = due - int(rng.uniform(*spec.cancel_before_s) * 1000)
         elif due_now:
@@ -102,8 +115,17 @@ def plan_tasks(spec: WorkloadSpec, rng: random.Random, start_ms: int) -> list[Ta
         else:
             due = create_at + int(rng.uniform(*spec.lead_s) * 1000)
         task_id = f"t{i:06d}-{kind.value}{'-now' if due_now else ''}"
-        plans.append(TaskPlan(task_id, kind, create_at, due, due_now, cancel_at))
+        plans.append(TaskPlan(task_id, kind, create_at, due, due_now, cancel_at, batch))
     return plans
+
+
+def batches(plans: list[TaskPlan]) -> dict[str, list[TaskPlan]]:
+    """The bulk-cancel batches of a plan, by label value."""
+    found: dict[str, list[TaskPlan]] = {}
+    for p in plans:
+        if p.batch:
+            found.setdefault(p.batch, []).append(p)
+    return found
 
 
 def create_request(plan: TaskPlan, spec: WorkloadSpec, namespace: str) -> Any:
@@ -123,6 +145,7 @@ def create_request(plan: TaskPlan, spec: WorkloadSpec, namespace: str) -> Any:
         payload=plan.task_id.encode(),
         retry_policy=policy,
         run_at=to_timestamp(plan.due_ms),
+        labels={"batch": plan.batch} if plan.batch else {},
     )
 
 
@@ -167,6 +190,8 @@ class Workload:
         self.spec = spec
         self._channel = (transport or Transport()).channel(address, CHANNEL_OPTIONS)
         self._stub: Any = tasks_pb2_grpc.TaskServiceStub(self._channel)
+        self._bulk: Any = bulk_pb2_grpc.BulkServiceStub(self._channel)
+        self._bulk_cancels: dict[str, BulkCancelRecord] = {}
         self._pool = ThreadPoolExecutor(spec.threads, thread_name_prefix="workload")
         self._lock = threading.Lock()
         self._creates: dict[str, CreateRecord] = {}
@@ -204,6 +229,10 @@ class Workload:
         with self._lock:
             return tuple(self._creates.values()), tuple(self._cancels.values())
 
+    def bulk_records(self) -> tuple[BulkCancelRecord, ...]:
+        with self._lock:
+            return tuple(self._bulk_cancels.values())
+
     def accepted(self, task_id: str) -> bool:
         with self._lock:
             record = self._creates.get(task_id)
@@ -211,19 +240,23 @@ class Workload:
 
     def _pace(self) -> None:
         """Submit every create and cancel at its instant, in time order."""
-        events: list[tuple[int, int, str, TaskPlan]] = []
+        events: list[tuple[int, int, str, Any]] = []
         for n, p in enumerate(self.plans):
             events.append((p.create_at_ms, n, "create", p))
             if p.cancel_at_ms is not None:
                 events.append((p.cancel_at_ms, n, "cancel", p))
+        for n, batch in enumerate(batches(self.plans).values(), len(self.plans)):
+            events.append((max(p.create_at_ms for p in batch) + 500, n, "bulk", batch))
         heapq.heapify(events)
         while events and not self._stop.is_set():
             at, _, what, plan = heapq.heappop(events)
             delay = (at - _now_ms()) / 1000
             if delay > 0 and self._stop.wait(delay):
                 break
-            action = self._create if what == "create" else self._cancel
-            self._calls.append(self._pool.submit(action, plan))
+            actions: dict[str, Callable[[Any], None]] = {
+                "create": self._create, "cancel": self._cancel, "bulk": self._bulk_cancel,
+            }  # fmt: skip
+            self._calls.append(self._pool.submit(actions[what], plan))
 
     def _create(self, plan: TaskPlan) -> None:
         """Create until the outcome is known (or the retries are used up)."""
@@ -264,5 +297,23 @@ class Workload:
             fence = plan.due_ms - CANCEL_FENCE_MS - 500
             settled = calls[-1].code not in INDETERMINATE
             if settled or _now_ms() >= fence or len(calls) >= 5 or self._stop.is_set():
+                return
+            time.sleep(0.5)
+
+    def _bulk_cancel(self, batch: list[TaskPlan]) -> None:
+        """Cancel a batch by its label through one bulk action, sent again with the same
+        action id while its outcome is unknown (so it starts once)."""
+        if not any(self.accepted(p.task_id) for p in batch):
+            return
+        label = batch[0].batch
+        found = bulk_pb2.TaskFilter(namespace=self.namespace, label_selector=f"batch={label}")
+        request = bulk_pb2.BulkActionRequest(filter=found, action_id=f"cancel-{label}")
+        ids = tuple(p.task_id for p in batch)
+        calls: list[Call] = []
+        while True:
+            calls.append(_call(self._bulk.BulkCancelTasks, request, self.spec.call_timeout_s))
+            with self._lock:
+                self._bulk_cancels[label] = BulkCancelRecord(label, ids, tuple(calls))
+            if calls[-1].code not in INDETERMINATE or len(calls) >= 5 or self._stop.is_set():
                 return
             time.sleep(0.5)

@@ -11,6 +11,7 @@ from devtools.faults import checker, modes
 from devtools.faults.checker import Percentiles, check
 from devtools.faults.nemesis import FaultSpec, plan_faults
 from devtools.faults.records import (
+    BulkCancelRecord,
     Call,
     CancelRecord,
     CreateRecord,
@@ -25,7 +26,7 @@ from devtools.faults.records import (
     write_history,
 )
 from devtools.faults.report import RunInfo, recovery_line, render
-from devtools.faults.workload import WorkloadSpec, plan_tasks
+from devtools.faults.workload import WorkloadSpec, batches, plan_tasks
 
 T0 = 1_800_000_000_000
 DUE = T0 + 10_000
@@ -128,6 +129,37 @@ def test_a_refused_cancel_leaves_the_task_expected_to_run() -> None:
     )
     assert checker.lost(h) == ("a",)
     assert check(h).cancels_refused == 1
+
+
+def test_a_bulk_cancel_is_judged_by_what_its_batch_ended_as() -> None:
+    ids = ("gone", "gone-ran", "unsettled-ran", "escaped-ran", "escaped-never")
+    bulk = BulkCancelRecord("b0", ids, (Call(T0, T0 + 5, "OK"),))
+    finals = (
+        FinalState("gone", "CANCELLED", 1, DUE - 9_000),
+        FinalState("gone-ran", "CANCELLED", 1, DUE - 9_000),  # settled, and ran: a violation
+        FinalState("unsettled-ran", "CANCELLED", 1, DUE - 500),  # acknowledged as unsettled
+        FinalState("escaped-ran", "SUCCEEDED", 1, DUE + 100),
+        FinalState("escaped-never", "SCHEDULED", 1, T0),
+    )
+    h = History(
+        tuple(create(t, TaskKind.BULK_CANCEL) for t in ids), (),
+        tuple(start(t, DUE + 50) for t in ("gone-ran", "unsettled-ran", "escaped-ran")),
+        (), finals, frozenset(), (bulk,),
+    )  # fmt: skip
+    assert checker.lost(h) == ("escaped-never",)
+    assert checker.cancelled_but_ran(h) == ("gone-ran",)
+    r = check(h)
+    assert (r.bulk_cancelled, r.bulk_batched) == (3, 5)
+    assert r.failures == ["lost: 1", "cancelled but ran: 1"]
+
+
+def test_bulk_cancel_records_survive_the_records_file(tmp_path: Path) -> None:
+    bulk = BulkCancelRecord("b3", ("x", "y"), (Call(T0, T0 + 5, "UNAVAILABLE"),))
+    h = History((), (), (), (), (FinalState("x", "CANCELLED", 1, T0),), frozenset(), (bulk,))
+    write_history(h, tmp_path / "records.jsonl")
+    (tmp_path / "starts.jsonl").write_text("")
+    again = read_history(tmp_path / "records.jsonl", tmp_path / "starts.jsonl")
+    assert again.bulk_cancels == (bulk,) and again.finals == h.finals
 
 
 # --- early ------------------------------------------------------------------------------
@@ -378,6 +410,16 @@ def test_the_workload_plan_has_the_asked_for_mix_and_timing() -> None:
         if p.cancel_at_ms is not None:
             assert p.create_at_ms < p.cancel_at_ms <= p.due_ms - 4_000
     assert plan_tasks(spec, random.Random(7), T0) == plans
+    # Bulk cancels: batches of four, each sent 0.5 s after its last create and 12 s or more
+    # before its first due time, labelled so one selector takes the batch.
+    groups = batches(plans)
+    assert 200 <= sum(len(b) for b in groups.values()) <= 400
+    assert all(len(b) == 4 for b in list(groups.values())[:-1])
+    for label, batch in groups.items():
+        cancel_at = max(p.create_at_ms for p in batch) + 500
+        assert cancel_at <= min(p.due_ms for p in batch) - 12_000
+        assert {p.kind for p in batch} == {TaskKind.BULK_CANCEL}
+        assert all(p.batch == label for p in batch)
 
 
 def test_the_fault_plan_has_every_fault_once_in_its_span() -> None:
