@@ -310,10 +310,11 @@ class Workload:
         request = bulk_pb2.BulkActionRequest(filter=found, action_id=f"cancel-{label}")
         ids = tuple(p.task_id for p in batch)
         calls: list[Call] = []
+        began = time.monotonic()
         while True:
             calls.append(_call(self._bulk.BulkCancelTasks, request, self.spec.call_timeout_s))
             with self._lock:
                 self._bulk_cancels[label] = BulkCancelRecord(label, ids, tuple(calls))
-            if calls[-1].code not in INDETERMINATE or len(calls) >= 5 or self._stop.is_set():
+            if calls[-1].code not in INDETERMINATE or self._give_up(calls, began):
                 return
-            time.sleep(0.5)
+            time.sleep(min(2.0, 0.25 * 2 ** (len(calls) - 1)))  # a server restarting
