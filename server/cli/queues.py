@@ -49,12 +49,21 @@ def _queue_line(q: tasks_pb2.QueueInfo) -> str:
     state = "paused" if q.paused else "active"
     held = f"{q.held:,}{'+' if q.held_more else ''}"
     rate = f"{q.max_per_second:g}/s" if q.max_per_second else "-"
-    skip_s = q.skip_older_than.ToMilliseconds() / 1000
-    skip = f"{skip_s:g}s" if q.HasField("skip_older_than") else "-"
+    skip = _span(q.skip_older_than.ToMilliseconds()) if q.HasField("skip_older_than") else "-"
     return shown(
         f"{q.name:<32} {q.waiting:>9} {age:>10} {consumers:>9}  {state:<6} {held:>8} {rate:>8}"
         f" {skip:>8}"
     )
+
+
+def _span(ms: int) -> str:
+    """``90m`` → ``1h30m``: the largest units that say it exactly, as a span is given."""
+    parts, rest = [], ms
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts) + (f"{rest}ms" if rest or not parts else "")
 
 
 def _queues_list(args: argparse.Namespace, tikk: Client) -> None:

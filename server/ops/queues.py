@@ -81,7 +81,9 @@ class QueueOps:
 def _changed(control: QueueControl, change: QueueChange, now_ms: int) -> QueueControl:
     """``control`` with ``change`` applied at ``now_ms``."""
     if change == QueueChange():
-        raise InvalidArgument("name", "change something: paused, max_per_second or skip_older_than")
+        raise InvalidArgument(
+            "name", "nothing to change: set paused, max_per_second or skip_older_than"
+        )
     new = replace(control, updated_ms=now_ms)
     if change.paused is not None:
         pausing = change.paused and not control.paused

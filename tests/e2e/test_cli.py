@@ -282,7 +282,7 @@ def test_a_paused_queue_holds_its_tasks_until_resumed_then_runs_them_late(
     states = {tikk_json(address, "task", "get", f"held-{i}")["state"] for i in range(5)}
     assert states == {"TASK_STATE_SCHEDULED"}
     text = tikk(address, "queues", "list").stdout
-    assert re.search(r"^e2e\s+.*\bpaused\s+5\s+-\s+3600s$", text, re.M), text
+    assert re.search(r"^e2e\s+.*\bpaused\s+5\s+-\s+1h$", text, re.M), text
     tikk_json(address, "queues", "resume", "e2e")
 
     def ran() -> bool:

@@ -123,7 +123,7 @@ QUEUES = """\
 queue                              waiting     oldest consumers  state      held     rate     skip
 a                                        3       1.5s         2  active        0        -        -
 b                                        0          -         ?  active        0        -        -
-c                                        0          -         ?  paused  10,000+    2.5/s     600s
+c                                        0          -         ?  paused  10,000+    2.5/s      10m
 """
 TASKS = """\
 t1  scheduled     q/h  attempt 2  due 2030-01-01T00:00:00.123+00:00
