@@ -324,3 +324,26 @@ async def test_two_moves_of_one_late_task_at_once_leave_a_row_that_fires_it(
     claimed = await cstore.mark_dispatched(rows, second * 1_000 + 999)
     assert [e.task_id for e in claimed.entries] == ["late"]
     assert (await cstore.get("default", "late")).state is TaskState.DISPATCHED
+
+
+async def ttls(store: CassandraTaskStore, name: str) -> tuple[int | None, int | None, int | None]:
+    """TTL(state), TTL(updated_ms) and TTL(queue) (a cell only a create writes) of a task."""
+    rows = await store.session.execute(
+        "SELECT TTL(state) AS s, TTL(updated_ms) AS u, TTL(queue) AS q FROM tasks"
+        " WHERE namespace = ? AND task_id = ?", ["default", name],
+    )  # fmt: skip
+    return rows[0].s, rows[0].u, rows[0].q
+
+
+async def test_a_cancel_or_a_claim_leaves_no_cell_that_outlives_the_task_row(
+    cstore: CassandraTaskStore,
+) -> None:
+    # A cell written without a TTL would keep a husk of the row (state and update time, the
+    # rest expired) for ever: read as a task with nothing in it, and never gone from disk.
+    await cstore.create(make_task("cancelled", shard_count=SHARDS))
+    await cstore.cancel("default", "cancelled", ManualClock(T0))
+    await dispatched(cstore, "claimed")
+    for name in ("cancelled", "claimed"):
+        state, updated, queue = await ttls(cstore, name)
+        assert queue is not None and state is not None and updated is not None, name
+        assert state <= queue + 1 and updated <= queue + 1, name

@@ -19,6 +19,7 @@ from tikk.store.cassandra.task_rows import (
     due_values,
     half_written,
     read_states,
+    ttl_with_row,
 )
 
 # A dispatcher's claim (SCHEDULED -> DISPATCHED) takes no transaction: it is written one
@@ -27,13 +28,14 @@ from tikk.store.cassandra.task_rows import (
 # between its read and its write (paused, or its store slow) cannot set a task that has
 # moved on since back to dispatched, where nothing would ever finish it.
 CLAIM_DISPATCH = (
-    "UPDATE tasks USING TIMESTAMP ? SET state = ?, updated_ms = ?"
+    "UPDATE tasks USING TTL ? AND TIMESTAMP ? SET state = ?, updated_ms = ?"
     " WHERE namespace = ? AND task_id = ?"
 )
 # Finishing a half-done move: conditional, like the move itself, so that one of the two wins.
+# Its cells end with the row's others (written for the earlier due time).
 FINISH_MOVE = (
-    "UPDATE tasks SET state = ?, due_ms = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
-    " IF state = ? AND attempt = ? AND due_ms = ?"
+    "UPDATE tasks USING TTL ? SET state = ?, due_ms = ?, updated_ms = ?"
+    " WHERE namespace = ? AND task_id = ? IF state = ? AND attempt = ? AND due_ms = ?"
 )
 CLAIM_START = (
     "INSERT INTO start_claims (namespace, task_id, attempt, due_ms, claim, claimed_ms)"
@@ -99,7 +101,8 @@ async def _claim_alone(
         # it, or the task would be left with no row to fire it. The server may be
         # finishing it at the same moment; if it won, read again and claim as usual.
         done = await db.execute(FINISH_MOVE, [
-            int(TaskState.DISPATCHED), e.due_ms, now_ms, e.namespace, e.task_id,
+            ttl_with_row(t.due_ms, now_ms), int(TaskState.DISPATCHED), e.due_ms, now_ms,
+            e.namespace, e.task_id,
             int(TaskState.SCHEDULED), e.attempt, t.due_ms,
         ])  # fmt: skip
         if done and done[0][0]:
@@ -131,7 +134,10 @@ def _claimable(e: DueEntry, t: Any) -> TaskState | Literal["moving", "unfinished
 
 def _claim_params(e: DueEntry, read: Any, now_ms: int) -> list[Any]:
     """The parameters of ``CLAIM_DISPATCH`` for the task row ``read`` (scheduled)."""
-    return [read.state_written + 1, int(TaskState.DISPATCHED), now_ms, e.namespace, e.task_id]
+    return [
+        ttl_with_row(e.due_ms, now_ms), read.state_written + 1, int(TaskState.DISPATCHED),
+        now_ms, e.namespace, e.task_id,
+    ]  # fmt: skip
 
 
 async def claim_attempt_start(db: CassandraSession, e: DueEntry, claim: str, now_ms: int) -> bool:

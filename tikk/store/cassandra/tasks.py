@@ -76,6 +76,7 @@ from tikk.store.cassandra.task_rows import (
     listing_write,
     read_task,
     ttl_after,
+    ttl_with_row,
 )
 from tikk.store.tasks import (
     DUE_READ_COLUMNS,
@@ -97,8 +98,12 @@ SELECT_DUE = (
     f"SELECT {', '.join(DUE_READ_COLUMNS)} FROM due_index WHERE shard = ? AND minute = ?"
     " AND (second, task_key) > (?, ?) AND (second, task_key) < (?, ?) LIMIT ?"
 )
-SET_STATE = "UPDATE tasks SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
-SET_UPDATED = "UPDATE tasks SET updated_ms = ? WHERE namespace = ? AND task_id = ?"
+# With the TTL of the row's other cells: a cell without one would keep a husk of the row
+# (its state and update time) after the rest expired, for ever.
+SET_STATE = (
+    "UPDATE tasks USING TTL ? SET state = ?, updated_ms = ? WHERE namespace = ? AND task_id = ?"
+)
+SET_UPDATED = "UPDATE tasks USING TTL ? SET updated_ms = ? WHERE namespace = ? AND task_id = ?"
 SELECT_CURSOR = "SELECT second, epoch FROM cursors WHERE ring = 0 AND shard = ?"
 SELECT_CURSORS = "SELECT shard, second, epoch FROM cursors WHERE ring = 0"
 MOVE_CURSOR = "UPDATE cursors SET second = ?, epoch = ? WHERE ring = 0 AND shard = ? IF epoch = ?"
@@ -164,12 +169,15 @@ class CassandraTaskStore:
                 f"task {task_id!r} is due within {self.cancel_fence_ms} ms and may already be "
                 "dispatched; it can no longer be cancelled"
             )
-        await self._db.execute(SET_STATE, [int(TaskState.CANCELLED), now_ms, namespace, task_id])
+        ttl = ttl_with_row(task.due_ms, now_ms)
+        await self._db.execute(
+            SET_STATE, [ttl, int(TaskState.CANCELLED), now_ms, namespace, task_id]
+        )
         written_ms = clock.now_ms()
         settled = self._held(task, written_ms)
         if not settled:
             # Marked so that asking again gives the same answer rather than OK.
-            await self._db.execute(SET_UPDATED, [written_ms, namespace, task_id])
+            await self._db.execute(SET_UPDATED, [ttl, written_ms, namespace, task_id])
         await count_usage(self._db, [(namespace, -1)])
         second = second_of(task.due_ms)
         key = task_key(namespace, task_id)
