@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.shard_state import NEVER, RowKey, row_key
@@ -93,10 +93,12 @@ class QueueGates:
         self._settings = settings
         self._controls: dict[str, QueueControl] = {}
         self._loaded_ms = NEVER
+        self._epochs: dict[int, int] = {}
         self._owned: list[int] = []
         self._lanes: dict[tuple[str, int], _Lane] = {}
         self._buckets: dict[str, _Bucket] = {}
-        self._released: set[RowKey] = set()
+        # Rows released and not yet finished, with their shard.
+        self._released: dict[RowKey, int] = {}
         self._done: list[DueEntry] = []
         self._release_ms = NEVER
         self.parked = 0
@@ -106,12 +108,16 @@ class QueueGates:
     def is_released(self, e: DueEntry) -> bool:
         return row_key(e) in self._released
 
-    async def refresh(self, owned: Iterable[int], now_ms: int) -> None:
-        """Follow the owned shards; read the controls again when they are due."""
-        shards = sorted(owned)
-        if shards != self._owned:
-            self._owned = shards
-            self._lanes = {k: v for k, v in self._lanes.items() if k[1] in set(shards)}
+    async def refresh(self, owned: Mapping[int, int], now_ms: int) -> None:
+        """Follow the owned shards (shard → epoch); read the controls again when due. What
+        is known of a shard lost, or lost and regained (a new epoch), is forgotten: its
+        lanes are read again from their start, released rows included."""
+        if owned != self._epochs:
+            kept = {s for s, epoch in owned.items() if self._epochs.get(s) == epoch}
+            self._epochs = dict(owned)
+            self._owned = sorted(owned)
+            self._lanes = {k: v for k, v in self._lanes.items() if k[1] in kept}
+            self._released = {k: s for k, s in self._released.items() if s in kept}
             self._buckets.clear()  # a queue's rate here is its share for the shards owned
         if now_ms - self._loaded_ms >= self._settings.queue_control_refresh_ms:
             self._controls = await self._holds.controls()
@@ -137,16 +143,15 @@ class QueueGates:
         control = self._controls.get(e.queue)
         if control is None or self.is_released(e):
             return True
-        if control.paused or self._lane(e.queue, e.shard).backlog:
-            return False  # behind the rows parked before it
+        lane = self._lanes.get((e.queue, e.shard))
+        if control.paused or (lane is not None and lane.backlog):
+            return False  # behind the rows parked before it (a lane not read yet: none known)
         return control.rate_per_s == 0 or self._bucket(control).take(now_ms)
 
     def finished(self, entries: Iterable[DueEntry]) -> None:
         """The dispatcher is done with these rows: released ones leave their lanes."""
         for e in entries:
-            key = row_key(e)
-            if key in self._released:
-                self._released.discard(key)
+            if self._released.pop(row_key(e), None) is not None:
                 self._done.append(e)
 
     async def release(self, now_ms: int) -> list[DueEntry]:
@@ -175,7 +180,7 @@ class QueueGates:
             return []
         await asyncio.gather(*(self._fill(lane) for lane in lanes if not lane.buffer))
         out, old = self._merge(lanes, control, now_ms)
-        self._released.update(row_key(e) for e in out)
+        self._released.update((row_key(e), e.shard) for e in out)
         self.released += len(out)
         if old:
             await self._skip(control, old, now_ms)

@@ -142,7 +142,7 @@ class Dispatcher:
 
     async def _release(self, gates: QueueGates, now_ms: int) -> None:
         """Parked rows of queues that may dispatch again fire now (``queue_gates``)."""
-        await gates.refresh(self._shards, now_ms)
+        await gates.refresh({shard: st.epoch for shard, st in self._shards.items()}, now_ms)
         for entry in await gates.release(now_ms):
             if entry.shard in self._shards:
                 heapq.heappush(self._held, (now_ms, next(self._seq), entry))

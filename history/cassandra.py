@@ -97,9 +97,12 @@ _MARKS = ", ".join("?" * len(RUN_COLUMNS))
 # server's time in the clustering column ``finished_ms``, the worker's beside it.
 _LISTED = {"finished_ms": "worker_finished_ms", "recorded_ms": "finished_ms"}
 _LISTED_COLS = ", ".join(_LISTED.get(c, c) for c in RUN_COLUMNS)
-INSERT_RUN = f"INSERT INTO runs ({_COLS}) VALUES ({_MARKS})"
-INSERT_RUN_BY_TASK = f"INSERT INTO runs_by_task ({_LISTED_COLS}) VALUES ({_MARKS})"
-INSERT_RUN_BY_QUEUE = f"INSERT INTO runs_by_queue ({_LISTED_COLS}, hour) VALUES ({_MARKS}, ?)"
+INSERT_RUN = f"INSERT INTO runs ({_COLS}) VALUES ({_MARKS}) USING TTL ?"
+INSERT_RUN_BY_TASK = f"INSERT INTO runs_by_task ({_LISTED_COLS}) VALUES ({_MARKS}) USING TTL ?"
+INSERT_RUN_BY_QUEUE = (
+    f"INSERT INTO runs_by_queue ({_LISTED_COLS}, hour) VALUES ({_MARKS}, ?) USING TTL ?"
+)
+_MAX_TTL_S = 630_720_000  # Cassandra's ceiling (20 years)
 SELECT_RUN = f"SELECT {_COLS} FROM runs WHERE namespace = ? AND run_id = ?"
 # ``finished_ms`` in these two is the time the server recorded the run.
 SELECT_RUNS_BY_TASK = (
@@ -130,6 +133,14 @@ class CassandraRunHistory:
 
     def __init__(self, session: CassandraSession) -> None:
         self._db = session
+        # Namespaces whose runs are kept other than HISTORY_RETENTION_S (``keep_for``).
+        self._kept_s: dict[str, int] = {}
+
+    def keep_for(self, namespace: str, seconds: int | None) -> None:
+        if seconds is None:
+            self._kept_s.pop(namespace, None)
+        else:
+            self._kept_s[namespace] = max(1, min(_MAX_TTL_S, seconds))
 
     async def start(self) -> None:
         await self._db.start()
@@ -145,25 +156,24 @@ class CassandraRunHistory:
         by_id: list[PartitionRow] = []
         listed: list[PartitionRow] = []
         for r in records:
+            ttl = self._kept_s.get(r.namespace, HISTORY_RETENTION_S)
             values = run_values(r)
             size = 200 + len(r.output) + len(r.error_message) + len(r.traceback)
             hour = r.recorded_ms // _HOUR_MS
-            by_id.append(PartitionRow(("run", r.namespace, r.run_id), INSERT_RUN, values, size))
+            run = ("run", r.namespace, r.run_id)
+            by_id.append(PartitionRow(run, INSERT_RUN, [*values, ttl], size))
             listed += [
-                PartitionRow(("task", r.namespace, r.task_id), INSERT_RUN_BY_TASK, values, size),
-                PartitionRow(
-                    ("queue", r.namespace, r.queue, hour),
-                    INSERT_RUN_BY_QUEUE,
-                    [*values, hour],
-                    size,
-                ),
-            ]
+                PartitionRow(("task", r.namespace, r.task_id), INSERT_RUN_BY_TASK,
+                             [*values, ttl], size),
+                PartitionRow(("queue", r.namespace, r.queue, hour), INSERT_RUN_BY_QUEUE,
+                             [*values, hour, ttl], size),
+            ]  # fmt: skip
         packed = MAX_BATCH_PARTITIONS  # a partition's rows together, a few per request
         await self._db.execute_many(self._db.partition_batches(by_id, packed))
         await self._db.execute_many(self._db.partition_batches(listed, packed))
 
     async def prune(self, namespace: str, before_ms: int, most: int) -> int:
-        return 0  # every row carries a TTL of HISTORY_RETENTION_S
+        return 0  # every row carries a TTL: the namespace's retention (``keep_for``) or 30 days
 
     async def get(self, namespace: str, run_id: str) -> RunRecord:
         rows = await self._db.execute(SELECT_RUN, [namespace, run_id])

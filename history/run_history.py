@@ -107,6 +107,12 @@ class RunHistory(Protocol):
         token."""
         ...
 
+    def keep_for(self, namespace: str, seconds: int | None) -> None:
+        """Keep the namespace's runs appended from now on ``seconds`` (None: as the history
+        keeps them by itself). A history whose rows expire by themselves (Cassandra) writes
+        it as their TTL; one that ``prune`` empties (SQLite) needs nothing here."""
+        ...
+
     async def prune(self, namespace: str, before_ms: int, most: int) -> int:
         """Delete up to ``most`` of the namespace's runs recorded before ``before_ms`` (and
         occurrences decided before it); how many runs were deleted. A backend whose rows

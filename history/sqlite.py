@@ -107,6 +107,9 @@ class SqliteRunHistory:
 
         await self._db.run(work)
 
+    def keep_for(self, namespace: str, seconds: int | None) -> None:
+        """Nothing to do: ``prune`` deletes what the namespace's retention no longer keeps."""
+
     async def prune(self, namespace: str, before_ms: int, most: int) -> int:
         def work(conn: sqlite3.Connection) -> int:
             with Transaction(conn):

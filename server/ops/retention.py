@@ -7,7 +7,9 @@ A namespace's retention is kept with its quotas (``task_retention_seconds``,
 set means as the store keeps them by itself). Each pass looks at every namespace and deletes
 at most ``batch`` rows per statement and ``most_per_pass`` per namespace, so a pass never
 holds the store long, however much is due to go: the rest goes in the next passes. On
-Cassandra every row carries a TTL, and the stores delete nothing here.
+Cassandra every row carries a TTL, and the stores delete nothing here: each pass tells the
+history every namespace's retention (``RunHistory.keep_for``), which its runs appended from
+then on carry as their TTL. A finished task's rows there keep the store's 30 days.
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ class RetentionPrune:
         total = Pruned()
         for namespace in await self._quotas.namespaces():
             kept = await self._gate.quotas(namespace)
+            self._history.keep_for(namespace, kept.history_retention_seconds)
             now = self._clock.now_ms()
             tasks = runs = 0
             if kept.task_retention_seconds is not None:

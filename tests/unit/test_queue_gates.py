@@ -16,6 +16,7 @@ from dispatcher.scanner import Dispatcher
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock
+from tikk.errors import BackendUnavailable
 from tikk.model import TaskState
 from tikk.queue_holds import SKIPPED, QueueControl
 from tikk.settings import DispatchSettings
@@ -185,3 +186,56 @@ async def test_rows_due_behind_a_backlog_wait_their_turn(rig: Rig) -> None:
     fired += await rig.run(d, T0 + 2_000, T0 + 6_000)
     order = [f.task_id for f in fired]
     assert order[-1] == "late" and len(order) == 31  # behind the 30 due before it
+
+
+class Shifting:
+    """Ownership an owner loses and regains (a rebalance, a session that expired)."""
+
+    def __init__(self, owned: dict[int, int]) -> None:
+        self.now = owned
+
+    def owned(self) -> dict[int, int]:
+        return self.now
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+async def test_rows_released_before_their_shard_was_lost_are_released_again_on_its_return(
+    rig: Rig,
+) -> None:
+    await rig.pause()
+    await rig.create(6, T0 + 1_000, 100)
+    owner = Shifting(dict.fromkeys(range(SHARDS), 1))
+    d = Dispatcher(rig.store, rig.queue, owner, ManualClock(T0), settings=SETTINGS,
+                   holds=rig.holds)  # fmt: skip
+    await rig.run(d, T0, T0 + 10_000, 500)
+    assert await rig.holds.count_parked("q", 100) == 6
+    await rig.resume()
+    failing = rig.queue.publish
+
+    async def refuse(deliveries: object) -> None:
+        raise BackendUnavailable("queue outage")
+
+    rig.queue.publish = refuse  # type: ignore[method-assign]
+    assert await rig.run(d, T0 + 10_000, T0 + 10_500) == []  # released, not accepted
+    owner.now = {}  # every shard lost, then regained at a new epoch
+    await rig.run(d, T0 + 10_500, T0 + 11_000)
+    owner.now = dict.fromkeys(range(SHARDS), 2)
+    rig.queue.publish = failing  # type: ignore[method-assign]
+    fired = await rig.run(d, T0 + 11_000, T0 + 14_000)
+    assert sorted(f.task_id for f in fired) == [f"q{i}" for i in range(6)]
+
+
+async def test_a_queue_resumed_long_ago_parks_nothing_on_a_newly_owned_shard(rig: Rig) -> None:
+    await rig.resume()  # a control, but neither paused nor limited
+    await rig.create(20, T0 + 1_000, 0)
+    owner = Shifting({})
+    d = Dispatcher(rig.store, rig.queue, owner, ManualClock(T0), settings=SETTINGS,
+                   holds=rig.holds)  # fmt: skip
+    await d.tick(T0 + 990)
+    owner.now = dict.fromkeys(range(SHARDS), 1)  # taken over just as its rows come due
+    fired = await rig.run(d, T0 + 1_000, T0 + 3_000, 10)
+    assert len(fired) == 20 and d.gates is not None and d.gates.parked == 0
+    assert all(f.fired_ms == T0 + 1_000 for f in fired)
