@@ -1,11 +1,15 @@
 """The queue-hold store: each queue's ``tikk.queue_holds.QueueControl``, and the rows parked
 while a queue is paused or over its rate, by queue and shard in due order.
 
-Only the owner of a shard parks and releases that shard's rows, so parked rows need no
-fence of their own: a row released twice (an owner that died between publishing and
-``unpark``) is claimed again by ``TaskStore.mark_dispatched``, which sends it again at most
+The owner of a shard parks and releases that shard's rows, and parked rows need no fence
+of their own. A row released twice (an owner that died between publishing and ``unpark``) is
+claimed again by ``TaskStore.mark_dispatched``, which sends it again at most
 (at-least-once), and a row whose task was cancelled, moved or finished meanwhile is not
-claimed at all.
+claimed at all. An owner that lost a shard may park one more row before it knows; the row
+is not lost: if the new owner read the cursor before the old one moved it past the row, it
+reads the row from the due index itself (the parked copy is at worst sent once more when its
+lane is next read), and if after, the row was parked before the new owner took the shard and
+is found by its first read of the lane.
 
 Backends: ``tikk.store.sqlite.queue_holds``, ``tikk.store.cassandra.queue_holds``. Every
 method may raise ``BackendUnavailable``.
