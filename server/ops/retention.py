@@ -8,8 +8,9 @@ set means as the store keeps them by itself). Each pass looks at every namespace
 at most ``batch`` rows per statement and ``most_per_pass`` per namespace, so a pass never
 holds the store long, however much is due to go: the rest goes in the next passes. On
 Cassandra every row carries a TTL, and the stores delete nothing here: each pass tells the
-history every namespace's retention (``RunHistory.keep_for``), which its runs appended from
-then on carry as their TTL. A finished task's rows there keep the store's 30 days.
+store and the history every namespace's retention (``TaskStore.keep_for``,
+``RunHistory.keep_for``), which the task rows and runs a server writes from then on carry as
+their TTL (task rows at least a day past their due time).
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ class RetentionPrune:
         total = Pruned()
         for namespace in await self._quotas.namespaces():
             kept = await self._gate.quotas(namespace)
+            self._store.keep_for(namespace, kept.task_retention_seconds)
             self._history.keep_for(namespace, kept.history_retention_seconds)
             now = self._clock.now_ms()
             tasks = runs = 0

@@ -347,3 +347,27 @@ async def test_a_cancel_or_a_claim_leaves_no_cell_that_outlives_the_task_row(
         state, updated, queue = await ttls(cstore, name)
         assert queue is not None and state is not None and updated is not None, name
         assert state <= queue + 1 and updated <= queue + 1, name
+
+
+async def test_a_namespaces_retention_is_its_task_rows_ttl_and_later_cells_end_with_them(
+    cstore: CassandraTaskStore,
+) -> None:
+    day = 86_400
+    cstore.keep_for("default", 2 * day)
+    for name in ("kept", "cancelled", "claimed"):
+        await cstore.create(make_task(name, shard_count=SHARDS))
+    due_s = 10  # make_task's due time is 10 s after its creation
+    state, _, queue = await ttls(cstore, "kept")
+    assert queue is not None and 2 * day + due_s - 60 < queue <= 2 * day + due_s
+    await cstore.cancel("default", "cancelled", ManualClock(T0))
+    await cstore.mark_dispatched([(await cstore.get("default", "claimed")).entry()], T0 + 10_000)
+    for name in ("cancelled", "claimed"):
+        state, updated, queue = await ttls(cstore, name)
+        assert queue is not None and queue <= 2 * day + due_s, name
+        assert state is not None and updated is not None and state <= queue + 1, name
+    cstore.keep_for("default", 60)  # less than a day: a day (a running task must not expire)
+    await cstore.create(make_task("short", shard_count=SHARDS))
+    assert day < ((await ttls(cstore, "short"))[2] or 0) <= day + due_s
+    cstore.keep_for("default", None)
+    await cstore.create(make_task("default", shard_count=SHARDS))
+    assert ((await ttls(cstore, "default"))[2] or 0) > 29 * day

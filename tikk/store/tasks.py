@@ -226,6 +226,13 @@ class TaskStore(Protocol):
         leaves the task firing at one of the two times, never at neither."""
         ...
 
+    def keep_for(self, namespace: str, seconds: int | None) -> None:
+        """Keep the namespace's tasks written from now on ``seconds`` past their due time
+        (None: as the store keeps them by itself). A store whose rows expire by themselves
+        (Cassandra) writes it as their TTL, at least a day; one that ``prune_finished``
+        empties needs nothing here."""
+        ...
+
     async def prune_finished(self, namespace: str, before_ms: int, most: int) -> int:
         """Delete up to ``most`` of the namespace's finished tasks (succeeded, dead-lettered,
         cancelled) that last changed before ``before_ms``, with their listing rows; how many

@@ -16,10 +16,10 @@ from tikk.store.cassandra.schema import TASK_RETENTION_S
 from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
     SELECT_TASK,
+    cells_ttl,
     due_values,
     half_written,
     read_states,
-    ttl_with_row,
 )
 
 # A dispatcher's claim (SCHEDULED -> DISPATCHED) takes no transaction: it is written one
@@ -101,7 +101,7 @@ async def _claim_alone(
         # it, or the task would be left with no row to fire it. The server may be
         # finishing it at the same moment; if it won, read again and claim as usual.
         done = await db.execute(FINISH_MOVE, [
-            ttl_with_row(t.due_ms, now_ms), int(TaskState.DISPATCHED), e.due_ms, now_ms,
+            cells_ttl(t, t.due_ms, now_ms), int(TaskState.DISPATCHED), e.due_ms, now_ms,
             e.namespace, e.task_id,
             int(TaskState.SCHEDULED), e.attempt, t.due_ms,
         ])  # fmt: skip
@@ -135,7 +135,7 @@ def _claimable(e: DueEntry, t: Any) -> TaskState | Literal["moving", "unfinished
 def _claim_params(e: DueEntry, read: Any, now_ms: int) -> list[Any]:
     """The parameters of ``CLAIM_DISPATCH`` for the task row ``read`` (scheduled)."""
     return [
-        ttl_with_row(e.due_ms, now_ms), read.state_written + 1, int(TaskState.DISPATCHED),
+        cells_ttl(read, e.due_ms, now_ms), read.state_written + 1, int(TaskState.DISPATCHED),
         now_ms, e.namespace, e.task_id,
     ]  # fmt: skip
 

@@ -44,10 +44,10 @@ DELETE_QUEUE_LISTED = (
 )
 
 
-def dead_letter_write(t: Task) -> tuple[str, list[Any]]:
+def dead_letter_write(t: Task, retention_s: int = TASK_RETENTION_S) -> tuple[str, list[Any]]:
     """The statement and values that list the dead-lettered task ``t``."""
     day = t.updated_ms // DAY_MS
-    return INSERT_DEAD, [t.namespace, day, t.updated_ms, t.task_id, t.queue, TASK_RETENTION_S]
+    return INSERT_DEAD, [t.namespace, day, t.updated_ms, t.task_id, t.queue, retention_s]
 
 
 def queue_listing_delete(t: Task) -> tuple[str, list[Any]]:

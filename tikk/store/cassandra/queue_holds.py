@@ -20,10 +20,10 @@ from tikk.queue_holds import SKIPPED, QueueControl
 from tikk.store.cassandra.quotas import count_usage
 from tikk.store.cassandra.schema import TASK_RETENTION_S
 from tikk.store.cassandra.task_rows import (
+    cells_ttl,
     entry_from_cql_row,
     half_written,
     read_states,
-    ttl_with_row,
 )
 from tikk.store.queue_holds import ParkedPosition
 from tikk.store.tasks import DUE_COLUMNS
@@ -148,7 +148,7 @@ def _partition(e: DueEntry) -> tuple[str, str, int]:
 def _skip_values(e: DueEntry, read: Any, reason: str, now_ms: int) -> list[Any]:
     """``SKIP_TASK``'s parameters for the task row ``read`` (scheduled)."""
     return [
-        ttl_with_row(e.due_ms, now_ms), read.state_written + 1, int(TaskState.CANCELLED), now_ms,
+        cells_ttl(read, e.due_ms, now_ms), read.state_written + 1, int(TaskState.CANCELLED), now_ms,
         SKIPPED, reason, e.namespace, e.task_id,
     ]  # fmt: skip
 

@@ -9,8 +9,11 @@ from tikk.store.tasks import check_shard_count
 
 # Rows of the due index expire this long after their due time: long past any cursor.
 DUE_RETENTION_S = 2 * 86_400
-# Finished tasks (and their listing rows) are kept this long.
+# Finished tasks (and their listing rows) are kept this long after their due time, unless
+# their namespace's retention says otherwise (``CassandraTaskStore.keep_for``); never less
+# than a day, so that no task still running expires under its worker.
 TASK_RETENTION_S = 30 * 86_400
+MIN_TASK_RETENTION_S = 86_400
 
 STORE_MIGRATIONS = [
     Migration("store", 1, "tasks, due index, cursors, listings", [

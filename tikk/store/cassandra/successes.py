@@ -33,7 +33,7 @@ from typing import Any
 from tikk.drivers.cassandra import CassandraSession
 from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
 from tikk.model import DueEntry, TaskState
-from tikk.store.cassandra.task_rows import read_states, ttl_with_row
+from tikk.store.cassandra.task_rows import cells_ttl, read_states
 
 SUCCEED_AFTER = (
     "UPDATE tasks USING TTL ? AND TIMESTAMP ? SET state = ?, updated_ms = ?, succeeded_by = ?"
@@ -81,7 +81,7 @@ def _may_succeed(e: DueEntry, row: Any) -> bool:
 
 def _write(e: DueEntry, read: Any, token: str, now_ms: int) -> PartitionRow:
     params = [
-        ttl_with_row(e.due_ms, now_ms), read.state_written + 1, int(TaskState.SUCCEEDED),
+        cells_ttl(read, e.due_ms, now_ms), read.state_written + 1, int(TaskState.SUCCEEDED),
         now_ms, token, e.namespace, e.task_id,
     ]  # fmt: skip
     return PartitionRow(("tasks", e.namespace, e.task_id), SUCCEED_AFTER, params, 120)

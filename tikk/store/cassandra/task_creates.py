@@ -9,7 +9,7 @@ server-assigned ids are unique and need neither.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,7 @@ from tikk.drivers.cassandra_batches import PartitionRow
 from tikk.errors import AlreadyExists, TikkError
 from tikk.model import Task
 from tikk.store.cassandra.quotas import count_usage
+from tikk.store.cassandra.schema import TASK_RETENTION_S
 from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
     due_values,
@@ -52,24 +53,29 @@ COMPLETE_CREATE = (
 
 
 async def create_tasks(
-    db: CassandraSession, tasks: Sequence[Task], *, new_ids: bool = False
+    db: CassandraSession,
+    tasks: Sequence[Task],
+    *,
+    new_ids: bool = False,
+    retention: Callable[[str], int] = lambda namespace: TASK_RETENTION_S,
 ) -> list[tuple[Task, bool] | TikkError]:
     """``TaskStore.create_many``. A dispatcher that read a due row whose task it could not
     find yet would take it for a stale row and drop it, so no pointer is written before its
-    task row is durable."""
+    task row is durable. ``retention``: how long past its due time a namespace's task is
+    kept (its rows' TTL)."""
+    ttl = {_key(t): task_ttl(t, retention(t.namespace)) for t in tasks}
     if new_ids:
-        rows = [db.bind(CREATE_NEW_TASK, [*task_values(t), task_ttl(t)]) for t in tasks]
-        await db.execute_many(rows)
-        await _write_pointers(db, tasks)
+        await db.execute_many([db.bind(CREATE_NEW_TASK, _insert(t, ttl)) for t in tasks])
+        await _write_pointers(db, tasks, ttl)
         await count_usage(db, [(t.namespace, 1) for t in tasks])
         return [(t, True) for t in tasks]
-    inserts = [db.bind(CREATE_TASK, [*task_values(t), task_ttl(t)]) for t in tasks]
+    inserts = [db.bind(CREATE_TASK, _insert(t, ttl)) for t in tasks]
     answers = await db.execute_many(inserts)
     outcomes = [_create_outcome(t, rows) for t, rows in zip(tasks, answers, strict=True)]
     unfinished = [o.task for o in outcomes if isinstance(o, _Unfinished)]
-    await _write_pointers(db, unfinished)
+    await _write_pointers(db, unfinished, ttl)
     await db.execute_many([
-        db.bind(COMPLETE_CREATE, [task_ttl(t), t.namespace, t.task_id]) for t in unfinished
+        db.bind(COMPLETE_CREATE, [ttl[_key(t)], t.namespace, t.task_id]) for t in unfinished
     ])  # fmt: skip
     # Counted after the completion mark: a create found half-written was never counted
     # by the try that died, so it is counted here, with the new ones.
@@ -77,17 +83,29 @@ async def create_tasks(
     return [o.outcome() if isinstance(o, _Unfinished) else o for o in outcomes]
 
 
-async def _write_pointers(db: CassandraSession, tasks: Sequence[Task]) -> None:
-    """The due-index and listing rows of new tasks, batched by partition."""
+def _key(t: Task) -> tuple[str, str]:
+    return (t.namespace, t.task_id)
+
+
+def _insert(t: Task, ttl: Mapping[tuple[str, str], int]) -> list[Any]:
+    """The parameters of a create's insert: the task's values, then its TTL."""
+    return [*task_values(t), ttl[_key(t)]]
+
+
+async def _write_pointers(
+    db: CassandraSession, tasks: Sequence[Task], ttl: Mapping[tuple[str, str], int]
+) -> None:
+    """The due-index and listing rows of new tasks (listings with the tasks' ``ttl``, by
+    namespace and id), batched by partition."""
     rows: list[PartitionRow] = []
     for t in tasks:
         entry = t.entry()
         due = (t.shard, minute_of_second(entry.second))
         due_row = due_values(entry, t.created_ms)
         rows.append(PartitionRow(("due", *due), INSERT_DUE, due_row, _row_bytes(t)))
-        cql, params = listing_write(t, task_ttl(t))
+        cql, params = listing_write(t, ttl[_key(t)])
         rows.append(PartitionRow(("listing", t.namespace, t.queue, t.shard), cql, params, 64))
-        for cql, params in label_writes(t, task_ttl(t)):
+        for cql, params in label_writes(t, ttl[_key(t)]):
             rows.append(PartitionRow(("label", *params[:3]), cql, params, 64))
     await db.execute_many(db.partition_batches(rows))
 

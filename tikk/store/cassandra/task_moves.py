@@ -23,9 +23,12 @@ UPDATE_TASK_IF = (
 DELETE_DUE = "DELETE FROM due_index WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
 
 
-async def update_task_if(db: CassandraSession, new: Task, read: Task, now_ms: int) -> bool:
-    """Write ``new`` over the task row if it is still in the state ``read`` saw."""
-    ttl = ttl_after(new.due_ms, now_ms, TASK_RETENTION_S)
+async def update_task_if(
+    db: CassandraSession, new: Task, read: Task, now_ms: int, retention_s: int = TASK_RETENTION_S
+) -> bool:
+    """Write ``new`` over the task row if it is still in the state ``read`` saw, kept
+    ``retention_s`` past its due time."""
+    ttl = ttl_after(new.due_ms, now_ms, retention_s)
     rows = await db.execute(UPDATE_TASK_IF, [
         ttl, *task_values(new)[2:], new.namespace, new.task_id,
         int(read.state), read.attempt, read.due_ms,
@@ -33,7 +36,9 @@ async def update_task_if(db: CassandraSession, new: Task, read: Task, now_ms: in
     return bool(rows and rows[0][0])
 
 
-async def move_task(db: CassandraSession, task: Task, moved: Task, now_ms: int) -> bool:
+async def move_task(
+    db: CassandraSession, task: Task, moved: Task, now_ms: int, retention_s: int = TASK_RETENTION_S
+) -> bool:
     """Move the scheduled ``task`` (as read) to ``moved``'s due time; whether the task row
     took it (False: it changed first, e.g. a dispatcher took it at its old time).
 
@@ -46,7 +51,7 @@ async def move_task(db: CassandraSession, task: Task, moved: Task, now_ms: int) 
     later = moved.due_ms >= task.due_ms
     if later:
         await db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))
-    if not await update_task_if(db, moved, task, now_ms):
+    if not await update_task_if(db, moved, task, now_ms, retention_s):
         return False
     if not later:
         await db.execute(INSERT_DUE, due_values(moved.entry(), now_ms))

@@ -17,15 +17,19 @@ from tikk.model import DueEntry, RetryPolicy, Task, TaskState
 from tikk.store.cassandra.schema import DUE_RETENTION_S, TASK_RETENTION_S
 from tikk.store.tasks import DUE_WRITE_COLUMNS, TASK_COLUMNS
 
+# ``row_ttl``: what is left of the TTL of a cell only whole-row writes set (``queue``), so a
+# write of a few cells can end them with the row, whatever retention it was written with.
 SELECT_TASK = (
     f"SELECT {', '.join(TASK_COLUMNS)}, create_pending, create_done,"
-    " WRITETIME(state) AS state_written FROM tasks WHERE namespace = ? AND task_id = ?"
+    " WRITETIME(state) AS state_written, TTL(queue) AS row_ttl FROM tasks"
+    " WHERE namespace = ? AND task_id = ?"
 )
 # Where a task stands, for a few tasks of a namespace per request (on this driver a request's
 # own cost is most of what a small read costs): what claims and successes decide on.
 SELECT_STATES = (
     "SELECT task_id, state, attempt, due_ms, create_pending, create_done, succeeded_by,"
-    " WRITETIME(state) AS state_written FROM tasks WHERE namespace = ? AND task_id IN ?"
+    " WRITETIME(state) AS state_written, TTL(queue) AS row_ttl FROM tasks"
+    " WHERE namespace = ? AND task_id IN ?"
 )
 _IDS_PER_READ = 16
 INSERT_DUE = (
@@ -46,15 +50,21 @@ def ttl_after(due_ms: int, now_ms: int, retention_s: int) -> int:
     return max(1, min(_MAX_TTL_S, (max(due_ms - now_ms, 0) // 1000) + retention_s))
 
 
-def ttl_with_row(due_ms: int, now_ms: int) -> int:
+def ttl_with_row(due_ms: int, now_ms: int, retention_s: int = TASK_RETENTION_S) -> int:
     """The TTL that ends a cell written now no later than the task row written for
     ``due_ms`` (a late run must not leave cells alive after the row's others expired)."""
-    return max(1, min(_MAX_TTL_S, (due_ms - now_ms) // 1000 + TASK_RETENTION_S))
+    return max(1, min(_MAX_TTL_S, (due_ms - now_ms) // 1000 + retention_s))
 
 
-def task_ttl(t: Task) -> int:
+def cells_ttl(read: Any, due_ms: int, now_ms: int) -> int:
+    """The TTL of a few cells written over the task row ``read`` (``SELECT_TASK`` or
+    ``SELECT_STATES``): what is left of the row's own, so they end with it."""
+    return int(read.row_ttl) if read.row_ttl else ttl_with_row(due_ms, now_ms)
+
+
+def task_ttl(t: Task, retention_s: int = TASK_RETENTION_S) -> int:
     """The TTL of a new task's rows: its retention after the due time."""
-    return ttl_after(t.due_ms, t.created_ms, TASK_RETENTION_S)
+    return ttl_after(t.due_ms, t.created_ms, retention_s)
 
 
 def task_values(t: Task) -> list[Any]:
@@ -124,12 +134,18 @@ def half_written(row: Any) -> bool:
 
 async def read_task(db: CassandraSession, namespace: str, task_id: str) -> Task:
     """The task; ``NotFound`` if there is none, or only a half-written one."""
+    return task_from_cql_row(await read_task_row(db, namespace, task_id))
+
+
+async def read_task_row(db: CassandraSession, namespace: str, task_id: str) -> Any:
+    """The task's row as ``SELECT_TASK`` reads it; ``NotFound`` as ``read_task``."""
     rows = await db.execute(SELECT_TASK, [namespace, task_id])
     # A row whose state expired (its last cells outlive the others by under a second)
-    # is gone too.
-    if not rows or half_written(rows[0]) or rows[0].state is None:
+    # is gone too, and so is one whose whole-row cells expired first (a few cells written
+    # with a longer retention than the row's, until they expire too).
+    if not rows or half_written(rows[0]) or rows[0].state is None or rows[0].queue is None:
         raise NotFound(f"task {task_id!r} not found in namespace {namespace!r}")
-    return task_from_cql_row(rows[0])
+    return rows[0]
 
 
 async def read_tasks(db: CassandraSession, namespace: str, ids: Sequence[str]) -> list[Task | None]:

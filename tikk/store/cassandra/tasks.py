@@ -64,19 +64,26 @@ from tikk.store.cassandra.listings import (
     queue_listing_delete,
 )
 from tikk.store.cassandra.quotas import count_usage
-from tikk.store.cassandra.schema import DUE_RETENTION_S, INIT_CURSOR, TASK_RETENTION_S
+from tikk.store.cassandra.schema import (
+    DUE_RETENTION_S,
+    INIT_CURSOR,
+    MIN_TASK_RETENTION_S,
+    TASK_RETENTION_S,
+)
 from tikk.store.cassandra.successes import succeed_after_read
 from tikk.store.cassandra.task_creates import create_tasks
 from tikk.store.cassandra.task_moves import DELETE_DUE, move_task, update_task_if
 from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
+    cells_ttl,
     due_values,
     entry_from_cql_row,
     label_writes,
     listing_write,
     read_task,
+    read_task_row,
+    task_from_cql_row,
     ttl_after,
-    ttl_with_row,
 )
 from tikk.store.tasks import (
     DUE_READ_COLUMNS,
@@ -123,6 +130,17 @@ class CassandraTaskStore:
         self._db = session
         self._shard_count = shard_count
         self.cancel_fence_ms = cancel_fence_ms
+        # Namespaces whose task rows are kept other than TASK_RETENTION_S (``keep_for``).
+        self._kept_s: dict[str, int] = {}
+
+    def keep_for(self, namespace: str, seconds: int | None) -> None:
+        if seconds is None:
+            self._kept_s.pop(namespace, None)
+        else:
+            self._kept_s[namespace] = max(MIN_TASK_RETENTION_S, seconds)
+
+    def _retention_s(self, namespace: str) -> int:
+        return self._kept_s.get(namespace, TASK_RETENTION_S)
 
     @property
     def shard_count(self) -> int:
@@ -145,7 +163,7 @@ class CassandraTaskStore:
     async def create_many(
         self, tasks: Sequence[Task], *, new_ids: bool = False
     ) -> list[tuple[Task, bool] | TikkError]:
-        return await create_tasks(self._db, tasks, new_ids=new_ids)
+        return await create_tasks(self._db, tasks, new_ids=new_ids, retention=self._retention_s)
 
     async def get(self, namespace: str, task_id: str) -> Task:
         return await read_task(self._db, namespace, task_id)
@@ -156,7 +174,8 @@ class CassandraTaskStore:
             check_shard_count(int(rows[0].value), self._shard_count)
 
     async def cancel(self, namespace: str, task_id: str, clock: Clock) -> Task:
-        task = await self.get(namespace, task_id)
+        row = await read_task_row(self._db, namespace, task_id)
+        task = task_from_cql_row(row)
         if task.state is TaskState.CANCELLED:
             if not self._held(task, task.updated_ms):
                 raise self._unsettled(task)
@@ -169,7 +188,7 @@ class CassandraTaskStore:
                 f"task {task_id!r} is due within {self.cancel_fence_ms} ms and may already be "
                 "dispatched; it can no longer be cancelled"
             )
-        ttl = ttl_with_row(task.due_ms, now_ms)
+        ttl = cells_ttl(row, task.due_ms, now_ms)
         await self._db.execute(
             SET_STATE, [ttl, int(TaskState.CANCELLED), now_ms, namespace, task_id]
         )
@@ -302,7 +321,7 @@ class CassandraTaskStore:
         return updated
 
     async def _update_if(self, new: Task, read: Task, now_ms: int) -> bool:
-        return await update_task_if(self._db, new, read, now_ms)
+        return await update_task_if(self._db, new, read, now_ms, self._retention_s(new.namespace))
 
     async def _write_finished(self, t: Task, now_ms: int) -> None:
         """The rows of other partitions that a finished attempt needs: the retry's due row,
@@ -311,7 +330,7 @@ class CassandraTaskStore:
         if t.state is TaskState.SCHEDULED:
             await self._db.execute(INSERT_DUE, due_values(t.entry(), now_ms))
         elif t.state is TaskState.DEAD_LETTERED:
-            await self._db.execute(*dead_letter_write(t))
+            await self._db.execute(*dead_letter_write(t, self._retention_s(t.namespace)))
 
     async def _heal_finished(self, task: Task, attempt: int, now_ms: int) -> None:
         """A repeated report of ``attempt`` finds the task moved on already: if that was by
@@ -337,7 +356,7 @@ class CassandraTaskStore:
         if not await self._update_if(again, task, now_ms):
             raise FailedPrecondition(f"task {task_id!r} changed while it was re-driven; retry")
         await count_usage(self._db, [(namespace, 1)])
-        ttl = ttl_after(again.due_ms, now_ms, TASK_RETENTION_S)
+        ttl = ttl_after(again.due_ms, now_ms, self._retention_s(namespace))
         await self._db.execute_batch([
             (INSERT_DUE, due_values(again.entry(), now_ms)),
             listing_write(again, ttl),
@@ -365,7 +384,8 @@ class CassandraTaskStore:
         if (task.state, task.attempt, task.due_ms) != (TaskState.SCHEDULED, attempt, due_ms):
             return None
         moved = task.evolve(due_ms=to_ms, updated_ms=now_ms)
-        return moved if await move_task(self._db, task, moved, now_ms) else None
+        kept = self._retention_s(namespace)
+        return moved if await move_task(self._db, task, moved, now_ms, kept) else None
 
     async def reschedule(
         self, namespace: str, task_id: str, *, to_ms: int, payload: bytes | None, now_ms: int
@@ -375,7 +395,7 @@ class CassandraTaskStore:
         moved = task.evolve(
             due_ms=to_ms, updated_ms=now_ms, payload=task.payload if payload is None else payload
         )
-        if not await move_task(self._db, task, moved, now_ms):
+        if not await move_task(self._db, task, moved, now_ms, self._retention_s(namespace)):
             raise FailedPrecondition(
                 f"task {task_id!r} changed while it was rescheduled (dispatched, cancelled or "
                 "moved); look again"

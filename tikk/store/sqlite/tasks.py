@@ -332,6 +332,9 @@ class SqliteTaskStore:
 
         return await self._db.run(work)
 
+    def keep_for(self, namespace: str, seconds: int | None) -> None:
+        """Nothing to do: ``prune_finished`` deletes what the retention no longer keeps."""
+
     async def prune_finished(self, namespace: str, before_ms: int, most: int) -> int:
         return await self._db.run(lambda conn: prune_finished(conn, namespace, before_ms, most))
 
