@@ -88,6 +88,10 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dev]:
             once = tasks_pb2.RetryPolicy(max_attempts=1)
             create(client, "broken", "fail_first_run", retry_policy=once)
             ids = ["ok-1", "flaky-1", "broken"]
+            client.pause_queue("held")  # nothing of it runs while the tests look
+            time.sleep(1.5)  # the dispatcher reads the queues' settings once a second
+            client.create_task(tasks_pb2.CreateTaskRequest(task_id="waits", queue="held",
+                                                           handler="record"))  # fmt: skip
             every_2s = Recurrence(cron="*/2 * * * * *", timezone="Europe/Oslo")
             client.create_schedule(ScheduleDefinition("heartbeat", every_2s, "e2e", "record"))
             eventually(lambda: all(state(client, t) in _SETTLED for t in ids), timeout=60)
@@ -108,6 +112,8 @@ def test_the_overview_shows_each_queue_with_its_runs_and_lateness(
     expect(cells.nth(3)).not_to_have_text("—")  # runs/s over 5 minutes
     expect(cells.nth(5)).to_contain_text(" ms / ")  # start p50 / p99
     expect(page.locator("#lateness-chart polyline.p99")).to_have_count(1)  # the live chart
+    held = page.locator("table.queues tbody tr", has_text="held")
+    expect(held.locator("td").first).to_contain_text("paused · 1 held")
     shot(page, "overview")
 
 

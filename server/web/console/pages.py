@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from urllib.parse import quote, urlencode
 
+from server.ops.queues import HELD_COUNT_MOST, QueueView
 from server.web.console.sessions import Viewer
 from server.web.console.stats import QueueFigures
 from tikk.credentials import Role
@@ -126,16 +127,32 @@ def table(
 
 
 def queue_rows(
-    backlog: Sequence[QueueBacklog],
+    views: Sequence[QueueView],
     last5: dict[str, QueueFigures],
     last60: dict[str, QueueFigures],
     now_ms: int,
 ) -> list[list[str]]:
-    """The overview's table, a row per queue that waits or ran (the page and its script's
-    refresh show the same rows)."""
-    queues = sorted({b.queue for b in backlog} | set(last5) | set(last60))
-    waiting = {b.queue: b for b in backlog}
-    return [queue_row(q, waiting.get(q), last5.get(q), last60.get(q), now_ms) for q in queues]
+    """The overview's table, a row per queue that waits, ran or has settings (the page and
+    its script's refresh show the same rows); a paused or rate-limited queue says so under
+    its name, with the tasks held back."""
+    known = {v.backlog.queue: v for v in views}
+    queues = sorted(set(known) | set(last5) | set(last60))
+    rows = []
+    for q in queues:
+        view = known.get(q)
+        row = queue_row(q, view.backlog if view else None, last5.get(q), last60.get(q), now_ms)
+        if view is not None and (note := _hold_note(view)):
+            row[0] += f'<br><span class="hold">{text(note)}</span>'
+        rows.append(row)
+    return rows
+
+
+def _hold_note(view: QueueView) -> str:
+    c = view.control
+    held = "10,000+" if view.held > HELD_COUNT_MOST else f"{view.held:,}"
+    parts = ["paused"] if c.paused else []
+    parts += [f"at most {c.rate_per_s:g}/s"] if c.rate_per_s else []
+    return " · ".join([*parts, f"{held} held"]) if parts or view.held else ""
 
 
 def overview_page(viewer: Viewer, rows: Sequence[Sequence[str]], now_ms: int) -> str:

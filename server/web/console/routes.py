@@ -134,9 +134,9 @@ class Console:
         return response
 
     async def _queue_rows(self, now_ms: int) -> list[list[str]]:
-        backlog = [q.backlog for q in (await self._ops.queues.queues(1_000, "")).items]
+        views = (await self._ops.queues.queues(1_000, "")).items
         last5, last60 = self._windows.queues(5 * 60_000), self._windows.queues(_HOUR_MS)
-        return pages.queue_rows(backlog, last5, last60, now_ms)
+        return pages.queue_rows(views, last5, last60, now_ms)
 
     async def _overview(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         now = self._clock.now_ms()
