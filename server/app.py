@@ -20,7 +20,6 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 from server.api.admin import AdminService
 from server.api.bulk import BulkService
@@ -48,6 +47,7 @@ from server.ops.start_timeouts import StartTimeouts
 from server.ops.task_search import TaskSearch
 from server.ops.tasks import TaskOps
 from server.ops.upcoming import UpcomingCounts
+from server.reflection import serve_reflection
 from server.transport_security import check_transport, server_credentials
 from server.wiring import Backends
 from tikk.clock import Clock
@@ -120,9 +120,7 @@ class ApiServer:
         # grpc-stubs predates the asyncio health servicer.
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
-        reflection.enable_server_reflection(
-            [*_SERVICES, health.SERVICE_NAME, reflection.SERVICE_NAME], self._server
-        )
+        serve_reflection(self._server, [*_SERVICES, health.SERVICE_NAME])
         self.port = 0
 
     @property

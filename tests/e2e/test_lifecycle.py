@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import grpc
 import pytest
+from google.protobuf import descriptor_pb2
 from google.protobuf.duration_pb2 import Duration
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
@@ -297,6 +298,26 @@ def test_health_serving_and_reflection_lists_services(stack: Stack) -> None:
         )
         names = {s.name for a in answers for s in a.list_services_response.service}
     assert {"tikk.v1.TaskService", "tikk.v1.HistoryService", "tikk.v1.WorkerService"} <= names
+
+
+def test_reflection_v1_answers_as_grpcurl_asks_it(stack: Stack) -> None:
+    # grpcurl and most tools ask grpc.reflection.v1 first; its messages are v1alpha's.
+    with grpc.insecure_channel(stack.address) as channel:
+        v1 = channel.stream_stream(
+            "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+            request_serializer=reflection_pb2.ServerReflectionRequest.SerializeToString,
+            response_deserializer=reflection_pb2.ServerReflectionResponse.FromString,
+        )
+        asks = [
+            reflection_pb2.ServerReflectionRequest(list_services=""),
+            reflection_pb2.ServerReflectionRequest(file_containing_symbol="tikk.v1.TaskService"),
+        ]
+        listed, described = list(v1(iter(asks), timeout=10))
+    names = {s.name for s in listed.list_services_response.service}
+    assert {"tikk.v1.TaskService", "grpc.reflection.v1.ServerReflection"} <= names
+    files = described.file_descriptor_response.file_descriptor_proto
+    parsed = [descriptor_pb2.FileDescriptorProto.FromString(f) for f in files]
+    assert "TaskService" in {svc.name for f in parsed for svc in f.service}
 
 
 def test_start_timeouts_dead_letter_what_nobody_starts_and_spare_what_runs(
