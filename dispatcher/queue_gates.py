@@ -57,10 +57,12 @@ class _Lane:
         """A row parked in (or given back to) this lane: read it in its turn."""
         self.drained = False
         if parked_position(e) <= self.position:
-            # Behind the reads (a row held back by a failing queue): read again from it;
-            # the rows buffered meanwhile come back with that read.
+            # Behind the reads (a row held back by a failing queue): read again from the
+            # earlier of it and the first row buffered, so that read gives back every row
+            # the buffer held (those before the row as well as those after it).
+            first = min([e, *self.buffer[:1]], key=parked_position)
             self.buffer.clear()
-            self.position = (e.due_ms - 1, _TOP)
+            self.position = (first.due_ms - 1, _TOP)
 
 
 @dataclass

@@ -3,6 +3,7 @@ store and queue with a manual clock: what fires, in which order, when, and what 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,13 +12,14 @@ from typing import Any
 import pytest
 
 from dispatcher.ownership import SingleOwner
+from dispatcher.queue_gates import QueueGates
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
 from tests.factories import T0, make_task
 from tikk.buckets import second_of
 from tikk.clock import ManualClock
 from tikk.errors import BackendUnavailable
-from tikk.model import TaskState
+from tikk.model import DueEntry, TaskState
 from tikk.queue_holds import SKIPPED, QueueControl
 from tikk.settings import DispatchSettings
 from tikk.store.sqlite.queue_holds import SqliteQueueHoldStore
@@ -239,3 +241,25 @@ async def test_a_queue_resumed_long_ago_parks_nothing_on_a_newly_owned_shard(rig
     fired = await rig.run(d, T0 + 1_000, T0 + 3_000, 10)
     assert len(fired) == 20 and d.gates is not None and d.gates.parked == 0
     assert all(f.fired_ms == T0 + 1_000 for f in fired)
+
+
+async def test_a_row_parked_behind_the_reads_loses_none_of_the_rows_read_before_it(
+    rig: Rig,
+) -> None:
+    # Its lane had read a, b and c and released a; a row due between b and c comes back
+    # parked (a failing queue held it): the lane must read b again, not only it and c.
+    await rig.holds.set_control(QueueControl("q", rate_per_s=1))
+    rows = {name: make_task(name, due_ms=T0 + at, shard_count=SHARDS).entry()
+            for name, at in (("a", 100), ("b", 200), ("e", 250), ("c", 300))}  # fmt: skip
+    same_shard = [dataclasses.replace(r, shard=0) for r in rows.values()]
+    a, b, e, c = same_shard
+    await rig.holds.park([a, b, c])
+    gates = QueueGates(rig.holds, SHARDS, SETTINGS)
+    await gates.refresh(dict.fromkeys(range(SHARDS), 1), T0)
+    assert await gates.release(T0) == [a]  # one token: b and c stay read, not released
+    go, parked = await gates.admit([e], T0 + 10)
+    assert (go, parked) == ([], [e])
+    released: list[DueEntry] = []
+    for now in range(T0 + 1_000, T0 + 10_000, 1_000):
+        released += await gates.release(now)
+    assert released == [b, e, c]
