@@ -63,22 +63,6 @@ def _control(row: Any) -> QueueControl:
     )  # fmt: skip
 
 
-def _parked_entry(row: Any) -> DueEntry:
-    return entry_from_cql_row(_WithoutHandOff(row))
-
-
-class _WithoutHandOff:
-    """A parked row read as a due-index row: never handed off."""
-
-    handed_off_ms = None
-
-    def __init__(self, row: Any) -> None:
-        self._row = row
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._row, name)
-
-
 class CassandraQueueHoldStore:
     """``QueueHoldStore`` on a keyspace; ``session`` may be shared with the other backends of
     the keyspace (``start``/``close`` count its users)."""
@@ -106,7 +90,7 @@ class CassandraQueueHoldStore:
         self, queue: str, shard: int, after: ParkedPosition, limit: int
     ) -> list[DueEntry]:
         rows = await self._db.execute(SELECT_PARKED, [queue, shard, after[0], after[1], limit])
-        return [_parked_entry(r) for r in rows]
+        return [entry_from_cql_row(r) for r in rows]
 
     async def unpark(self, entries: Sequence[DueEntry]) -> None:
         rows = [

@@ -100,7 +100,9 @@ def entry_from_cql_row(row: Any) -> DueEntry:
         payload=bytes(row.payload or b""), labels=dict(row.labels or {}),
         max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
         trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
-        start_timeout_ms=row.start_timeout_ms or 0, handed_off=row.handed_off_ms == row.due_ms,
+        start_timeout_ms=row.start_timeout_ms or 0,
+        # A row read without the column (a parked row) was never handed off.
+        handed_off=getattr(row, "handed_off_ms", None) == row.due_ms,
     )  # fmt: skip
 
 
