@@ -27,14 +27,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def client(action: Action) -> Callable[[argparse.Namespace], int]:
     """A command that runs ``action`` with a client of ``--server`` in ``--namespace`` (over
     the transport of its options, each call bounded by ``--timeout``): a refusal is exit code
-    1, an unreachable server 3, a bad transport option 2. As the client does, each
-    call is sent once: a failure is reported, never retried."""
+    1, an unreachable server 3, a bad transport option 2. Each call is sent once (the
+    client's retries are off): a failure is reported at once, never retried, so that a
+    script learns of an unreachable server without waiting."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             tikk = Client(
                 args.server, namespace=args.namespace, timeout=args.timeout,
-                transport=transport(args),
+                transport=transport(args), retry=None,
             )  # fmt: skip
         except TransportError as exc:
             print(f"tikk: {exc}", file=sys.stderr)

@@ -13,8 +13,9 @@ asyncio (``AsyncClient``)::
 
 Arguments are Python values (``specs``); single objects come back as their tikk.v1 messages
 (``Task``, ``Run``, ``Schedule``), composite answers as small dataclasses (``results``), and
-failures as the ``errors`` tree. Listings (``listings``) walk every page lazily, or fetch one
-``Page`` at a time::
+failures as the ``errors`` tree; a call that is safe to repeat is repeated after UNAVAILABLE
+(``retries``: ``retry=CallRetries(...)``, ``retry=None`` for never). Listings (``listings``)
+walk every page lazily, or fetch one ``Page`` at a time::
 
     first = tikk.list_tasks("email", page_size=50).page()
     more = tikk.list_tasks("email", page_size=50).page(first.next_page_token)
@@ -37,6 +38,7 @@ from tikk.client.errors import (
 )
 from tikk.client.listings import AsyncListing, Listing
 from tikk.client.results import Backfilled, ImportResult, Page, TaskCreated
+from tikk.client.retries import CallRetries
 from tikk.client.specs import (
     Recurrence,
     RetryOptions,
@@ -52,6 +54,7 @@ __all__ = [
     "AsyncClient",
     "AsyncListing",
     "Backfilled",
+    "CallRetries",
     "Client",
     "ClientError",
     "ConflictError",

@@ -21,6 +21,12 @@ from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
 from tikk.client.listings import AsyncListing
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
+from tikk.client.retries import (
+    DEFAULT_CALL_RETRIES,
+    NO_CALL_RETRIES,
+    CallRetries,
+    safe_to_repeat,
+)
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
 from tikk.client.transport import Transport, TransportError
 from tikk.v1 import admin_pb2, bulk_pb2, history_pb2, schedules_pb2, tasks_pb2
@@ -31,7 +37,8 @@ T = TypeVar("T")
 
 class AsyncClient:
     """An asyncio client of one tikk server, in one namespace, over one channel; the options
-    are those of ``Client``. Create it inside the event loop that uses it. Listings and
+    are those of ``Client``, and ``retry`` repeats the same calls as there (waiting with
+    ``CallRetries.async_sleep``). Create it inside the event loop that uses it. Listings and
     imports are async iterators: ``async for task in client.list_tasks("q")``; a listing's
     ``await listing.page(token)`` fetches one page."""
 
@@ -45,11 +52,13 @@ class AsyncClient:
         timeout: float | None = 30.0,
         options: Sequence[tuple[str, Any]] = (),
         transport: Transport | None = None,
+        retry: CallRetries | None = DEFAULT_CALL_RETRIES,
     ) -> None:
         if transport is not None and credentials is not None:
             raise TransportError("give a transport or channel credentials, not both")
         self._target = target
         self._metadata, self._timeout = tuple(metadata), timeout
+        self._retry = NO_CALL_RETRIES if retry is None else retry
         if transport is not None:
             self._channel = transport.aio_channel(target, options)
         elif credentials is None:
@@ -316,8 +325,13 @@ class AsyncClient:
 
     async def _unary(self, call: Unary[R]) -> R:
         method = getattr(self._stubs[call.service], call.method)
+
+        async def send(seconds_left: float | None) -> Any:
+            return await method(call.request, timeout=seconds_left, metadata=self._metadata)
+
+        policy = self._retry if safe_to_repeat(call.method, call.request) else NO_CALL_RETRIES
         try:
-            answer = await method(call.request, timeout=self._timeout, metadata=self._metadata)
+            answer = await policy.run_async(send, self._timeout)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
         return call.unwrap(answer)

@@ -17,7 +17,9 @@
 
 A status without a class of its own (INTERNAL, ...) is a plain
 ``ClientError``. ``retriable`` says whether repeating the same call may succeed; a create
-with a task id of your own is idempotent, so repeating it is always safe.
+with a task id of your own is idempotent, so repeating it is always safe. The client
+repeats a call that is safe to repeat after UNAVAILABLE itself (``CallRetries``): an
+``UnavailableError`` of such a call comes after its last attempt.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class PermissionDeniedError(ClientError):
 
 class UnavailableError(ClientError):
     """The server, or a store or queue behind it, did not answer. The request may still
-    have taken effect, so repeat it (creates with an id are idempotent)."""
+    have taken effect, so repeat it (creates with an id are idempotent). A call that is safe
+    to repeat was repeated already, as the client's ``CallRetries`` allow."""
 
     retriable = True
 

@@ -20,6 +20,12 @@ from tikk.client.calls import Calls, Paged, Unary, stubs
 from tikk.client.errors import error_from_rpc
 from tikk.client.listings import Listing
 from tikk.client.results import Backfilled, ImportResult, TaskCreated
+from tikk.client.retries import (
+    DEFAULT_CALL_RETRIES,
+    NO_CALL_RETRIES,
+    CallRetries,
+    safe_to_repeat,
+)
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
 from tikk.client.transport import Transport, TransportError
 from tikk.v1 import admin_pb2, bulk_pb2, history_pb2, schedules_pb2, tasks_pb2
@@ -37,6 +43,16 @@ class Client:
     call; ``timeout`` (seconds) bounds each unary call and each page of a listing, not an
     import stream. ``namespace`` empty means the server's default namespace.
 
+    ``retry`` (a ``CallRetries``; None or ``attempts=1``: off) repeats, after UNAVAILABLE
+    only (a server restarting, a connection reset), the calls that are safe to repeat: every
+    read (``get_*``, each page of ``list_*``, ``count_tasks``, ``preview_schedule``,
+    ``get_namespace_quotas``, a bulk dry run); ``create_task`` with a ``task_id`` and
+    ``create_schedule`` with a ``schedule_id``; the bulk actions and ``recount_usage`` with
+    an ``action_id``; ``cancel_task``, ``stop_bulk_action``, ``update_queue`` (and
+    ``pause_queue``, ``resume_queue``), ``set_namespace_quotas`` and ``backfill_schedule``.
+    Every other call, and any other code, is raised at once (``tikk.client.retries`` says
+    why each). The waits count against ``timeout``, which bounds the call as a whole.
+
     Every call raises a ``tikk.client.ClientError`` subclass when it fails. Listings
     (``Listing``) are lazy: they fetch the next page when the previous one is used up, and
     ``page(token)`` fetches one page with the token to the next. Safe to share between threads.
@@ -52,11 +68,13 @@ class Client:
         timeout: float | None = 30.0,
         options: Sequence[tuple[str, Any]] = (),
         transport: Transport | None = None,
+        retry: CallRetries | None = DEFAULT_CALL_RETRIES,
     ) -> None:
         if transport is not None and credentials is not None:
             raise TransportError("give a transport or channel credentials, not both")
         self._target = target
         self._metadata, self._timeout = tuple(metadata), timeout
+        self._retry = NO_CALL_RETRIES if retry is None else retry
         if transport is not None:
             self._channel = transport.channel(target, options)
         elif credentials is None:
@@ -85,7 +103,9 @@ class Client:
 
     def create_task(self, task: TaskSpec | tasks_pb2.CreateTaskRequest) -> TaskCreated:
         """Create a task. With a ``task_id``, idempotent: an identical task returns
-        ``created=False``, different content raises ``AlreadyExistsError``."""
+        ``created=False``, different content raises ``AlreadyExistsError``; so only then is
+        it repeated after UNAVAILABLE (``created`` may then be False for the task this call
+        created before its answer was lost)."""
         return self._unary(self._calls.create_task(task))
 
     def get_task(self, task_id: str) -> tasks_pb2.Task:
@@ -106,8 +126,10 @@ class Client:
         return self._unary(call)
 
     def cancel_task(self, task_id: str) -> tasks_pb2.Task:
-        """Cancel a task not dispatched yet (a cancelled one stays so);
-        ``FailedPreconditionError`` once it was dispatched or finished."""
+        """Cancel a task not dispatched yet (a cancelled one stays so, which makes it safe
+        to repeat after UNAVAILABLE); ``FailedPreconditionError`` once it was dispatched or
+        finished. On Cassandra a cancel acknowledged inside the cancel fence is UNAVAILABLE
+        every time it is asked, so it is raised after the last attempt."""
         return self._unary(self._calls.cancel_task(task_id))
 
     def list_tasks(
@@ -239,7 +261,8 @@ class Client:
     ) -> bulk_pb2.BulkAction:
         """Cancel every scheduled task of ``selection``: with ``dry_run``, only how many and
         a sample; else a server-side action, returned at once (``get_bulk_action`` follows
-        it). The same ``action_id`` again returns the same action."""
+        it). The same ``action_id`` again returns the same action, so only a dry run or a
+        call with an ``action_id`` is repeated after UNAVAILABLE."""
         return self._unary(self._calls.bulk("BulkCancelTasks", selection, dry_run, action_id))
 
     def bulk_redrive(
@@ -272,7 +295,9 @@ class Client:
     # Schedules
 
     def create_schedule(self, definition: ScheduleDefinition) -> schedules_pb2.Schedule:
-        """Create a recurring schedule; its first occurrence is planned at once."""
+        """Create a recurring schedule; its first occurrence is planned at once. With a
+        ``schedule_id``, idempotent (the identical schedule is returned), and repeated after
+        UNAVAILABLE."""
         return self._unary(self._calls.create_schedule(definition))
 
     def get_schedule(self, schedule_id: str) -> schedules_pb2.Schedule:
@@ -377,8 +402,13 @@ class Client:
 
     def _unary(self, call: Unary[R]) -> R:
         method = getattr(self._stubs[call.service], call.method)
+
+        def send(seconds_left: float | None) -> Any:
+            return method(call.request, timeout=seconds_left, metadata=self._metadata)
+
+        policy = self._retry if safe_to_repeat(call.method, call.request) else NO_CALL_RETRIES
         try:
-            answer = method(call.request, timeout=self._timeout, metadata=self._metadata)
+            answer = policy.run(send, self._timeout)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
         return call.unwrap(answer)
