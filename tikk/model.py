@@ -36,6 +36,8 @@ class RunStatus(enum.IntEnum):
     SUCCEEDED = 1
     FAILED = 2
     DEAD_LETTERED = 3
+    # The task was cancelled while the run went on (see ``ResultRecorder``).
+    CANCELLED = 4
 
 
 class ResultKind(enum.IntEnum):
@@ -47,6 +49,8 @@ class ResultKind(enum.IntEnum):
     FAILED_PERMANENTLY = 4
     # Not an outcome: a worker asks to start an attempt that has a start timeout.
     STARTED = 5
+    # The worker stopped the run: its task was cancelled while it ran.
+    CANCELLED = 6
 
 
 @dataclass(frozen=True)
@@ -261,6 +265,10 @@ class DeadLetter:
     error_message: str
 
 
+# The error type ``Abandon`` leaves on the task it cancelled while an attempt ran.
+CANCELLED_RUNNING = "Cancelled"
+
+
 @dataclass(frozen=True)
 class Abandon:
     """Transition of a dispatched attempt: stop tracking it; the task ends CANCELLED and a
@@ -290,7 +298,7 @@ def apply_transition(task: Task, transition: Transition, now_ms: int) -> Task:
         case Abandon(reason=reason):
             return task.evolve(
                 state=TaskState.CANCELLED, updated_ms=now_ms,
-                last_error_type="Cancelled", last_error_message=reason,
+                last_error_type=CANCELLED_RUNNING, last_error_message=reason,
             )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from server.api.status import Ctx, bounded, code_of, detail_of, numeric
 from server.api.streams import answer_in_order
 from server.ops.refusals import ResultRefused, StartTooLate
 from server.ops.results import ResultRecorder
+from server.ops.tasks import RunningAttempt, TaskOps
 from tikk import delivery_codec
 from tikk.delivery_tokens import TokenRefused
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
@@ -33,8 +34,9 @@ _REFUSALS = (TokenRefused, ResultRefused, StartTooLate)
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
-    def __init__(self, results: ResultRecorder, settings: Settings) -> None:
+    def __init__(self, results: ResultRecorder, tasks: TaskOps, settings: Settings) -> None:
         self._results = results
+        self._tasks = tasks
         self._settings = settings
 
     async def GetWorkerConfig(
@@ -44,6 +46,21 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             # Never a password: a worker supplies its own (``tikk worker --queue-url``).
             queue_url=redact(self._settings.queue_url),
             visibility_timeout=to_duration(self._settings.visibility_timeout_ms),
+        )
+
+    async def CheckCancellations(
+        self, request: worker_pb2.CheckCancellationsRequest, context: Ctx
+    ) -> worker_pb2.CheckCancellationsResponse:
+        most = self._settings.limits.max_page_size
+        if len(request.runs) > most:
+            raise InvalidArgument(
+                "runs",
+                f"at most {most:,} attempts per call (max_page_size), got {len(request.runs):,}",
+            )
+        runs = [_running(r) for r in request.runs]
+        cancelled = await self._tasks.cancelled_attempts(runs)
+        return worker_pb2.CheckCancellationsResponse(
+            cancelled=[r for r, yes in zip(request.runs, cancelled, strict=True) if yes]
         )
 
     async def ReportResults(
@@ -149,6 +166,11 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             traceback=r.traceback,
             retry_after_ms=r.retry_after.ToMilliseconds() if r.HasField("retry_after") else None,
         )
+
+
+def _running(r: worker_pb2.RunningAttempt) -> RunningAttempt:
+    due_ms = validation.timestamp_ms(r.due_time, "runs.due_time")
+    return RunningAttempt(r.namespace, r.task_id, r.queue, r.attempt, due_ms)
 
 
 def _ack(run_id: str, exc: TikkError) -> worker_pb2.ResultAck:

@@ -106,6 +106,10 @@ def _batch_queues(m: Any) -> Iterable[str]:
     return {r.delivery.queue for r in m.results}
 
 
+def _running_queues(m: Any) -> Iterable[str]:
+    return {r.queue for r in m.runs}
+
+
 READ = Rule(Role.READ, _namespace)
 WRITE = Rule(Role.WRITE, _namespace)
 ADMIN = Rule(Role.ADMIN, _namespace)
@@ -145,6 +149,8 @@ POLICY: Mapping[str, Rule] = {
     _WORKERS + "GetWorkerConfig": Rule(Role.WORKER, kind="queue"),
     _WORKERS + "ReportResults": Rule(Role.WORKER, _result_queue, kind="queue"),
     _WORKERS + "ReportResultBatches": Rule(Role.WORKER, _batch_queues, kind="queue"),
+    # The server answers only for tasks of the queues named (``TaskOps.cancelled_attempts``).
+    _WORKERS + "CheckCancellations": Rule(Role.WORKER, _running_queues, kind="queue"),
     # Quotas (proto/tikk/v1/admin.proto): a namespace's readers see its quotas and usage, and
     # its admins may recount the usage; only an operator (admin on every namespace) changes
     # them, since quotas exist to bound what a tenant's own admins can do.

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from tikk.delivery_tokens import expired_token
 from tikk.errors import FailedPrecondition
-from tikk.model import DueEntry, Task, TaskState
+from tikk.model import CANCELLED_RUNNING, DueEntry, Task, TaskState
 
 
 class ResultRefused(FailedPrecondition):
     """A result for a task that is not dispatched at the reported attempt. ``reason``:
     ``not_dispatched`` (the task is not running that attempt: not yet dispatched, cancelled,
-    finished, or gone), ``stale_attempt`` (the task has moved on to another attempt) or
+    finished, or gone), ``not_cancelled`` (a report that the run stopped for a cancel, of a
+    task not cancelled while it ran), ``stale_attempt`` (the task has moved on to another
+    attempt) or
     ``too_many_runs`` (another run of an attempt that succeeded, which has recorded as many
     further runs as it may: ``Limits.max_extra_runs``)."""
 
@@ -42,6 +44,16 @@ def same_attempt(task: Task, e: DueEntry) -> bool:
 def dispatched_at(task: Task, e: DueEntry) -> bool:
     """Whether ``task`` is running the attempt ``e`` names."""
     return task.state is TaskState.DISPATCHED and same_attempt(task, e)
+
+
+def cancelled_running(task: Task, e: DueEntry) -> bool:
+    """Whether ``task`` was cancelled while it ran the attempt ``e`` names (``Abandon``), as
+    opposed to cancelled before any run of it."""
+    return (
+        task.state is TaskState.CANCELLED
+        and same_attempt(task, e)
+        and task.last_error_type == CANCELLED_RUNNING
+    )
 
 
 def refuse_unless_dispatched(task: Task, e: DueEntry) -> None:

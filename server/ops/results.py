@@ -14,6 +14,11 @@ only deliveries a dispatcher published. Then, by kind:
   backoff and jitter, scheduled durably through the task store, until its last attempt; then,
   or on a non-retryable failure, it is dead-lettered (and a copy goes to the queue's
   dead-letter stream). This is the one place that decides retries.
+- **cancelled**: the worker stopped a run whose task was cancelled while it ran
+  (``TaskOps.cancel`` of a dispatched task ends its attempt CANCELLED at once): recorded as a
+  CANCELLED run. Whatever else a run of such an attempt reports within ``result_grace_ms`` of
+  the cancel is recorded too (a success as SUCCEEDED, a failure as CANCELLED: it is not
+  retried), and changes nothing of the task.
 
 Only the current attempt of a dispatched task takes a result (``server.ops.refusals``). A
 result for a task that is not dispatched, or for an attempt it has moved past, is refused and
@@ -52,6 +57,7 @@ from server.ops.late_writes import LateWriteGuard
 from server.ops.refusals import (
     ResultRefused,
     StartTooLate,
+    cancelled_running,
     dispatched_at,
     refuse_if_expired,
     refuse_unless_dispatched,
@@ -148,6 +154,8 @@ class ResultRecorder:
             self._keys.verify(report.delivery, self._clock.now_ms(), max_age)
             if report.kind is ResultKind.STARTED:
                 await self._claim_start(report)
+            elif report.kind is ResultKind.CANCELLED:
+                await self._record_cancelled(report)
             elif report.kind is ResultKind.SUCCEEDED:
                 await self._record_success(report)
             else:
@@ -192,6 +200,9 @@ class ResultRecorder:
         task = await self._current(e)
         first = await self._first_recording(report)
         running = dispatched_at(task, e)
+        if first is None and cancelled_running(task, e):
+            await self._record_after_cancel(report, task, RunStatus.CANCELLED, now)
+            return
         if not running:
             if first is None:
                 await self._refuse(task, e, now)  # raises: not a repeat
@@ -271,6 +282,8 @@ class ResultRecorder:
                 await self._history.append(first)
             elif task.state is TaskState.SUCCEEDED and same_attempt(task, e):
                 await self._another_run(report, task, now)
+            elif cancelled_running(task, e):
+                await self._record_after_cancel(report, task, RunStatus.SUCCEEDED, now)
             else:
                 await self._refuse(task, e, now)
                 # Still running that attempt: the store's write raced a change. Retriable.
@@ -299,6 +312,34 @@ class ResultRecorder:
             await self._history.append(report.record(RunStatus.SUCCEEDED, now))
             self._counted(report, RunStatus.SUCCEEDED)
         self._telemetry.duplicate_run(e.queue)
+
+    async def _record_cancelled(self, report: RunReport) -> None:
+        """A run its worker stopped because its task was cancelled while it ran: recorded as
+        CANCELLED (the task is CANCELLED already). ``not_cancelled`` if the task was not."""
+        now, e = self._clock.now_ms(), report.entry
+        task = await self._current(e)
+        first = await self._first_recording(report)
+        if first is not None:
+            refuse_if_expired(first.recorded_ms, now, self._limits.result_grace_ms)
+            await self._history.append(first)  # as first stored: adds no record
+            return
+        if not cancelled_running(task, e):
+            if dispatched_at(task, e):
+                raise ResultRefused(
+                    "not_cancelled",
+                    f"task {e.task_id!r} was not cancelled: report how its run ended",
+                )
+            await self._refuse(task, e, now)
+        await self._record_after_cancel(report, task, RunStatus.CANCELLED, now)
+
+    async def _record_after_cancel(
+        self, report: RunReport, task: Task, status: RunStatus, now: int
+    ) -> None:
+        """Record a run of an attempt cancelled while it ran, as ``status``, within the grace
+        after the cancel; the task stays CANCELLED."""
+        refuse_if_expired(task.updated_ms, now, self._limits.result_grace_ms)
+        await self._history.append(report.record(status, now))
+        self._counted(report, status)
 
     async def _refuse(self, task: Task, e: DueEntry, now: int) -> None:
         """Raise ``ResultRefused`` unless ``task`` is running attempt ``e``.

@@ -21,20 +21,35 @@ import asyncio
 import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator, Collection, Sequence
+from dataclasses import dataclass
 
 from server.ops.late_writes import LateWriteGuard
 from server.ops.quotas import QuotaGate
 from server.ops.upcoming import UpcomingCounts
 from tikk.buckets import shard_of
 from tikk.clock import Clock
-from tikk.errors import TikkError
-from tikk.model import Page, Task, TaskState
+from tikk.errors import FailedPrecondition, NotFound, TikkError
+from tikk.model import CANCELLED_RUNNING, Abandon, Page, Task, TaskState
 from tikk.ready_queue import ReadyQueue
 from tikk.store.tasks import TaskStore
 
 # What creating one task came to: the task as stored and whether this call created it, or
 # why it was refused.
 Created = tuple[Task, bool] | TikkError
+
+# Why a task cancelled while it ran ended (its last error message).
+_CANCELLED_RUNNING = "cancelled while running"
+
+
+@dataclass(frozen=True)
+class RunningAttempt:
+    """An attempt a worker runs, as its delivery names it (``cancelled_attempts``)."""
+
+    namespace: str
+    task_id: str
+    queue: str
+    attempt: int
+    due_ms: int
 
 
 class ImportStream:
@@ -136,12 +151,50 @@ class TaskOps:
             self._quotas.release_import_streams(stream.claimed)
 
     async def cancel(self, namespace: str, task_id: str) -> Task:
-        """Cancel a task not dispatched yet (see ``TaskStore.cancel``)."""
+        """Cancel a task. One not dispatched yet never runs (``TaskStore.cancel``); a
+        dispatched one ends its attempt CANCELLED at once (``Abandon``: no retry, and no
+        later report changes it), and its worker, asking ``cancelled_attempts``, stops it."""
         began = self._clock.now_ms()
-        task = await self._store.cancel(namespace, task_id, self._clock)
+        try:
+            task = await self._store.cancel(namespace, task_id, self._clock)
+        except FailedPrecondition:
+            running = await self._store.get(namespace, task_id)
+            if running.state is not TaskState.DISPATCHED:
+                raise
+            return await self._cancel_running(running)
         if self._upcoming is not None and task.updated_ms >= began:  # this call cancelled it
             self._upcoming.scheduled([task], -1)
         return task
+
+    async def _cancel_running(self, task: Task) -> Task:
+        now = self._clock.now_ms()
+        ended = await self._store.finish_attempt(
+            task.namespace, task.task_id, task.attempt, Abandon(_CANCELLED_RUNNING), now
+        )
+        if ended is None:
+            raise FailedPrecondition(
+                f"task {task.task_id!r} moved on from attempt {task.attempt} while it was "
+                "cancelled: ask again"
+            )
+        return ended
+
+    async def cancelled_attempts(self, runs: Sequence[RunningAttempt]) -> list[bool]:
+        """For each attempt a worker runs, whether its task was cancelled while it ran (and is
+        of the queue the worker named: a worker learns nothing of other queues' tasks)."""
+
+        async def one(run: RunningAttempt) -> bool:
+            try:
+                task = await self._store.get(run.namespace, run.task_id)
+            except NotFound:
+                return False
+            return (
+                task.queue == run.queue
+                and task.state is TaskState.CANCELLED
+                and (task.attempt, task.due_ms) == (run.attempt, run.due_ms)
+                and task.last_error_type == CANCELLED_RUNNING
+            )
+
+        return list(await asyncio.gather(*(one(r) for r in runs)))
 
     async def cancel_many(self, namespace: str, task_ids: Sequence[str]) -> list[Task | TikkError]:
         """``cancel`` of each, written together where the store can; one outcome each."""

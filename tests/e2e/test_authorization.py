@@ -235,6 +235,10 @@ def _worker_rpcs() -> list[Rpc]:
             _workers(ch).ReportResultBatches(
                 iter([worker_pb2.RunResultBatch(results=[_result(w)])]), timeout=T,
                 metadata=md))),
+        Rpc("CheckCancellations", "worker", lambda ch, w, md: _workers(ch).CheckCancellations(
+            worker_pb2.CheckCancellationsRequest(runs=[worker_pb2.RunningAttempt(
+                namespace=NAMESPACE[OWN], task_id="none", queue=QUEUE[w], attempt=1)]),
+            timeout=T, metadata=md)),
     ]  # fmt: skip
 
 

@@ -18,6 +18,7 @@ class RunStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATUS_SUCCEEDED: _ClassVar[RunStatus]
     RUN_STATUS_FAILED: _ClassVar[RunStatus]
     RUN_STATUS_DEAD_LETTERED: _ClassVar[RunStatus]
+    RUN_STATUS_CANCELLED: _ClassVar[RunStatus]
 
 class OccurrenceOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -32,6 +33,7 @@ RUN_STATUS_UNSPECIFIED: RunStatus
 RUN_STATUS_SUCCEEDED: RunStatus
 RUN_STATUS_FAILED: RunStatus
 RUN_STATUS_DEAD_LETTERED: RunStatus
+RUN_STATUS_CANCELLED: RunStatus
 OCCURRENCE_OUTCOME_UNSPECIFIED: OccurrenceOutcome
 OCCURRENCE_OUTCOME_FIRED: OccurrenceOutcome
 OCCURRENCE_OUTCOME_SKIPPED_OVERLAP: OccurrenceOutcome

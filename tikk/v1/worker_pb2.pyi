@@ -19,12 +19,14 @@ class ResultKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RESULT_KIND_RETRY: _ClassVar[ResultKind]
     RESULT_KIND_FAILED_PERMANENTLY: _ClassVar[ResultKind]
     RESULT_KIND_STARTED: _ClassVar[ResultKind]
+    RESULT_KIND_CANCELLED: _ClassVar[ResultKind]
 RESULT_KIND_UNSPECIFIED: ResultKind
 RESULT_KIND_SUCCEEDED: ResultKind
 RESULT_KIND_FAILED: ResultKind
 RESULT_KIND_RETRY: ResultKind
 RESULT_KIND_FAILED_PERMANENTLY: ResultKind
 RESULT_KIND_STARTED: ResultKind
+RESULT_KIND_CANCELLED: ResultKind
 
 class Delivery(_message.Message):
     __slots__ = ("namespace", "task_id", "queue", "handler", "payload", "labels", "attempt", "max_attempts", "scheduled_time", "due_time", "fired_time", "idempotency_key", "trace_context", "start_timeout", "token")
@@ -145,3 +147,29 @@ class GetWorkerConfigResponse(_message.Message):
     queue_url: str
     visibility_timeout: _duration_pb2.Duration
     def __init__(self, queue_url: _Optional[str] = ..., visibility_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RunningAttempt(_message.Message):
+    __slots__ = ("namespace", "task_id", "queue", "attempt", "due_time")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    DUE_TIME_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    task_id: str
+    queue: str
+    attempt: int
+    due_time: _timestamp_pb2.Timestamp
+    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., attempt: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class CheckCancellationsRequest(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[RunningAttempt]
+    def __init__(self, runs: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ...) -> None: ...
+
+class CheckCancellationsResponse(_message.Message):
+    __slots__ = ("cancelled",)
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    cancelled: _containers.RepeatedCompositeFieldContainer[RunningAttempt]
+    def __init__(self, cancelled: _Optional[_Iterable[_Union[RunningAttempt, _Mapping]]] = ...) -> None: ...

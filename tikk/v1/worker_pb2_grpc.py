@@ -49,6 +49,11 @@ class WorkerServiceStub:
                 request_serializer=tikk_dot_v1_dot_worker__pb2.RunResultBatch.SerializeToString,
                 response_deserializer=tikk_dot_v1_dot_worker__pb2.ResultAckBatch.FromString,
                 _registered_method=True)
+        self.CheckCancellations = channel.unary_unary(
+                '/tikk.v1.WorkerService/CheckCancellations',
+                request_serializer=tikk_dot_v1_dot_worker__pb2.CheckCancellationsRequest.SerializeToString,
+                response_deserializer=tikk_dot_v1_dot_worker__pb2.CheckCancellationsResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -76,6 +81,15 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckCancellations(self, request, context):
+        """Which of a worker's running attempts were cancelled meanwhile (CancelTask of a
+        dispatched task). Workers ask every half second or so for runs that have been going
+        that long; at most max_page_size attempts per call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -93,6 +107,11 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.ReportResultBatches,
                     request_deserializer=tikk_dot_v1_dot_worker__pb2.RunResultBatch.FromString,
                     response_serializer=tikk_dot_v1_dot_worker__pb2.ResultAckBatch.SerializeToString,
+            ),
+            'CheckCancellations': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckCancellations,
+                    request_deserializer=tikk_dot_v1_dot_worker__pb2.CheckCancellationsRequest.FromString,
+                    response_serializer=tikk_dot_v1_dot_worker__pb2.CheckCancellationsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -176,6 +195,33 @@ class WorkerService:
             '/tikk.v1.WorkerService/ReportResultBatches',
             tikk_dot_v1_dot_worker__pb2.RunResultBatch.SerializeToString,
             tikk_dot_v1_dot_worker__pb2.ResultAckBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckCancellations(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tikk.v1.WorkerService/CheckCancellations',
+            tikk_dot_v1_dot_worker__pb2.CheckCancellationsRequest.SerializeToString,
+            tikk_dot_v1_dot_worker__pb2.CheckCancellationsResponse.FromString,
             options,
             channel_credentials,
             insecure,
