@@ -1,7 +1,8 @@
-"""One call of a handler: the ``TaskContext`` it is given, where it runs (an async handler on
-the event loop, a plain function in the worker's thread pool), and how its outcome is written
-into the run's ``RunResult`` (kind, output, error). The Worker decides whether to call at all
-and reports the result."""
+"""One run of a handler: the ``TaskContext`` it is given, the last link of the middleware
+chain (decode the payload, call the handler within its timeout, encode what it returned; an
+async handler runs on the event loop, a plain function in the worker's thread pool), and how
+the chain's outcome is written into the run's ``RunResult`` (kind, output, error). The Worker
+decides whether to call at all and reports the result."""
 
 from __future__ import annotations
 
@@ -9,26 +10,34 @@ import asyncio
 import concurrent.futures.thread
 import contextvars
 import functools
-import inspect
 import logging
+import os
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from tikk.errors import InvalidArgument
+from tikk.payload_codec import PayloadInvalid, decode_payload, encode_payload
 from tikk.text_rules import check_name
 from tikk.v1 import worker_pb2
-from worker_sdk.context import NonRetryableError, Retry, TaskContext
+from worker_sdk.context import (
+    CANCEL_REQUESTED,
+    SHUTTING_DOWN,
+    TIMED_OUT,
+    HandlerTimeout,
+    NonRetryableError,
+    Retry,
+    RunCancelled,
+    TaskContext,
+)
+from worker_sdk.handlers import HandlerSpec
+from worker_sdk.middleware import Middleware, Next, RunCall, chain
 from worker_sdk.queues.consumer import Message
 
 log = logging.getLogger("tikk.worker")
 
-Handler = (
-    Callable[[TaskContext, bytes], Awaitable[bytes | None]]
-    | Callable[[TaskContext, bytes], bytes | None]
-)
 # What a result may carry, within the server's caps (``tikk.settings.Limits``: 256 characters
 # of error type, 8,192 of error message, 64 KiB of output), which refuse a result over one.
 # A failure must still be reported, so its error is cut to fit here, saying so; an output
@@ -39,46 +48,144 @@ _ERROR_MESSAGE_LIMIT = 4096
 # max_traceback_length of 16,384.
 _TRACEBACK_LIMIT = 8192
 _OUTPUT_LIMIT = 64 * 1024
-# Where the frames that call a handler are: left out of its traceback.
-_CALLER_FILES = frozenset({__file__, concurrent.futures.thread.__file__})
+# Where the frames that call a handler are (this module, the chain, the telemetry link, the
+# event loop's awaits, the thread pool): left out of the start of its traceback.
+_CALLER_FILES = frozenset(
+    {
+        __file__,
+        os.path.join(os.path.dirname(__file__), "middleware.py"),
+        os.path.join(os.path.dirname(__file__), "telemetry.py"),
+        asyncio.futures.__file__,
+        asyncio.tasks.__file__,
+        asyncio.timeouts.__file__,
+        concurrent.futures.thread.__file__,
+    }
+)
 # A worker id: the server's Limits.max_worker_id_length.
 _WORKER_ID_MOST = 128
 # Characters kept free for the mark of a cut text, however long the text was.
 _MARK_ROOM = 48
 
 
+class PoisonMessage(NonRetryableError):
+    """The message was handed out too often without a recorded result: it is not run again."""
+
+
+class UnknownHandler(NonRetryableError):
+    """The delivery names a handler this worker does not have."""
+
+
+class InvalidPayload(NonRetryableError):
+    """The payload does not decode into the type the handler declares."""
+
+
+# Failures the SDK itself decides: their traceback would only show the SDK.
+_NO_TRACE = (PoisonMessage, UnknownHandler, InvalidPayload)
+
+
+def handler_link(spec: HandlerSpec, pool: ThreadPoolExecutor) -> Next:
+    """The last link of the chain for ``spec``: decode, call within the timeout, encode."""
+
+    async def run(call: RunCall) -> bytes:
+        try:
+            payload = decode_payload(call.payload, spec.payload_type)
+        except PayloadInvalid as exc:
+            raise InvalidPayload(f"handler {spec.name!r}: {exc}") from None
+        output = await _call(spec, call.ctx, payload, pool)
+        return _encoded(output)
+
+    return run
+
+
+def refusal_link(error: NonRetryableError) -> Next:
+    """The last link of a run that reaches no handler: it fails with ``error``."""
+
+    async def run(call: RunCall) -> bytes:
+        raise error
+
+    return run
+
+
 async def call_handler(
-    fn: Handler, ctx: TaskContext, result: worker_pb2.RunResult, pool: ThreadPoolExecutor
+    middleware: Sequence[Middleware], last: Next, call: RunCall, result: worker_pb2.RunResult
 ) -> None:
-    """Run ``fn`` on the delivery's payload and record its outcome in ``result``: its output,
-    or the failure a ``Retry``, a ``NonRetryableError`` or any other exception means."""
+    """Run ``call`` down the chain and record its outcome in ``result``: its output, or the
+    failure a ``Retry``, a ``NonRetryableError`` or any other exception means."""
     try:
-        if inspect.iscoroutinefunction(fn):
-            output = await fn(ctx, result.delivery.payload)
-        else:
-            # In the caller's context, so the run span is current in the handler's thread.
-            run = contextvars.copy_context().run
-            call = functools.partial(run, fn, ctx, result.delivery.payload)
-            output = await asyncio.get_running_loop().run_in_executor(pool, call)
-        if output is not None and not isinstance(output, bytes):
-            raise TypeError(f"handler returned {type(output).__name__}, expected bytes|None")
-        if output is not None and len(output) > _OUTPUT_LIMIT:
-            raise ValueError(
-                f"handler returned {len(output):,} bytes of output; a result holds at most "
-                f"{_OUTPUT_LIMIT:,}"
-            )
+        output = await chain(middleware, last)(call)
         result.kind = worker_pb2.RESULT_KIND_SUCCEEDED
-        result.output = output or b""
+        result.output = output
+    except RunCancelled as exc:
+        # Recorded as cancelled only when its task was; a handler that gave up by itself
+        # failed (the server would refuse a cancelled run of a task not cancelled).
+        cancelled = call.ctx.cancel_reason == CANCEL_REQUESTED
+        kind = worker_pb2.RESULT_KIND_CANCELLED if cancelled else worker_pb2.RESULT_KIND_FAILED
+        set_failure(result, kind, type(exc).__name__, str(exc), "" if cancelled else _trace(exc))
     except Retry as exc:
         set_failure(result, worker_pb2.RESULT_KIND_RETRY, "Retry", str(exc))
         result.retry_after.FromMilliseconds(int(exc.after_seconds * 1000))
     except NonRetryableError as exc:
         kind = worker_pb2.RESULT_KIND_FAILED_PERMANENTLY
-        set_failure(result, kind, type(exc).__name__, str(exc), _trace(exc))
+        trace = "" if isinstance(exc, _NO_TRACE) else _trace(exc)
+        set_failure(result, kind, type(exc).__name__, str(exc), trace)
     except Exception as exc:
         trace = _trace(exc)
-        log.debug("handler %s failed: %s", ctx.handler, trace)
+        log.debug("handler %s failed: %s", call.ctx.handler, trace)
         set_failure(result, worker_pb2.RESULT_KIND_FAILED, type(exc).__name__, str(exc), trace)
+
+
+async def _call(spec: HandlerSpec, ctx: TaskContext, payload: Any, pool: ThreadPoolExecutor) -> Any:
+    """``spec``'s function on ``payload``, stopped after its timeout or when its task is
+    cancelled (a plain function cannot be stopped: it is told through ``ctx.cancelled``, and
+    no longer waited for after its timeout)."""
+    if spec.is_async:
+        work: asyncio.Future[Any] = asyncio.ensure_future(spec.fn(ctx, payload))
+        ctx.control.attach(work)  # a cancel of its task cancels the coroutine
+    else:
+        # In the caller's context, so the run span is current in the handler's thread.
+        run = contextvars.copy_context().run
+        call = functools.partial(run, spec.fn, ctx, payload)
+        work = asyncio.get_running_loop().run_in_executor(pool, call)
+    limit = asyncio.timeout(spec.options.timeout_s)
+    try:
+        async with limit:
+            return await work
+    except TimeoutError:
+        if not limit.expired():  # the handler's own TimeoutError
+            raise
+        ctx.control.stop(TIMED_OUT)
+        raise HandlerTimeout(
+            f"handler {spec.name!r} ran past its timeout of {spec.options.timeout_s:g} s and "
+            "was stopped"
+        ) from None
+    except asyncio.CancelledError:
+        if _stopping():
+            ctx.control.stop(SHUTTING_DOWN)  # a plain function learns it through ctx
+            raise
+        if ctx.cancel_reason == CANCEL_REQUESTED:
+            raise RunCancelled("the task was cancelled while the run went on") from None
+        raise
+
+
+def _stopping() -> bool:
+    """Whether this run itself is being cancelled (the worker stops), rather than only its
+    handler's coroutine."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _encoded(output: Any) -> bytes:
+    """What the handler returned, as output bytes within the server's cap."""
+    try:
+        data = encode_payload(output)
+    except TypeError as exc:
+        raise TypeError(f"handler returned what cannot be encoded: {exc}") from None
+    if len(data) > _OUTPUT_LIMIT:
+        raise ValueError(
+            f"handler returned {len(data):,} bytes of output; a result holds at most "
+            f"{_OUTPUT_LIMIT:,}"
+        )
+    return data
 
 
 def task_context(message: Message, run_id: str, worker_id: str) -> TaskContext:

@@ -12,6 +12,15 @@ fetches nothing more until acknowledgements come back (back-pressure). Why a bou
 each held message is uncommitted (a crash delivers it again, and on Kafka the partition's
 offset cannot pass it), its lease is renewed, and its result is kept in memory to be sent again.
 
+A run whose handler has limits of its own (``worker_sdk.gates``) may wait for them: while it
+waits it holds no handler slot and no place in the backlog, only a place among the waiting
+(``WAITING_PER_SLOT`` times the slots), so a handler held by its own limits never stops other
+handlers' messages from being fetched and run. Once its limits let it start it runs at once,
+taking a handler slot even when the others are busy meanwhile: so the handlers running may
+exceed ``limit`` by the runs a handler's limits released while every slot was busy (with a
+concurrency limit, the run releasing the place still holds its slot for a moment; with a rate,
+starts may fall due while the slots are busy).
+
 While a message is held, its lease is renewed through the consumer the message came from, even
 after the Worker moved on to a fresh one.
 """
@@ -34,6 +43,10 @@ log = logging.getLogger("tikk.worker")
 # message behind it: with four times that, duplicate starts under the fault suite's faults
 # rose several-fold, so the default waits until a step aside hands over less.
 BACKLOG_PER_SLOT = 1
+# How many runs may wait for their handler's own limits, in multiples of the slots: enough to
+# look past a run of one handler's messages to the next handler's, bounded so that a queue
+# full of one held handler's messages is not all fetched into memory.
+WAITING_PER_SLOT = 4
 
 
 def backlog_for(concurrency: int, backlog: int | None) -> int:
@@ -74,6 +87,7 @@ class InFlight:
         self.limit = limit
         self._runs: dict[asyncio.Task[None], Held] = {}
         self._reporting: set[asyncio.Task[None]] = set()  # handler returned, message held
+        self._waiting: set[asyncio.Task[None]] = set()  # held by its handler's own limits
         self._ended = asyncio.Event()
         self._woken = False
         self._full = False  # whether the backlog filled and has not drained to half
@@ -84,7 +98,7 @@ class InFlight:
     @property
     def running(self) -> int:
         """How many runs hold a handler slot."""
-        return len(self._runs) - len(self._reporting)
+        return len(self._runs) - len(self._reporting) - len(self._waiting)
 
     @property
     def reporting(self) -> int:
@@ -94,9 +108,18 @@ class InFlight:
 
     @property
     def free(self) -> int:
-        """How many messages may be fetched now: a handler slot for each, and room in the
-        backlog for each once its handler returns."""
-        return max(0, min(self.limit - self.running, self.backlog - len(self._runs)))
+        """How many messages may be fetched now: a handler slot for each, room in the backlog
+        for each once its handler returns, and a place among the waiting for each in case its
+        handler's limits hold it."""
+        waiting = len(self._waiting)
+        return max(
+            0,
+            min(
+                self.limit - self.running,
+                self.backlog - (len(self._runs) - waiting),
+                WAITING_PER_SLOT * self.limit - waiting,
+            ),
+        )
 
     def add(self, run: asyncio.Task[None], held: Held) -> None:
         """Count ``run`` in flight, in a handler slot, until it ends."""
@@ -111,9 +134,24 @@ class InFlight:
             self._reporting.add(run)
             self._ended.set()
 
+    def waiting(self) -> None:
+        """Called by a run (the current task) that waits for its handler's limits: it holds
+        no handler slot until ``admitted``."""
+        run = asyncio.current_task()
+        if run is not None and run in self._runs:
+            self._waiting.add(run)
+            self._ended.set()
+
+    def admitted(self) -> None:
+        """Called by a run once its handler's limits let it start (or it stopped waiting)."""
+        run = asyncio.current_task()
+        if run is not None:
+            self._waiting.discard(run)
+
     def _end(self, run: asyncio.Task[None]) -> None:
         del self._runs[run]
         self._reporting.discard(run)
+        self._waiting.discard(run)
         self._ended.set()
         if self._full:
             self._note_backlog()

@@ -14,67 +14,80 @@ handler starts are its children. Metrics: ``tikk.run.start_lateness`` (histogram
 due time to handler start), ``tikk.runs`` (counter by queue, handler and outcome) and
 ``tikk.run.duration`` (histogram, ms).
 
-Without ``telemetry`` a Worker records nothing and does not import OpenTelemetry. Providers
-default to the globally configured ones. ``RunMetrics(sinks)`` records the metrics alone (into
-Prometheus, say: ``tikk worker --metrics``), and ``RunTelemetry(..., sinks=...)`` adds sinks
-to its own.
+Telemetry is a middleware (``worker_sdk.middleware``), the outermost of the chain: it sees
+every run, also one refused before any handler (delivered too often, no such handler), and
+the outcome the run's exception means. A run interrupted by the worker's stop is not recorded
+(it is delivered again). Without ``telemetry`` a Worker records nothing and does not import
+OpenTelemetry. Providers default to the globally configured ones. ``RunMetrics(sinks)``
+records the metrics alone (into Prometheus, say: ``tikk worker --metrics``), and
+``RunTelemetry(..., sinks=...)`` adds sinks to its own.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator, Sequence
+import asyncio
+from collections.abc import Sequence
 from typing import Any
 
+from tikk.clock import Clock, SystemClock
 from tikk.metric_catalog import RUN_DURATION, RUN_START_LATENESS, RUNS, MetricSink
 from tikk.metric_sinks import OtelMetrics
 from tikk.queue_contract import trace_carrier
-from tikk.v1 import worker_pb2
-from worker_sdk.queues.consumer import Message
+from worker_sdk.context import NonRetryableError, Retry
+from worker_sdk.middleware import Next, RunCall
 
-_OUTCOMES = {
-    worker_pb2.RESULT_KIND_SUCCEEDED: "succeeded",
-    worker_pb2.RESULT_KIND_FAILED: "failed",
-    worker_pb2.RESULT_KIND_RETRY: "retry",
-    worker_pb2.RESULT_KIND_FAILED_PERMANENTLY: "failed_permanently",
-}
 
-Finish = Callable[[worker_pb2.RunResult], None]
+def outcome_of(error: BaseException | None) -> str:
+    """The outcome label of a run that raised ``error`` (None: it succeeded)."""
+    if error is None:
+        return "succeeded"
+    if isinstance(error, Retry):
+        return "retry"
+    if isinstance(error, NonRetryableError):
+        return "failed_permanently"
+    return "failed"
 
 
 class NoTelemetry:
     """What a Worker without telemetry uses: nothing recorded, nothing imported."""
 
-    @contextlib.contextmanager
-    def run(self, message: Message, started_ms: int) -> Iterator[Finish]:
-        """Around one run; call the yielded function with the run's result."""
-        yield _ignore
-
-
-def _ignore(result: worker_pb2.RunResult) -> None:
-    pass
+    async def __call__(self, call: RunCall, call_next: Next) -> bytes:
+        return await call_next(call)
 
 
 class RunMetrics(NoTelemetry):
-    """Records each run in the run metrics of ``sinks``, traced nowhere."""
+    """Records each run in the run metrics of ``sinks``, traced nowhere. ``clock`` times the
+    run's duration (the system clock by default)."""
 
-    def __init__(self, sinks: Sequence[MetricSink] = ()) -> None:
+    def __init__(self, sinks: Sequence[MetricSink] = (), *, clock: Clock | None = None) -> None:
         self.sinks = tuple(sinks)
+        self._clock = clock or SystemClock()
 
-    @contextlib.contextmanager
-    def run(self, message: Message, started_ms: int) -> Iterator[Finish]:
-        lateness = max(0, started_ms - message.delivery.due_time.ToMilliseconds())
-        yield lambda result: self._record(result, lateness)
+    async def __call__(self, call: RunCall, call_next: Next) -> bytes:
+        error: BaseException | None = None
+        try:
+            return await call_next(call)
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if not _interrupted():
+                self._record(call, outcome_of(error))
 
-    def _record(self, result: worker_pb2.RunResult, lateness_ms: int) -> None:
-        d = result.delivery
-        labels = {"queue": d.queue, "handler": d.handler}
-        duration = result.finish_time.ToMilliseconds() - result.start_time.ToMilliseconds()
-        outcome = {**labels, "outcome": _OUTCOMES.get(result.kind, "unknown")}
+    def _record(self, call: RunCall, outcome: str) -> None:
+        labels = {"queue": call.ctx.queue, "handler": call.ctx.handler}
+        lateness = max(0, call.started_ms - call.delivery.due_time.ToMilliseconds())
+        duration = max(0, self._clock.now_ms() - call.started_ms)
         for sink in self.sinks:
-            sink.observe(RUN_START_LATENESS, lateness_ms, labels)
-            sink.observe(RUN_DURATION, max(0, duration), labels)
-            sink.add(RUNS, 1, outcome)
+            sink.observe(RUN_START_LATENESS, lateness, labels)
+            sink.observe(RUN_DURATION, duration, labels)
+            sink.add(RUNS, 1, {**labels, "outcome": outcome})
+
+
+def _interrupted() -> bool:
+    """Whether the current task is being cancelled (the worker is stopping)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class RunTelemetry(RunMetrics):
@@ -86,44 +99,56 @@ class RunTelemetry(RunMetrics):
         meter_provider: Any = None,
         *,
         sinks: Sequence[MetricSink] = (),
+        clock: Clock | None = None,
     ) -> None:
         from opentelemetry import metrics, trace
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         meters = meter_provider or metrics.get_meter_provider()
-        super().__init__([OtelMetrics(meters, "tikk.worker"), *sinks])
+        super().__init__([OtelMetrics(meters, "tikk.worker"), *sinks], clock=clock)
         self._trace = trace
         self._propagator = TraceContextTextMapPropagator()
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer("tikk.worker")
 
-    def _parent(self, message: Message) -> Any:
-        carrier = trace_carrier(message.headers, message.delivery.trace_context)
+    def _parent(self, call: RunCall) -> Any:
+        carrier = trace_carrier(call.headers, call.delivery.trace_context)
         return self._propagator.extract(carrier=carrier) if carrier else None
 
-    @contextlib.contextmanager
-    def run(self, message: Message, started_ms: int) -> Iterator[Finish]:
-        d = message.delivery
-        due_ms = d.due_time.ToMilliseconds()
-        attributes: dict[str, str | int] = {
-            "tikk.namespace": d.namespace, "tikk.task_id": d.task_id, "tikk.queue": d.queue,
-            "tikk.handler": d.handler, "tikk.attempt": d.attempt,
-            "tikk.idempotency_key": d.idempotency_key,
-            "tikk.delivery_count": message.delivery_count,
-            "tikk.lateness_ms": max(0, started_ms - due_ms),
-        }  # fmt: skip
+    async def __call__(self, call: RunCall, call_next: Next) -> bytes:
         with self._tracer.start_as_current_span(
-            f"run {d.handler}",
-            context=self._parent(message),
+            f"run {call.ctx.handler}",
+            context=self._parent(call),
             kind=self._trace.SpanKind.CONSUMER,
-            start_time=started_ms * 1_000_000,
-            attributes=attributes,
+            start_time=call.started_ms * 1_000_000,
+            attributes=_attributes(call),
+            record_exception=False,
+            set_status_on_exception=False,
         ) as span:
-            yield lambda result: self._finish(span, result, max(0, started_ms - due_ms))
+            error: BaseException | None = None
+            try:
+                return await call_next(call)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                if not _interrupted():
+                    self._finish(span, call, error)
 
-    def _finish(self, span: Any, result: worker_pb2.RunResult, lateness_ms: int) -> None:
-        outcome = _OUTCOMES.get(result.kind, "unknown")
+    def _finish(self, span: Any, call: RunCall, error: BaseException | None) -> None:
+        outcome = outcome_of(error)
         span.set_attribute("tikk.outcome", outcome)
-        if result.kind != worker_pb2.RESULT_KIND_SUCCEEDED:
-            description = f"{result.error_type}: {result.error_message}"
+        if error is not None:
+            description = f"{type(error).__name__}: {error}"
             span.set_status(self._trace.Status(self._trace.StatusCode.ERROR, description))
-        self._record(result, lateness_ms)
+        self._record(call, outcome)
+
+
+def _attributes(call: RunCall) -> dict[str, str | int]:
+    ctx = call.ctx
+    return {
+        "tikk.namespace": ctx.namespace, "tikk.task_id": ctx.task_id, "tikk.queue": ctx.queue,
+        "tikk.handler": ctx.handler, "tikk.attempt": ctx.attempt,
+        "tikk.idempotency_key": ctx.idempotency_key,
+        "tikk.delivery_count": ctx.delivery_count,
+        "tikk.lateness_ms": max(0, call.started_ms - call.delivery.due_time.ToMilliseconds()),
+    }  # fmt: skip

@@ -34,46 +34,44 @@ import logging
 import os
 import socket
 import time
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-import grpc
 
 from tikk.client.transport import Transport
 from tikk.clock import Clock, SystemClock
 from tikk.errors import BackendUnavailable
 from tikk.v1 import worker_pb2, worker_pb2_grpc
+from worker_sdk.cancellations import CancelWatch
 from worker_sdk.commits import CommitBatcher
+from worker_sdk.context import TaskContext
 from worker_sdk.execution import (
-    Handler,
+    PoisonMessage,
+    UnknownHandler,
     call_handler,
     checked_worker_id,
-    set_failure,
+    handler_link,
+    refusal_link,
     task_context,
 )
+from worker_sdk.gates import HandlerGates
+from worker_sdk.handlers import HandlerOptions, HandlerSpec, handler_spec
 from worker_sdk.inflight import Held, InFlight, backlog_for
 from worker_sdk.intake import Intake, check_queues
+from worker_sdk.middleware import Middleware, Next, RunCall
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
-from worker_sdk.results import Backoff, ResultStream
+from worker_sdk.reporting import may_start, report_until_settled
+from worker_sdk.results import ResultStream
+from worker_sdk.server_config import sleep_unless, worker_config
 from worker_sdk.telemetry import NoTelemetry
 
 log = logging.getLogger("tikk.worker")
 
 H = TypeVar("H", bound=Callable[..., Any])
 T = TypeVar("T")
-# Answers that reporting again cannot change (google.rpc.Code numbers): the task is not
-# running that attempt any more (also a start whose timeout ran out), or the delivery's token
-# does not match it. The message is dropped, not reported forever.
-_FINAL_REFUSALS = {
-    grpc.StatusCode.FAILED_PRECONDITION.value[0],
-    grpc.StatusCode.PERMISSION_DENIED.value[0],
-}
 _CHECK_S = 0.25  # how often a worker with every slot busy, or paused, looks at its reporting
 _GATHER_S = 0.01  # how long a full worker waits for more slots to free before it fetches
-_CONFIG_TIMEOUT_S = 10.0  # one GetWorkerConfig attempt
 # gRPC reconnects with backoff of its own, by default growing to 2 minutes; capped, a worker
 # finds a restarted server within about a second.
 _CHANNEL_OPTIONS = [
@@ -86,7 +84,10 @@ class Worker:
     """Runs registered handlers for tasks of ``queues``.
 
     Async handlers run on the event loop; plain functions run in a thread pool. At most
-    ``concurrency`` handlers run at once. A message handed out ``max_deliveries`` times without
+    ``concurrency`` handlers run at once; a handler may have limits and a timeout of its own
+    (``handler``'s options, ``worker_sdk.handlers``), and its payload a type
+    (``worker_sdk.handlers``). ``middleware`` runs around every run, outermost first, inside
+    ``telemetry`` (``worker_sdk.middleware``). A message handed out ``max_deliveries`` times without
     a recorded result (it keeps killing workers) is dead-lettered instead of run again.
     ``result_backlog`` bounds the messages held, running or with a result not yet
     acknowledged (``worker_sdk.inflight``: as many as ``concurrency`` by default); when it is
@@ -125,24 +126,25 @@ class Worker:
         wall_clock: Clock | None = None,
         result_backlog: int | None = None,
         instance_id: str | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         check_queues(queues)
         self.result_backlog = backlog_for(concurrency, result_backlog)  # checks both
         self.queues = list(queues)
         self.concurrency = concurrency
         self.worker_id = checked_worker_id(worker_id or f"{socket.gethostname()}-{os.getpid()}")
-        self._poll_interval_s = poll_interval_s
-        self._max_deliveries = max_deliveries
+        self._poll_interval_s, self._max_deliveries = poll_interval_s, max_deliveries
         self._shutdown_timeout_s = shutdown_timeout_s
-        self._handlers: dict[str, Handler] = {}
+        self._handlers: dict[str, HandlerSpec] = {}
+        self.middleware = list(middleware)  # outermost first, after the telemetry
+        self._gates, self._inflight = HandlerGates(clock), InFlight(concurrency, concurrency)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="handler")
-        self.completed = 0
-        # Messages whose result the server refused for good (see ``_FINAL_REFUSALS``).
-        self.dropped = 0
+        self.completed = self.dropped = 0  # results recorded / refused for good
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
-        self._clock = clock
-        self._wall_clock = wall_clock or SystemClock()
+        self._clock, self._wall_clock = clock, wall_clock or SystemClock()
+        # Runs whose task is cancelled while they go on are stopped (``cancels.every_s``).
+        self.cancels = CancelWatch(clock=clock)
         # How ``run`` reaches the server (TLS, client certificate, token); plaintext if None.
         self.transport = transport or Transport()
         self._set_failover(session_timeout_s, heartbeat_interval_s, report_timeout_s, instance_id)
@@ -176,21 +178,33 @@ class Worker:
         self.group_timing = GroupTiming(session_ms, heartbeat_ms, instance_id=instance_id)
         self.report_timeout_s = report_s
 
-    def handler(self, name: str) -> Callable[[H], H]:
-        """Decorator: register the function as the handler called ``name``."""
+    def handler(
+        self,
+        name: str,
+        *,
+        timeout_s: float | None = None,
+        concurrency: int | None = None,
+        concurrency_per_label: Mapping[str, int] | None = None,
+        rate_per_s: float | None = None,
+    ) -> Callable[[H], H]:
+        """Decorator: register the function as the handler called ``name``, with its own
+        limits (``worker_sdk.handlers.HandlerOptions``)."""
+        options = HandlerOptions(timeout_s, concurrency, concurrency_per_label or {}, rate_per_s)
 
         def register(fn: H) -> H:
-            self.register(name, fn)
+            self.register(name, fn, options)
             return fn
 
         return register
 
-    def register(self, name: str, fn: Handler) -> None:
-        if not name:
-            raise ValueError("handler name must not be empty")
+    def register(
+        self, name: str, fn: Callable[..., Any], options: HandlerOptions | None = None
+    ) -> None:
+        """Register ``fn`` as the handler ``name``; ``ValueError`` if the name is taken or
+        ``fn`` does not take ``(ctx, payload)`` (``worker_sdk.handlers``)."""
         if name in self._handlers:
             raise ValueError(f"handler {name!r} is already registered")
-        self._handlers[name] = fn
+        self._handlers[name] = handler_spec(name, fn, options or HandlerOptions())
 
     @property
     def handler_names(self) -> list[str]:
@@ -217,7 +231,7 @@ class Worker:
         channel = (transport or self.transport).aio_channel(server, _CHANNEL_OPTIONS)
         async with channel:
             stub = worker_pb2_grpc.WorkerServiceStub(channel)
-            config = await _worker_config(stub, server, stop)
+            config = await worker_config(stub, server, stop)
             if config is None:
                 return self.completed
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
@@ -226,9 +240,11 @@ class Worker:
             out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
             out.results.start()
             out.commits.start()
+            watch = asyncio.create_task(self.cancels.watch(stub))
             try:
                 await self._loop(intake, out, stop, burst, visibility_ms)
             finally:
+                watch.cancel()
                 await out.commits.close()  # before the consumers they go to close
                 await out.results.close()
                 await intake.close()
@@ -242,7 +258,7 @@ class Worker:
         burst: bool,
         visibility_ms: int,
     ) -> None:
-        inflight = InFlight(self.concurrency, self.result_backlog)
+        inflight = self._inflight = InFlight(self.concurrency, self.result_backlog)
         renewer = asyncio.create_task(inflight.renew(visibility_ms / 3000))
         stopping = asyncio.create_task(_call_when_set(stop, inflight.wake, intake.wake))
         try:
@@ -303,7 +319,7 @@ class Worker:
         await out.commits.flush()  # what was acknowledged is not handed to others again
         await intake.close()
         while not stop.is_set() and out.results.waiting_s() > self.report_timeout_s:
-            await _sleep_unless(stop, _CHECK_S)
+            await sleep_unless(stop, _CHECK_S)
         if not stop.is_set():
             log.warning(
                 "results are acknowledged again after a pause of %.1f s: resuming with a "
@@ -317,76 +333,69 @@ class Worker:
         """Run ``message`` and report its result until the server records it; only then is the
         message committed (with the next batch). ``ran`` frees its handler slot as soon as the
         handler returned: waiting for the server delays no start, only the commit."""
-        if not await self._may_start(out.results, message):
+        now_ms = self._wall_clock.now_ms()
+        if not await may_start(out.results, message, self.worker_id, now_ms):
             out.commits.add(consumer, message)  # dead-lettered by its start timeout: not run
             return
-        result = await self._execute(message)
+        result = await self.execute(message)
         ran()
-        while True:
-            ack = await out.results.report(result)
-            if ack.code == grpc.StatusCode.OK.value[0]:
-                self.completed += 1
-                break
-            if ack.code in _FINAL_REFUSALS:
-                self.dropped += 1
-                d = result.delivery
-                log.warning("result of task %s attempt %d refused for good, message dropped: %s",
-                            d.task_id, d.attempt, ack.message)  # fmt: skip
-                break
-            log.warning("server refused result of %s (%s), retrying", result.run_id, ack.message)
-            await asyncio.sleep(1.0)
+        if await report_until_settled(out.results, result):
+            self.completed += 1
+        else:
+            self.dropped += 1
         out.commits.add(consumer, message)
 
-    async def _may_start(self, results: ResultStream, message: Message) -> bool:
-        """An attempt with a start timeout runs only once the server granted its start (the
-        timeout may have run out, and then it was dead-lettered instead); others always."""
-        d = message.delivery
-        if not d.HasField("start_timeout"):
-            return True
-        claim = worker_pb2.RunResult(
-            run_id=uuid.uuid4().hex, delivery=d, kind=worker_pb2.RESULT_KIND_STARTED,
-            worker_id=self.worker_id,
-        )  # fmt: skip
-        claim.start_time.FromMilliseconds(self._wall_clock.now_ms())
-        while True:
-            ack = await results.report(claim)
-            if ack.code == grpc.StatusCode.OK.value[0]:
-                return True
-            if ack.code in _FINAL_REFUSALS:
-                log.warning("start of task %s attempt %d refused, message dropped: %s",
-                            d.task_id, d.attempt, ack.message)  # fmt: skip
-                return False
-            log.warning("server could not decide the start of %s (%s), asking again",
-                        d.task_id, ack.message)  # fmt: skip
-            await asyncio.sleep(1.0)
-
-    async def _execute(self, message: Message) -> worker_pb2.RunResult:
+    async def execute(self, message: Message) -> worker_pb2.RunResult:
+        """Run ``message`` down the middleware chain to its handler, within the handler's
+        limits, and return the result to report; reports nothing itself (the test harness,
+        ``worker_sdk.testing``, calls it too)."""
         d = message.delivery
         run_id = os.urandom(16).hex()  # as random as uuid4().hex, without a UUID object per run
-        started = self._wall_clock.now_ms()
         result = worker_pb2.RunResult(run_id=run_id, delivery=d, worker_id=self.worker_id)
-        result.start_time.FromMilliseconds(started)
-        fn = self._handlers.get(d.handler)
-        with self.telemetry.run(message, started) as finish:
-            if message.delivery_count > self._max_deliveries:
-                reason = f"delivered {message.delivery_count} times without a recorded result"
-                set_failure(
-                    result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "PoisonMessage", reason
-                )
-            elif fn is None:
-                reason = (
-                    f"no handler {d.handler!r} on worker {self.worker_id} "
-                    f"(registered: {', '.join(self.handler_names) or 'none'})"
-                )
-                set_failure(
-                    result, worker_pb2.RESULT_KIND_FAILED_PERMANENTLY, "UnknownHandler", reason
-                )
-            else:
-                ctx = task_context(message, run_id, self.worker_id)
-                await call_handler(fn, ctx, result, self._pool)
+        spec, last = self._last_link(message)
+        ctx = task_context(message, run_id, self.worker_id)
+        async with self._admitted(spec, ctx):
+            started = self._wall_clock.now_ms()
+            result.start_time.FromMilliseconds(started)
+            call = RunCall(ctx, d.payload, message.headers, d, started)
+            self.cancels.started(ctx, d)
+            try:
+                await call_handler([self.telemetry, *self.middleware], last, call, result)
+            finally:
+                self.cancels.ended(ctx)
             result.finish_time.FromMilliseconds(self._wall_clock.now_ms())
-            finish(result)
         return result
+
+    def _last_link(self, message: Message) -> tuple[HandlerSpec | None, Next]:
+        """The handler of ``message`` and the end of its chain: the handler, or the refusal
+        of a message delivered too often or for a handler this worker lacks."""
+        d, spec = message.delivery, self._handlers.get(message.delivery.handler)
+        if message.delivery_count > self._max_deliveries:
+            reason = f"delivered {message.delivery_count} times without a recorded result"
+            return None, refusal_link(PoisonMessage(reason))
+        if spec is None:
+            reason = (
+                f"no handler {d.handler!r} on worker {self.worker_id} "
+                f"(registered: {', '.join(self.handler_names) or 'none'})"
+            )
+            return None, refusal_link(UnknownHandler(reason))
+        return spec, handler_link(spec, self._pool)
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self, spec: HandlerSpec | None, ctx: TaskContext) -> AsyncIterator[None]:
+        """Hold the run until its handler's limits let it start (``worker_sdk.gates``); it
+        holds no handler slot while it waits."""
+        if spec is None or not spec.options.gated:
+            yield
+            return
+        inflight = self._inflight
+        inflight.waiting()
+        try:
+            async with self._gates.admit(spec, ctx.labels):
+                inflight.admitted()
+                yield
+        finally:
+            inflight.admitted()
 
 
 @dataclass(frozen=True)
@@ -398,52 +407,10 @@ class _Outbound:
     commits: CommitBatcher
 
 
-async def _worker_config(
-    stub: Any, server: str, stop: asyncio.Event
-) -> worker_pb2.GetWorkerConfigResponse | None:
-    """The server's settings for workers. A server that is down or not ready yet is asked
-    again with backoff until it answers; None if ``stop`` is set first."""
-    backoff = Backoff()
-    while not stop.is_set():
-        try:
-            config: worker_pb2.GetWorkerConfigResponse = await stub.GetWorkerConfig(
-                worker_pb2.GetWorkerConfigRequest(), timeout=_CONFIG_TIMEOUT_S
-            )
-            return config
-        except grpc.aio.AioRpcError as exc:
-            delay = backoff.next()
-            log.warning("server %s %s; asking again in %.1f s", server, _unanswered(exc), delay)
-            await _sleep_unless(stop, delay)
-    return None
-
-
-def _unanswered(exc: grpc.aio.AioRpcError) -> str:
-    """Why the server gave no configuration, told so that whoever runs the worker can act:
-    a refused handshake or credential is not a server that is down."""
-    code, details = exc.code(), exc.details() or ""
-    if "handshake" in details.lower() or "CERTIFICATE_VERIFY_FAILED" in details:
-        return (
-            "refused the TLS handshake: check that --tls-ca names the CA of the server's "
-            f"certificate and --tls-server-name its name ({code.name}: {details})"
-        )
-    if code is grpc.StatusCode.UNAUTHENTICATED:
-        return f"refused the worker's credential (--token-file or $TIKK_TOKEN): {details}"
-    if code is grpc.StatusCode.PERMISSION_DENIED:
-        return f"refused the worker: {details}"
-    return f"did not answer ({code.name}: {details})"
-
-
 async def _call_when_set(event: asyncio.Event, *calls: Callable[[], None]) -> None:
     await event.wait()
     for call in calls:
         call()
-
-
-async def _sleep_unless(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(seconds):  # no task per sleep, unlike wait_for
-            await stop.wait()
 
 
 def _given(value: T | None, current: T) -> T:

@@ -124,8 +124,8 @@ class Stack:
         self._channel = grpc.insecure_channel(self.address)
         return self.address
 
-    def start_worker(self) -> Process:
-        w = Process(["worker", "tests.e2e.worker_app:worker", "--server", self.address], self.env)
+    def start_worker(self, app: str = "tests.e2e.worker_app:worker") -> Process:
+        w = Process(["worker", app, "--server", self.address], self.env)
         self.workers.append(w)
         return w
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +18,8 @@ from tikk.settings import Limits
 from tikk.v1 import worker_pb2
 from worker_sdk import Worker
 from worker_sdk.context import NonRetryableError, Retry, TaskContext
-from worker_sdk.execution import call_handler, set_failure
+from worker_sdk.execution import set_failure
+from worker_sdk.queues.consumer import Message
 
 LIMITS = Limits()
 _AT = datetime(2030, 1, 1, tzinfo=UTC)
@@ -94,19 +94,17 @@ def test_the_sdk_cuts_a_long_error_to_fit_and_says_so() -> None:
     assert (short.error_type, short.error_message) == ("ValueError", "bad input")
 
 
-def _context() -> TaskContext:
-    return TaskContext(
-        namespace="default", task_id="t", queue="q", handler="h", run_id="r", attempt=1,
-        max_attempts=3, scheduled_time=_AT, due_time=_AT, fired_time=_AT,
-        idempotency_key="k", labels={}, worker_id="w1", delivery_count=1,
-    )  # fmt: skip
+async def _execute(handler: Any, payload: bytes = b"") -> worker_pb2.RunResult:
+    """A run of ``handler`` as a Worker makes it (chain, decoding, encoding), reported nowhere."""
+    worker = Worker(["q"], concurrency=1, worker_id="w1")
+    worker.register("h", handler)
+    delivery = worker_pb2.Delivery(namespace="default", task_id="t", queue="q", handler="h",
+                                   payload=payload, attempt=1, max_attempts=3)  # fmt: skip
+    return await worker.execute(Message(delivery, 1, None))
 
 
 async def _run(output: bytes) -> worker_pb2.RunResult:
-    result = _result()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        await call_handler(lambda ctx, payload: output, _context(), result, pool)
-    return result
+    return await _execute(lambda ctx, payload: output)
 
 
 async def test_a_run_whose_output_is_over_the_cap_fails_instead_of_being_refused() -> None:
@@ -127,9 +125,7 @@ async def test_a_non_retryable_error_with_a_huge_message_is_still_reported() -> 
     def handler(ctx: TaskContext, payload: bytes) -> bytes:
         raise NonRetryableError("x" * 1_000_000)
 
-    result = _result()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        await call_handler(handler, _context(), result, pool)
+    result = await _execute(handler)
     assert result.kind == worker_pb2.RESULT_KIND_FAILED_PERMANENTLY
     check_result_text(result, LIMITS)
 
@@ -143,9 +139,7 @@ def _parse_order(payload: bytes) -> bytes:
 
 
 async def test_a_failed_run_carries_its_traceback_from_the_handler_down() -> None:
-    result = _result(delivery=worker_pb2.Delivery(payload=b"{}"))
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        await call_handler(_fails_deep_inside, _context(), result, pool)
+    result = await _execute(_fails_deep_inside, b"{}")
     assert result.kind == worker_pb2.RESULT_KIND_FAILED and result.error_type == "KeyError"
     trace = result.traceback
     assert trace.startswith("Traceback (most recent call last):\n")
@@ -162,10 +156,7 @@ async def test_a_permanent_failure_has_a_traceback_and_a_requested_retry_has_non
     async def later(ctx: TaskContext, payload: bytes) -> bytes:
         raise Retry(30)
 
-    failed, retried = _result(), _result()
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        await call_handler(give_up, _context(), failed, pool)
-        await call_handler(later, _context(), retried, pool)
+    failed, retried = await _execute(give_up), await _execute(later)
     assert "in give_up" in failed.traceback and failed.traceback.endswith("card declined\n")
     assert retried.kind == worker_pb2.RESULT_KIND_RETRY and retried.traceback == ""
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,8 @@ from tikk.store.tasks import advance_cursor
 from tikk.telemetry import OtelTelemetry, Providers, Telemetry, build_providers, open_telemetry
 from tikk.timestamps import to_timestamp
 from tikk.v1 import worker_pb2
+from worker_sdk.context import TaskContext
+from worker_sdk.middleware import RunCall
 from worker_sdk.queues.consumer import Message
 from worker_sdk.telemetry import RunTelemetry
 
@@ -207,25 +211,42 @@ def message(headers: dict[str, str], inside: dict[str, str]) -> Message:
     return Message(delivery, 1, None, b"", headers)
 
 
-def run_result(kind: int, started: int, finished: int) -> worker_pb2.RunResult:
-    m = message({}, {})
-    return worker_pb2.RunResult(
-        delivery=m.delivery, kind=kind,  # type: ignore[arg-type]
-        start_time=to_timestamp(started), finish_time=to_timestamp(finished),
-        error_type="ValueError", error_message="bad",
+async def run_through(telemetry: RunTelemetry, msg: Message, started: int, error: Any) -> None:
+    """One run of ``msg`` through the telemetry link of the chain: it starts at ``started``
+    and raises ``error`` (or succeeds, if None) 50 ms later by the link's clock."""
+    d = msg.delivery
+    ctx = TaskContext(
+        namespace=d.namespace, task_id=d.task_id, queue=d.queue, handler=d.handler,
+        run_id="r", attempt=d.attempt, max_attempts=3, scheduled_time=_AT, due_time=_AT,
+        fired_time=_AT, idempotency_key=d.idempotency_key, labels={}, worker_id="w",
+        delivery_count=msg.delivery_count,
     )  # fmt: skip
 
+    async def handler(call: RunCall) -> bytes:
+        telemetry_clock.advance(50)
+        if error is not None:
+            raise error
+        return b""
 
-def test_the_run_span_continues_the_header_trace_and_records_lateness(
+    call = RunCall(ctx, d.payload, msg.headers, d, started)
+    with contextlib.suppress(Exception):
+        await telemetry(call, handler)
+
+
+_AT = datetime.fromtimestamp(T0 / 1000, tz=UTC)
+telemetry_clock = ManualClock(T0)
+
+
+async def test_the_run_span_continues_the_header_trace_and_records_lateness(
     recorded: Recorded,
 ) -> None:
     p = recorded.providers
-    telemetry = RunTelemetry(p.tracer_provider, p.meter_provider)
+    telemetry = RunTelemetry(p.tracer_provider, p.meter_provider, clock=telemetry_clock)
     dispatch_span = "1111111111111111"
     headers = {"traceparent": f"00-{TRACE_ID}-{dispatch_span}-01"}
     inside = {"traceparent": f"00-{'9' * 32}-{'2' * 16}-01"}
-    with telemetry.run(message(headers, inside), T0 + 30) as finish:
-        finish(run_result(worker_pb2.RESULT_KIND_FAILED, T0 + 30, T0 + 80))
+    telemetry_clock.set(T0 + 30)
+    await run_through(telemetry, message(headers, inside), T0 + 30, ValueError("bad"))
     (span,) = recorded.finished()
     trace_id, _, parent = trace_hex(span)
     # Kafka's header wins over the copy inside the message.
@@ -240,14 +261,13 @@ def test_the_run_span_continues_the_header_trace_and_records_lateness(
     assert (runs.value, runs.attributes["outcome"]) == (1, "failed")
 
 
-def test_without_headers_the_run_span_uses_the_context_in_the_delivery(
+async def test_without_headers_the_run_span_uses_the_context_in_the_delivery(
     recorded: Recorded,
 ) -> None:
     p = recorded.providers
-    telemetry = RunTelemetry(p.tracer_provider, p.meter_provider)
+    telemetry = RunTelemetry(p.tracer_provider, p.meter_provider, clock=telemetry_clock)
     inside = {"traceparent": f"00-{TRACE_ID}-{'2' * 16}-01"}
-    with telemetry.run(message({}, inside), T0) as finish:
-        finish(run_result(worker_pb2.RESULT_KIND_SUCCEEDED, T0, T0))
+    await run_through(telemetry, message({}, inside), T0, None)
     (span,) = recorded.finished()
     assert trace_hex(span)[::2] == (TRACE_ID, "2" * 16)
     assert span.status.status_code is StatusCode.UNSET
