@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PROTOS := $(wildcard proto/tikk/v1/*.proto)
 
-.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit browser deploy-check
+.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit browser deploy-check clients-deps clients-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,22 +17,39 @@ venv: $(VENV)/.installed
 demo: venv
 	$(PY) examples/demo.py
 
-proto: venv
+# The Python stubs, and the Go and TypeScript clients' (clients/go, clients/typescript).
+proto: venv clients-deps
 	$(PY) -m grpc_tools.protoc -I proto --python_out=. --pyi_out=. --grpc_python_out=. $(PROTOS)
+	bash scripts/go-client.sh generate
+	bash scripts/ts-client.sh generate
 
 # Regenerates the stubs into a scratch folder and fails if they differ from the committed ones.
-proto-check: venv
+proto-check: venv clients-deps
 	rm -rf .proto-check && mkdir -p .proto-check
 	$(PY) -m grpc_tools.protoc -I proto --python_out=.proto-check --pyi_out=.proto-check --grpc_python_out=.proto-check $(PROTOS)
 	diff -r -x __init__.py -x __pycache__ -x '*.typed' .proto-check/tikk/v1 tikk/v1
 	rm -rf .proto-check
+	bash scripts/go-client.sh check
+	bash scripts/ts-client.sh check
+
+# The other languages' toolchains: protoc-gen-go, protoc-gen-go-grpc and grpcurl built into
+# .tools/bin (once), the TypeScript client's npm packages (npm ci, once per lock file).
+clients-deps: venv
+	bash scripts/go-client.sh tools
+	bash scripts/ts-client.sh deps
+
+# gofmt, vet and the unit tests of the Go client and the Go worker (the tests against real
+# servers run in pytest: tests/e2e/test_go_client.py, test_go_worker.py, test_ts_client.py).
+clients-check: clients-deps
+	bash scripts/go-client.sh test
+	bash scripts/go-worker.sh check
 
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-check: lint proto-check
+check: lint proto-check clients-check
 
 # Cassandra, Kafka and ZooKeeper as local processes (needs JDK 17 and Maven; says so if not).
 stack-up: venv
