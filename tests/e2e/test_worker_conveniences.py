@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import Stack
+from tests.e2e.conveniences_app import Invoice
 from tests.waiting import eventually
+from tikk.client import Client, TaskSpec
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, tasks_pb2
 
@@ -55,7 +57,8 @@ def times(stack: Stack, task_ids: list[str], event: str) -> list[int]:
 def test_a_typed_handler_decodes_its_payload_and_a_bad_one_is_dead_lettered_at_once(
     conv: Stack, ns: str
 ) -> None:
-    create(conv, ns, "good", "pay", payload=json.dumps({"customer": "c1", "cents": 21}).encode())
+    with Client(conv.address, namespace=ns) as client:  # the client encodes the dataclass
+        client.create_task(TaskSpec("conv", "pay", Invoice("c1", 21), task_id="good"))
     create(conv, ns, "bad", "pay", payload=b'{"customer": "c1"}',
            retry_policy=tasks_pb2.RetryPolicy(max_attempts=5))  # fmt: skip
     good = eventually(lambda: finished(conv, ns, "good"), timeout=30)

@@ -25,9 +25,9 @@ SHARED_NAMES = {
 }
 # A module that may define a name another module defines too, with the reason.
 _CLIENT_OWN = (
-    "the Python client imports nothing of the domain (tikk/client/ may import only grpc and "
-    "tikk.v1), so it spells out the schedule policy's choices and its own page of a listing "
-    "for its callers itself"
+    "the Python client imports nothing of the domain (tikk/client/ may import only grpc, "
+    "tikk.v1 and the standard-library payload codec), so it spells out the schedule "
+    "policy's choices and its own page of a listing for its callers itself"
 )
 OWN_COPIES = {
     ("tikk/client/specs.py", "CatchUp"): _CLIENT_OWN,

@@ -97,7 +97,7 @@ class AsyncClient:
         *,
         run_at: datetime | None = None,
         delay: timedelta | None = None,
-        payload: bytes | str | None = None,
+        payload: object | None = None,
     ) -> tasks_pb2.Task:
         call = self._calls.reschedule_task(task_id, run_at, delay, payload)
         return await self._unary(call)

@@ -112,7 +112,7 @@ class Calls:
         task_id: str,
         run_at: datetime | None,
         delay: timedelta | None,
-        payload: bytes | str | None,
+        payload: object | None,
     ) -> Unary[tasks_pb2.Task]:
         request = tasks_pb2.RescheduleTaskRequest(namespace=self.namespace, task_id=task_id)
         if (run_at is None) == (delay is None):

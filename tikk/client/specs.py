@@ -46,7 +46,9 @@ class TaskSpec:
 
     queue: str
     handler: str
-    payload: bytes | str = b""
+    # Bytes, text (UTF-8), or a dataclass, pydantic model or plain data (JSON): what a typed
+    # handler declares it takes (``tikk.payload_codec``).
+    payload: object = b""
     task_id: str = ""
     run_at: datetime | None = None
     delay: timedelta | None = None
@@ -101,7 +103,7 @@ class ScheduleDefinition:
     recurrence: Recurrence
     queue: str
     handler: str
-    payload: bytes | str = b""
+    payload: object = b""  # as ``TaskSpec.payload``
     labels: Mapping[str, str] = field(default_factory=dict)
     retry: RetryOptions | None = None
     catch_up: CatchUp | None = None

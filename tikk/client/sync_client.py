@@ -118,7 +118,7 @@ class Client:
         *,
         run_at: datetime | None = None,
         delay: timedelta | None = None,
-        payload: bytes | str | None = None,
+        payload: object | None = None,
     ) -> tasks_pb2.Task:
         """Move a scheduled task to ``run_at`` (or ``delay`` from now), with a new
         ``payload`` if given; ``FailedPreconditionError`` once it was dispatched."""

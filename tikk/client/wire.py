@@ -17,6 +17,7 @@ from tikk.client.specs import (
     TaskSpec,
     require_aware,
 )
+from tikk.payload_codec import encode_payload
 from tikk.v1 import bulk_pb2, schedules_pb2, tasks_pb2
 
 
@@ -33,8 +34,10 @@ def duration(value: timedelta) -> Duration:
     return d
 
 
-def payload_bytes(payload: bytes | str) -> bytes:
-    return payload.encode() if isinstance(payload, str) else payload
+def payload_bytes(payload: object) -> bytes:
+    """What a task carries: bytes as given, text as UTF-8, a dataclass, a pydantic model or
+    plain data as JSON, as a typed handler decodes it (``tikk.payload_codec``)."""
+    return encode_payload(payload)
 
 
 def enum_name(enum: Any, prefix: str, value: str | int | None) -> str:
