@@ -124,7 +124,8 @@ class TaskService(tasks_pb2_grpc.TaskServiceServicer):  # type: ignore[misc]
     ) -> tasks_pb2.Task:
         ns = validation.namespace(request.namespace)
         tid = validation.task_id(request.task_id, self._settings.limits)
-        return task_to_proto(await self._tasks.cancel(ns, tid))
+        stop = request.stop_running
+        return task_to_proto(await self._tasks.cancel(ns, tid, stop_running=stop))
 
     async def RescheduleTask(
         self, request: tasks_pb2.RescheduleTaskRequest, context: Ctx

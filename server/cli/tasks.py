@@ -73,7 +73,7 @@ def _task_cancel(args: argparse.Namespace, tikk: Client) -> None:
     if one_or_many(args):
         run_verb(args, tikk, tikk.bulk_cancel, "scheduled")
         return
-    t = tikk.cancel_task(args.id)
+    t = tikk.cancel_task(args.id, stop_running=not args.keep_running)
     show(args, t, lambda: task_line(t))
 
 
@@ -129,6 +129,10 @@ def _task_commands(parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("cancel", help="a task by id, or every scheduled task a filter selects")
     client_options(p)
     p.add_argument("id", nargs="?", help="the task (or give filter options instead)")
+    p.add_argument(
+        "--keep-running", action="store_true",
+        help="refuse to cancel a task already dispatched instead of stopping its run",
+    )  # fmt: skip
     selection_options(p, dead=False)
     action_options(p)
     p.set_defaults(func=client(_task_cancel))

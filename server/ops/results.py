@@ -15,7 +15,8 @@ only deliveries a dispatcher published. Then, by kind:
   or on a non-retryable failure, it is dead-lettered (and a copy goes to the queue's
   dead-letter stream). This is the one place that decides retries.
 - **cancelled**: the worker stopped a run whose task was cancelled while it ran
-  (``TaskOps.cancel`` of a dispatched task ends its attempt CANCELLED at once): recorded as a
+  (``TaskOps.cancel`` with ``stop_running`` of a dispatched task ends its attempt CANCELLED
+  at once): recorded as a
   CANCELLED run. Whatever else a run of such an attempt reports within ``result_grace_ms`` of
   the cancel is recorded too (a success as SUCCEEDED, a failure as CANCELLED: it is not
   retried), and changes nothing of the task.

@@ -150,14 +150,17 @@ class TaskOps:
         finally:
             self._quotas.release_import_streams(stream.claimed)
 
-    async def cancel(self, namespace: str, task_id: str) -> Task:
-        """Cancel a task. One not dispatched yet never runs (``TaskStore.cancel``); a
-        dispatched one ends its attempt CANCELLED at once (``Abandon``: no retry, and no
-        later report changes it), and its worker, asking ``cancelled_attempts``, stops it."""
+    async def cancel(self, namespace: str, task_id: str, *, stop_running: bool = False) -> Task:
+        """Cancel a task not dispatched yet, which then never runs (``TaskStore.cancel``).
+        With ``stop_running``, a dispatched one ends its attempt CANCELLED at once
+        (``Abandon``: no retry, and no later report changes it), and its worker, asking
+        ``cancelled_attempts``, stops it; without, that is ``FailedPrecondition``."""
         began = self._clock.now_ms()
         try:
             task = await self._store.cancel(namespace, task_id, self._clock)
         except FailedPrecondition:
+            if not stop_running:
+                raise
             running = await self._store.get(namespace, task_id)
             if running.state is not TaskState.DISPATCHED:
                 raise

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 
 from tests.e2e.conftest import Stack
@@ -119,7 +120,7 @@ def test_a_cancelled_running_task_stops_within_a_second_recorded_as_cancelled(
                conv.task(ns, task_id).state == tasks_pb2.TASK_STATE_DISPATCHED)  # fmt: skip
     time.sleep(0.3)  # the run has been going a while
     cancelled = conv.tasks.CancelTask(
-        tasks_pb2.CancelTaskRequest(namespace=ns, task_id=task_id), timeout=10
+        tasks_pb2.CancelTaskRequest(namespace=ns, task_id=task_id, stop_running=True), timeout=10
     )
     asked = time.time_ns() // 1_000_000
     assert cancelled.state == tasks_pb2.TASK_STATE_CANCELLED
@@ -129,3 +130,17 @@ def test_a_cancelled_running_task_stops_within_a_second_recorded_as_cancelled(
     (end,) = logged(conv, task_id, "end")
     assert end["cancelled"] == "cancel requested"
     assert conv.task(ns, task_id).state == tasks_pb2.TASK_STATE_CANCELLED
+
+
+def test_without_stop_running_a_running_task_is_not_cancelled(conv: Stack, ns: str) -> None:
+    """The older answer stays: an OK cancel means the task never runs."""
+    task_id = f"keeps-{uuid.uuid4().hex[:8]}"
+    create(conv, ns, task_id, "long_async")
+    eventually(lambda: conv.task(ns, task_id).state == tasks_pb2.TASK_STATE_DISPATCHED)
+    with pytest.raises(grpc.RpcError) as refused:
+        conv.tasks.CancelTask(tasks_pb2.CancelTaskRequest(namespace=ns, task_id=task_id))
+    assert refused.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    assert conv.task(ns, task_id).state == tasks_pb2.TASK_STATE_DISPATCHED
+    conv.tasks.CancelTask(  # not left running for the module's other tests
+        tasks_pb2.CancelTaskRequest(namespace=ns, task_id=task_id, stop_running=True)
+    )

@@ -102,8 +102,8 @@ class AsyncClient:
         call = self._calls.reschedule_task(task_id, run_at, delay, payload)
         return await self._unary(call)
 
-    async def cancel_task(self, task_id: str) -> tasks_pb2.Task:
-        return await self._unary(self._calls.cancel_task(task_id))
+    async def cancel_task(self, task_id: str, *, stop_running: bool = False) -> tasks_pb2.Task:
+        return await self._unary(self._calls.cancel_task(task_id, stop_running))
 
     def list_tasks(
         self,

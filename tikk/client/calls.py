@@ -103,8 +103,10 @@ class Calls:
             "tasks", "GetTask", tasks_pb2.GetTaskRequest(namespace=self.namespace, task_id=task_id)
         )
 
-    def cancel_task(self, task_id: str) -> Unary[tasks_pb2.Task]:
-        request = tasks_pb2.CancelTaskRequest(namespace=self.namespace, task_id=task_id)
+    def cancel_task(self, task_id: str, stop_running: bool = False) -> Unary[tasks_pb2.Task]:
+        request = tasks_pb2.CancelTaskRequest(
+            namespace=self.namespace, task_id=task_id, stop_running=stop_running
+        )
         return Unary("tasks", "CancelTask", request)
 
     def reschedule_task(

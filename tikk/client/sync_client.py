@@ -125,12 +125,13 @@ class Client:
         call = self._calls.reschedule_task(task_id, run_at, delay, payload)
         return self._unary(call)
 
-    def cancel_task(self, task_id: str) -> tasks_pb2.Task:
+    def cancel_task(self, task_id: str, *, stop_running: bool = False) -> tasks_pb2.Task:
         """Cancel a task not dispatched yet (a cancelled one stays so, which makes it safe
-        to repeat after UNAVAILABLE); ``FailedPreconditionError`` once it was dispatched or
-        finished. On Cassandra a cancel acknowledged inside the cancel fence is UNAVAILABLE
+        to repeat after UNAVAILABLE); ``FailedPreconditionError`` once it finished, or was
+        dispatched, unless ``stop_running``: then its run is stopped and recorded as
+        cancelled. On Cassandra a cancel acknowledged inside the cancel fence is UNAVAILABLE
         every time it is asked, so it is raised after the last attempt."""
-        return self._unary(self._calls.cancel_task(task_id))
+        return self._unary(self._calls.cancel_task(task_id, stop_running))
 
     def list_tasks(
         self,

@@ -191,12 +191,14 @@ class GetTaskRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class CancelTaskRequest(_message.Message):
-    __slots__ = ("namespace", "task_id")
+    __slots__ = ("namespace", "task_id", "stop_running")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STOP_RUNNING_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     task_id: str
-    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+    stop_running: bool
+    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., stop_running: _Optional[bool] = ...) -> None: ...
 
 class RescheduleTaskRequest(_message.Message):
     __slots__ = ("namespace", "task_id", "run_at", "delay", "payload")

@@ -116,10 +116,12 @@ class TaskServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CancelTask(self, request, context):
-        """Cancels a task. A task not dispatched yet never runs; a dispatched one is CANCELLED at
-        once (no retry, no later success changes it) and its worker is told to stop the run
-        (WorkerService.CheckCancellations), which is recorded as a CANCELLED run. Cancelling a
-        cancelled task is a no-op; cancelling a finished task is FAILED_PRECONDITION. On a store whose cancel
+        """Cancels a task not dispatched yet, which then never runs. A dispatched one is
+        FAILED_PRECONDITION unless the request asks `stop_running`: then its attempt is CANCELLED
+        at once (no retry, no later report changes it; its last error type reads "Cancelled")
+        and its worker is told to stop the run (WorkerService.CheckCancellations), recorded as a
+        CANCELLED run. Cancelling a cancelled task is a no-op; a finished one is
+        FAILED_PRECONDITION. On a store whose cancel
         cannot be atomic with a dispatch (Cassandra), a task due within the cancel fence (2 s) is
         FAILED_PRECONDITION too, and a cancel the store acknowledged only inside that fence is
         UNAVAILABLE, now and when asked again: the task reads CANCELLED but may run once.

@@ -959,9 +959,13 @@ func (x *GetTaskRequest) GetTaskId() string {
 }
 
 type CancelTaskRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Namespace     string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
-	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Namespace string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	TaskId    string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Also stop a task already dispatched: its attempt ends CANCELLED at once and its worker
+	// is told to stop the run (see CancelTask). Without it, cancelling a dispatched task is
+	// FAILED_PRECONDITION, so an OK answer means the task never runs.
+	StopRunning   bool `protobuf:"varint,3,opt,name=stop_running,json=stopRunning,proto3" json:"stop_running,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1008,6 +1012,13 @@ func (x *CancelTaskRequest) GetTaskId() string {
 		return x.TaskId
 	}
 	return ""
+}
+
+func (x *CancelTaskRequest) GetStopRunning() bool {
+	if x != nil {
+		return x.StopRunning
+	}
+	return false
 }
 
 type RescheduleTaskRequest struct {
@@ -1663,10 +1674,11 @@ const file_tikk_v1_tasks_proto_rawDesc = "" +
 	"\amessage\x18\x06 \x01(\tR\amessage\"G\n" +
 	"\x0eGetTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\"J\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\"m\n" +
 	"\x11CancelTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
-	"\atask_id\x18\x02 \x01(\tR\x06taskId\"\xe9\x01\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12!\n" +
+	"\fstop_running\x18\x03 \x01(\bR\vstopRunning\"\xe9\x01\n" +
 	"\x15RescheduleTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x123\n" +

@@ -51,10 +51,12 @@ type TaskServiceClient interface {
 	// answer may be sent again (with client task ids it creates nothing twice).
 	ImportTasks(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ImportTasksRequest, ImportTasksResponse], error)
 	GetTask(ctx context.Context, in *GetTaskRequest, opts ...grpc.CallOption) (*Task, error)
-	// Cancels a task. A task not dispatched yet never runs; a dispatched one is CANCELLED at
-	// once (no retry, no later success changes it) and its worker is told to stop the run
-	// (WorkerService.CheckCancellations), which is recorded as a CANCELLED run. Cancelling a
-	// cancelled task is a no-op; cancelling a finished task is FAILED_PRECONDITION. On a store whose cancel
+	// Cancels a task not dispatched yet, which then never runs. A dispatched one is
+	// FAILED_PRECONDITION unless the request asks `stop_running`: then its attempt is CANCELLED
+	// at once (no retry, no later report changes it; its last error type reads "Cancelled")
+	// and its worker is told to stop the run (WorkerService.CheckCancellations), recorded as a
+	// CANCELLED run. Cancelling a cancelled task is a no-op; a finished one is
+	// FAILED_PRECONDITION. On a store whose cancel
 	// cannot be atomic with a dispatch (Cassandra), a task due within the cancel fence (2 s) is
 	// FAILED_PRECONDITION too, and a cancel the store acknowledged only inside that fence is
 	// UNAVAILABLE, now and when asked again: the task reads CANCELLED but may run once.
@@ -192,10 +194,12 @@ type TaskServiceServer interface {
 	// answer may be sent again (with client task ids it creates nothing twice).
 	ImportTasks(grpc.BidiStreamingServer[ImportTasksRequest, ImportTasksResponse]) error
 	GetTask(context.Context, *GetTaskRequest) (*Task, error)
-	// Cancels a task. A task not dispatched yet never runs; a dispatched one is CANCELLED at
-	// once (no retry, no later success changes it) and its worker is told to stop the run
-	// (WorkerService.CheckCancellations), which is recorded as a CANCELLED run. Cancelling a
-	// cancelled task is a no-op; cancelling a finished task is FAILED_PRECONDITION. On a store whose cancel
+	// Cancels a task not dispatched yet, which then never runs. A dispatched one is
+	// FAILED_PRECONDITION unless the request asks `stop_running`: then its attempt is CANCELLED
+	// at once (no retry, no later report changes it; its last error type reads "Cancelled")
+	// and its worker is told to stop the run (WorkerService.CheckCancellations), recorded as a
+	// CANCELLED run. Cancelling a cancelled task is a no-op; a finished one is
+	// FAILED_PRECONDITION. On a store whose cancel
 	// cannot be atomic with a dispatch (Cassandra), a task due within the cancel fence (2 s) is
 	// FAILED_PRECONDITION too, and a cancel the store acknowledged only inside that fence is
 	// UNAVAILABLE, now and when asked again: the task reads CANCELLED but may run once.

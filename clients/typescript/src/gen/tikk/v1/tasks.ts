@@ -261,6 +261,12 @@ export interface GetTaskRequest {
 export interface CancelTaskRequest {
   namespace: string;
   taskId: string;
+  /**
+   * Also stop a task already dispatched: its attempt ends CANCELLED at once and its worker
+   * is told to stop the run (see CancelTask). Without it, cancelling a dispatched task is
+   * FAILED_PRECONDITION, so an OK answer means the task never runs.
+   */
+  stopRunning: boolean;
 }
 
 export interface RescheduleTaskRequest {
@@ -2158,7 +2164,7 @@ export const GetTaskRequest: MessageFns<GetTaskRequest> = {
 };
 
 function createBaseCancelTaskRequest(): CancelTaskRequest {
-  return { namespace: "", taskId: "" };
+  return { namespace: "", taskId: "", stopRunning: false };
 }
 
 export const CancelTaskRequest: MessageFns<CancelTaskRequest> = {
@@ -2168,6 +2174,9 @@ export const CancelTaskRequest: MessageFns<CancelTaskRequest> = {
     }
     if (message.taskId !== "") {
       writer.uint32(18).string(message.taskId);
+    }
+    if (message.stopRunning !== false) {
+      writer.uint32(24).bool(message.stopRunning);
     }
     return writer;
   },
@@ -2201,6 +2210,14 @@ export const CancelTaskRequest: MessageFns<CancelTaskRequest> = {
             message.taskId = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.stopRunning = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2221,6 +2238,11 @@ export const CancelTaskRequest: MessageFns<CancelTaskRequest> = {
         : isSet(object.task_id)
         ? globalThis.String(object.task_id)
         : "",
+      stopRunning: isSet(object.stopRunning)
+        ? globalThis.Boolean(object.stopRunning)
+        : isSet(object.stop_running)
+        ? globalThis.Boolean(object.stop_running)
+        : false,
     };
   },
 
@@ -2232,6 +2254,9 @@ export const CancelTaskRequest: MessageFns<CancelTaskRequest> = {
     if (message.taskId !== "") {
       obj.taskId = message.taskId;
     }
+    if (message.stopRunning !== false) {
+      obj.stopRunning = message.stopRunning;
+    }
     return obj;
   },
 
@@ -2242,6 +2267,7 @@ export const CancelTaskRequest: MessageFns<CancelTaskRequest> = {
     const message = createBaseCancelTaskRequest();
     message.namespace = object.namespace ?? "";
     message.taskId = object.taskId ?? "";
+    message.stopRunning = object.stopRunning ?? false;
     return message;
   },
 };
@@ -3246,10 +3272,12 @@ export const TaskServiceService = {
     responseDeserialize: (value: Buffer): Task => Task.decode(value),
   },
   /**
-   * Cancels a task. A task not dispatched yet never runs; a dispatched one is CANCELLED at
-   * once (no retry, no later success changes it) and its worker is told to stop the run
-   * (WorkerService.CheckCancellations), which is recorded as a CANCELLED run. Cancelling a
-   * cancelled task is a no-op; cancelling a finished task is FAILED_PRECONDITION. On a store whose cancel
+   * Cancels a task not dispatched yet, which then never runs. A dispatched one is
+   * FAILED_PRECONDITION unless the request asks `stop_running`: then its attempt is CANCELLED
+   * at once (no retry, no later report changes it; its last error type reads "Cancelled")
+   * and its worker is told to stop the run (WorkerService.CheckCancellations), recorded as a
+   * CANCELLED run. Cancelling a cancelled task is a no-op; a finished one is
+   * FAILED_PRECONDITION. On a store whose cancel
    * cannot be atomic with a dispatch (Cassandra), a task due within the cancel fence (2 s) is
    * FAILED_PRECONDITION too, and a cancel the store acknowledged only inside that fence is
    * UNAVAILABLE, now and when asked again: the task reads CANCELLED but may run once.
@@ -3333,10 +3361,12 @@ export interface TaskServiceServer extends UntypedServiceImplementation {
   importTasks: handleBidiStreamingCall<ImportTasksRequest, ImportTasksResponse>;
   getTask: handleUnaryCall<GetTaskRequest, Task>;
   /**
-   * Cancels a task. A task not dispatched yet never runs; a dispatched one is CANCELLED at
-   * once (no retry, no later success changes it) and its worker is told to stop the run
-   * (WorkerService.CheckCancellations), which is recorded as a CANCELLED run. Cancelling a
-   * cancelled task is a no-op; cancelling a finished task is FAILED_PRECONDITION. On a store whose cancel
+   * Cancels a task not dispatched yet, which then never runs. A dispatched one is
+   * FAILED_PRECONDITION unless the request asks `stop_running`: then its attempt is CANCELLED
+   * at once (no retry, no later report changes it; its last error type reads "Cancelled")
+   * and its worker is told to stop the run (WorkerService.CheckCancellations), recorded as a
+   * CANCELLED run. Cancelling a cancelled task is a no-op; a finished one is
+   * FAILED_PRECONDITION. On a store whose cancel
    * cannot be atomic with a dispatch (Cassandra), a task due within the cancel fence (2 s) is
    * FAILED_PRECONDITION too, and a cancel the store acknowledged only inside that fence is
    * UNAVAILABLE, now and when asked again: the task reads CANCELLED but may run once.
@@ -3424,10 +3454,12 @@ export interface TaskServiceClient extends Client {
     callback: (error: ServiceError | null, response: Task) => void,
   ): ClientUnaryCall;
   /**
-   * Cancels a task. A task not dispatched yet never runs; a dispatched one is CANCELLED at
-   * once (no retry, no later success changes it) and its worker is told to stop the run
-   * (WorkerService.CheckCancellations), which is recorded as a CANCELLED run. Cancelling a
-   * cancelled task is a no-op; cancelling a finished task is FAILED_PRECONDITION. On a store whose cancel
+   * Cancels a task not dispatched yet, which then never runs. A dispatched one is
+   * FAILED_PRECONDITION unless the request asks `stop_running`: then its attempt is CANCELLED
+   * at once (no retry, no later report changes it; its last error type reads "Cancelled")
+   * and its worker is told to stop the run (WorkerService.CheckCancellations), recorded as a
+   * CANCELLED run. Cancelling a cancelled task is a no-op; a finished one is
+   * FAILED_PRECONDITION. On a store whose cancel
    * cannot be atomic with a dispatch (Cassandra), a task due within the cancel fence (2 s) is
    * FAILED_PRECONDITION too, and a cancel the store acknowledged only inside that fence is
    * UNAVAILABLE, now and when asked again: the task reads CANCELLED but may run once.
