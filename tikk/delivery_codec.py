@@ -34,6 +34,8 @@ def to_proto(delivery: Delivery) -> worker_pb2.Delivery:
     )
     if e.start_timeout_ms:
         msg.start_timeout.FromMilliseconds(e.start_timeout_ms)
+    if e.execution_timeout_ms:
+        msg.execution_timeout.FromMilliseconds(e.execution_timeout_ms)
     return msg
 
 
@@ -71,6 +73,9 @@ def from_proto(msg: worker_pb2.Delivery, shard_count: int) -> Delivery:
         scheduled_ms=_ms(msg, "scheduled_time"),
         schedule_id=schedule_id,
         start_timeout_ms=_ms(msg, "start_timeout") if msg.HasField("start_timeout") else 0,
+        execution_timeout_ms=(
+            _ms(msg, "execution_timeout") if msg.HasField("execution_timeout") else 0
+        ),
     )
     return Delivery(entry, _ms(msg, "fired_time"), dict(msg.trace_context), token=msg.token)
 

@@ -99,6 +99,8 @@ class Task:
     # 0: none. Each attempt must be started within this long of its due time, or it is
     # dead-lettered (see ``DueEntry.start_deadline``).
     start_timeout_ms: int = 0
+    # 0: none. How long one run may take before its worker stops it.
+    execution_timeout_ms: int = 0
 
     @property
     def idempotency_key(self) -> str:
@@ -127,6 +129,7 @@ class Task:
             trace_context=self.trace_context,
             schedule_id=self.schedule_id,
             start_timeout_ms=self.start_timeout_ms,
+            execution_timeout_ms=self.execution_timeout_ms,
         )
 
     def evolve(self, **changes: object) -> Task:
@@ -163,8 +166,9 @@ class DueEntry:
     # The queue accepted this row's delivery (recorded after the fact, best effort): an owner
     # taking the shard over need not send it again.
     handed_off: bool = False
-    # The task's schedule-to-start timeout (0: none).
+    # The task's schedule-to-start timeout and execution timeout (0: none).
     start_timeout_ms: int = 0
+    execution_timeout_ms: int = 0
 
     @property
     def is_tick(self) -> bool:

@@ -91,7 +91,7 @@ def handler_link(spec: HandlerSpec, pool: ThreadPoolExecutor) -> Next:
             payload = decode_payload(call.payload, spec.payload_type)
         except PayloadInvalid as exc:
             raise InvalidPayload(f"handler {spec.name!r}: {exc}") from None
-        output = await _call(spec, call.ctx, payload, pool)
+        output = await _call(spec, call.ctx, payload, pool, _timeout_s(spec, call.delivery))
         return _encoded(output)
 
     return run
@@ -134,8 +134,18 @@ async def call_handler(
         set_failure(result, worker_pb2.RESULT_KIND_FAILED, type(exc).__name__, str(exc), trace)
 
 
-async def _call(spec: HandlerSpec, ctx: TaskContext, payload: Any, pool: ThreadPoolExecutor) -> Any:
-    """``spec``'s function on ``payload``, stopped after its timeout or when its task is
+def _timeout_s(spec: HandlerSpec, delivery: worker_pb2.Delivery) -> float | None:
+    """The task's own execution timeout if it has one, else the handler's."""
+    if delivery.HasField("execution_timeout"):
+        return float(delivery.execution_timeout.ToMilliseconds()) / 1000
+    return spec.options.timeout_s
+
+
+async def _call(
+    spec: HandlerSpec, ctx: TaskContext, payload: Any, pool: ThreadPoolExecutor,
+    timeout_s: float | None,
+) -> Any:  # fmt: skip
+    """``spec``'s function on ``payload``, stopped after ``timeout_s`` or when its task is
     cancelled (a plain function cannot be stopped: it is told through ``ctx.cancelled``, and
     no longer waited for after its timeout)."""
     if spec.is_async:
@@ -146,7 +156,7 @@ async def _call(spec: HandlerSpec, ctx: TaskContext, payload: Any, pool: ThreadP
         run = contextvars.copy_context().run
         call = functools.partial(run, spec.fn, ctx, payload)
         work = asyncio.get_running_loop().run_in_executor(pool, call)
-    limit = asyncio.timeout(spec.options.timeout_s)
+    limit = asyncio.timeout(timeout_s)
     try:
         async with limit:
             return await work
@@ -155,8 +165,7 @@ async def _call(spec: HandlerSpec, ctx: TaskContext, payload: Any, pool: ThreadP
             raise
         ctx.control.stop(TIMED_OUT)
         raise HandlerTimeout(
-            f"handler {spec.name!r} ran past its timeout of {spec.options.timeout_s:g} s and "
-            "was stopped"
+            f"handler {spec.name!r} ran past its timeout of {timeout_s:g} s and was stopped"
         ) from None
     except asyncio.CancelledError:
         if _stopping():

@@ -79,6 +79,8 @@ class FakeDelivery:
     labels: Mapping[str, str] | None = None
     delivery_count: int = 1
     due_ms: int = _T0_MS
+    # The task's own execution timeout (0: none, the handler's applies).
+    execution_timeout_ms: int = 0
 
 
 async def run_task(
@@ -130,6 +132,8 @@ def _delivery(d: FakeDelivery, handler: str, payload: bytes) -> worker_pb2.Deliv
     )  # fmt: skip
     for stamp in (made.scheduled_time, made.due_time, made.fired_time):
         stamp.FromMilliseconds(d.due_ms)
+    if d.execution_timeout_ms:
+        made.execution_timeout.FromMilliseconds(d.execution_timeout_ms)
     return made
 
 

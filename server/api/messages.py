@@ -40,4 +40,6 @@ def task_to_proto(t: Task) -> tasks_pb2.Task:
     )
     if t.start_timeout_ms:
         msg.start_timeout.FromMilliseconds(t.start_timeout_ms)
+    if t.execution_timeout_ms:
+        msg.execution_timeout.FromMilliseconds(t.execution_timeout_ms)
     return msg

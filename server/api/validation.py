@@ -237,9 +237,10 @@ def create_task(
     requested = requested_time(req, limits, now_ms)
     when = req.WhichOneof("when")
     when_spec = (when, requested if when == "run_at" else req.delay.ToMilliseconds())
-    start_timeout = _start_timeout(req, limits)
-    # Only when set, so the fingerprints of tasks without one stay what they were.
-    extra = (("start_timeout", start_timeout),) if start_timeout else ()
+    start_timeout, run_timeout = _start_timeout(req, limits), _execution_timeout(req)
+    # Only when set, so the fingerprints of tasks without them stay what they were.
+    extra = tuple((k, v) for k, v in (("start_timeout", start_timeout),
+                                      ("execution_timeout", run_timeout)) if v)  # fmt: skip
     # Only a client-chosen id can be sent again, so only its create needs a fingerprint.
     parts = (ns, tid, q, handler, req.payload, labels, policy, when_spec, *extra)
     digest = fingerprint(*parts) if req.task_id else ""
@@ -249,6 +250,7 @@ def create_task(
         due_ms=max(requested, now_ms), scheduled_ms=requested, created_ms=now_ms,
         updated_ms=now_ms, shard=shard_of(ns, tid, shard_count), fingerprint=digest,
         trace_context=trace_context or {}, start_timeout_ms=start_timeout,
+        execution_timeout_ms=run_timeout,
     )  # fmt: skip
 
 
@@ -266,6 +268,21 @@ def _start_timeout(req: tasks_pb2.CreateTaskRequest, limits: Limits) -> int:
     ms = duration_ms(req.start_timeout, "start_timeout", limits.max_backoff_ms)
     if ms < 1_000:
         raise InvalidArgument("start_timeout", "must be at least 1 s")
+    return ms
+
+
+# The longest execution timeout a task may ask for: a run longer than a day is a job for
+# something else, and a worker holds its message (and its lease) that long.
+MAX_EXECUTION_TIMEOUT_MS = 86_400_000
+
+
+def _execution_timeout(req: tasks_pb2.CreateTaskRequest) -> int:
+    """How long one run of the task may take, in ms (0: the handler's own); 1 s to a day."""
+    if not req.HasField("execution_timeout"):
+        return 0
+    ms = duration_ms(req.execution_timeout, "execution_timeout", MAX_EXECUTION_TIMEOUT_MS)
+    if ms < 1_000:
+        raise InvalidArgument("execution_timeout", "must be at least 1 s")
     return ms
 
 

@@ -54,6 +54,7 @@ def _task_spec(args: argparse.Namespace) -> TaskSpec:
         args.queue, args.handler, payload, task_id=args.id or "", run_at=instant(args.at),
         delay=span(args.delay), labels=dict(kv.split("=", 1) for kv in args.label),
         retry=retry, start_timeout=span(args.start_timeout),
+        execution_timeout=span(args.execution_timeout),
     )  # fmt: skip
 
 
@@ -180,6 +181,10 @@ def _create_command(sub: Any) -> None:
     p.add_argument(
         "--start-timeout", type=parse_duration_ms,
         help="dead-letter an attempt that no worker started this long after its due time",
+    )  # fmt: skip
+    p.add_argument(
+        "--execution-timeout", type=parse_duration_ms,
+        help="stop a run that takes longer (instead of its handler's own timeout)",
     )  # fmt: skip
     p.set_defaults(func=client(_task_create))
 

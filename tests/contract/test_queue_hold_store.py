@@ -16,7 +16,7 @@ def entry(task_id: str, due_ms: int, *, queue: str = "email", shard: int = 3) ->
         shard=shard, due_ms=due_ms, namespace="default", task_id=task_id, attempt=1,
         queue=queue, handler="h", payload=b"p", labels={"customer": "acme"}, max_attempts=3,
         scheduled_ms=due_ms, trace_context={"traceparent": "00-x"}, schedule_id="",
-        start_timeout_ms=5_000,
+        start_timeout_ms=5_000, execution_timeout_ms=30_000,
     )  # fmt: skip
 
 

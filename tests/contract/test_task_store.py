@@ -133,6 +133,20 @@ async def test_trace_context_is_kept_by_task_due_row_and_retries(store: TaskStor
     assert [r.trace_context for r in rows] == [TRACE]
 
 
+async def test_timeouts_are_kept_by_task_due_row_and_retries(store: TaskStore) -> None:
+    a = make_task("a").evolve(start_timeout_ms=5_000, execution_timeout_ms=30_000)
+    await store.create(a)
+    stored = await store.get("default", "a")
+    assert (stored.start_timeout_ms, stored.execution_timeout_ms) == (5_000, 30_000)
+    (entry,) = await store.read_due(a.shard, START, second_of(a.due_ms), 10)
+    assert entry.execution_timeout_ms == 30_000
+    await store.mark_dispatched([entry], a.due_ms)
+    retry_at = a.due_ms + 90_000
+    await store.finish_attempt("default", "a", 1, RetryAt(retry_at, "E", "m"), a.due_ms)
+    rows = await store.read_due(a.shard, (second_of(a.due_ms), "~"), second_of(retry_at), 10)
+    assert [r.execution_timeout_ms for r in rows if r.attempt == 2] == [30_000]
+
+
 async def test_other_shards_are_not_read(store: TaskStore) -> None:
     task = make_task("a")
     await store.create(task)

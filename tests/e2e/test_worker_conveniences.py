@@ -144,3 +144,20 @@ def test_without_stop_running_a_running_task_is_not_cancelled(conv: Stack, ns: s
     conv.tasks.CancelTask(  # not left running for the module's other tests
         tasks_pb2.CancelTaskRequest(namespace=ns, task_id=task_id, stop_running=True)
     )
+
+
+def test_a_tasks_own_execution_timeout_replaces_its_handlers(conv: Stack, ns: str) -> None:
+    """long_async has no timeout of its own; the task's 1 s stops its run."""
+    create(conv, ns, "bounded", "long_async", execution_timeout=to_duration(1_000),
+           retry_policy=tasks_pb2.RetryPolicy(max_attempts=1))  # fmt: skip
+    task = eventually(lambda: finished(conv, ns, "bounded"), timeout=30)
+    assert task.state == tasks_pb2.TASK_STATE_DEAD_LETTERED
+    assert task.execution_timeout.ToMilliseconds() == 1_000
+    (run,) = conv.runs(ns, "bounded")
+    assert run.error_type == "HandlerTimeout" and "timeout of 1 s" in run.error_message
+    took = run.finish_time.ToMilliseconds() - run.start_time.ToMilliseconds()
+    assert 950 <= took < 5_000, took
+    with pytest.raises(grpc.RpcError) as refused:
+        create(conv, ns, "too-short", "fast", execution_timeout=to_duration(10))
+    assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "execution_timeout" in str(refused.value.details())

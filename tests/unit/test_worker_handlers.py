@@ -106,6 +106,14 @@ async def test_a_thread_handler_past_its_timeout_is_told_through_its_context() -
     assert await asyncio.to_thread(saw_cancel.wait, 10)
 
 
+async def test_a_tasks_own_execution_timeout_replaces_the_handlers() -> None:
+    async def sleeps(ctx: TaskContext, payload: bytes) -> None:
+        await asyncio.sleep(60)
+
+    outcome = await run_task(sleeps, options=HandlerOptions(timeout_s=30), execution_timeout_ms=100)
+    assert outcome.error_message == "handler 'sleeps' ran past its timeout of 0.1 s and was stopped"
+
+
 async def test_a_handlers_own_timeout_error_is_not_taken_for_its_timeout() -> None:
     async def own(ctx: TaskContext, payload: bytes) -> None:
         raise TimeoutError("upstream took too long")

@@ -56,6 +56,8 @@ class TaskSpec:
     retry: RetryOptions | None = None
     # Dead-letter an attempt that no worker started this long after its due time.
     start_timeout: timedelta | None = None
+    # Stop a run that takes longer (instead of its handler's own timeout); retried per policy.
+    execution_timeout: timedelta | None = None
 
     def __post_init__(self) -> None:
         if self.run_at is not None and self.delay is not None:

@@ -97,6 +97,8 @@ def _spec_request(task: TaskSpec, namespace: str) -> tasks_pb2.CreateTaskRequest
         req.retry_policy.CopyFrom(retry_message(task.retry))
     if task.start_timeout is not None:
         req.start_timeout.CopyFrom(duration(task.start_timeout))
+    if task.execution_timeout is not None:
+        req.execution_timeout.CopyFrom(duration(task.execution_timeout))
     return req
 
 

@@ -22,10 +22,12 @@ TASK_COLUMNS = (
     "initial_backoff_ms", "multiplier", "max_backoff_ms", "jitter", "state", "attempt", "due_ms",
     "scheduled_ms", "created_ms", "updated_ms", "shard", "fingerprint", "last_error_type",
     "last_error_message", "trace_context", "schedule_id", "start_timeout_ms",
+    "execution_timeout_ms",
 )  # fmt: skip
 DUE_COLUMNS = (
     "shard", "due_ms", "namespace", "task_id", "attempt", "queue", "handler", "payload",
     "labels", "max_attempts", "scheduled_ms", "trace_context", "schedule_id", "start_timeout_ms",
+    "execution_timeout_ms",
 )  # fmt: skip
 # Written to a due-index row: its key columns, then what a read returns.
 DUE_WRITE_COLUMNS = ("minute", "second", "task_key", *DUE_COLUMNS)

@@ -41,7 +41,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., multiplier: _Optional[float] = ..., max_backoff: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., jitter: _Optional[float] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("namespace", "id", "queue", "handler", "payload", "labels", "retry_policy", "state", "attempt", "due_time", "scheduled_time", "create_time", "update_time", "idempotency_key", "last_error_type", "last_error_message", "shard", "schedule_id", "start_timeout")
+    __slots__ = ("namespace", "id", "queue", "handler", "payload", "labels", "retry_policy", "state", "attempt", "due_time", "scheduled_time", "create_time", "update_time", "idempotency_key", "last_error_type", "last_error_message", "shard", "schedule_id", "start_timeout", "execution_timeout")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class Task(_message.Message):
     SHARD_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     START_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     id: str
     queue: str
@@ -87,10 +88,11 @@ class Task(_message.Message):
     shard: int
     schedule_id: str
     start_timeout: _duration_pb2.Duration
-    def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error_type: _Optional[str] = ..., last_error_message: _Optional[str] = ..., shard: _Optional[int] = ..., schedule_id: _Optional[str] = ..., start_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    execution_timeout: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., create_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., update_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., last_error_type: _Optional[str] = ..., last_error_message: _Optional[str] = ..., shard: _Optional[int] = ..., schedule_id: _Optional[str] = ..., start_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., execution_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CreateTaskRequest(_message.Message):
-    __slots__ = ("namespace", "task_id", "queue", "handler", "payload", "labels", "retry_policy", "run_at", "delay", "start_timeout")
+    __slots__ = ("namespace", "task_id", "queue", "handler", "payload", "labels", "retry_policy", "run_at", "delay", "start_timeout", "execution_timeout")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +110,7 @@ class CreateTaskRequest(_message.Message):
     RUN_AT_FIELD_NUMBER: _ClassVar[int]
     DELAY_FIELD_NUMBER: _ClassVar[int]
     START_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     task_id: str
     queue: str
@@ -118,7 +121,8 @@ class CreateTaskRequest(_message.Message):
     run_at: _timestamp_pb2.Timestamp
     delay: _duration_pb2.Duration
     start_timeout: _duration_pb2.Duration
-    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., start_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    execution_timeout: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., retry_policy: _Optional[_Union[RetryPolicy, _Mapping]] = ..., run_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., delay: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., start_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., execution_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class CreateTaskResponse(_message.Message):
     __slots__ = ("task", "created")

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14tikk/v1/worker.proto\x12\x07tikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x04\n\x08\x44\x65livery\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07handler\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12-\n\x06labels\x18\x06 \x03(\x0b\x32\x1d.tikk.v1.Delivery.LabelsEntry\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x08 \x01(\x05\x12\x32\n\x0escheduled_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64ue_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nfired_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x0c \x01(\t\x12:\n\rtrace_context\x18\r \x03(\x0b\x32#.tikk.v1.Delivery.TraceContextEntry\x12\x30\n\rstart_timeout\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05token\x18\x0f \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x01\n\x10\x44\x65\x61\x64LetterRecord\x12#\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32\x11.tikk.v1.Delivery\x12\x12\n\nerror_type\x18\x02 \x01(\t\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x36\n\x12\x64\x65\x61\x64_lettered_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xd5\x02\n\tRunResult\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12#\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x11.tikk.v1.Delivery\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.tikk.v1.ResultKind\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tworker_id\x18\x06 \x01(\t\x12\x12\n\nerror_type\x18\x07 \x01(\t\x12\x15\n\rerror_message\x18\x08 \x01(\t\x12\x0e\n\x06output\x18\t \x01(\x0c\x12.\n\x0bretry_after\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\ttraceback\x18\x0b \x01(\t\":\n\tResultAck\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"5\n\x0eRunResultBatch\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.tikk.v1.RunResult\"2\n\x0eResultAckBatch\x12 \n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x12.tikk.v1.ResultAck\"\x18\n\x16GetWorkerConfigRequest\"c\n\x17GetWorkerConfigResponse\x12\x11\n\tqueue_url\x18\x01 \x01(\t\x12\x35\n\x12visibility_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x82\x01\n\x0eRunningAttempt\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12,\n\x08\x64ue_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x19\x43heckCancellationsRequest\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.tikk.v1.RunningAttempt\"H\n\x1a\x43heckCancellationsResponse\x12*\n\tcancelled\x18\x01 \x03(\x0b\x32\x17.tikk.v1.RunningAttempt*\xcb\x01\n\nResultKind\x12\x1b\n\x17RESULT_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15RESULT_KIND_SUCCEEDED\x10\x01\x12\x16\n\x12RESULT_KIND_FAILED\x10\x02\x12\x15\n\x11RESULT_KIND_RETRY\x10\x03\x12\"\n\x1eRESULT_KIND_FAILED_PERMANENTLY\x10\x04\x12\x17\n\x13RESULT_KIND_STARTED\x10\x05\x12\x19\n\x15RESULT_KIND_CANCELLED\x10\x06\x32\xce\x02\n\rWorkerService\x12T\n\x0fGetWorkerConfig\x12\x1f.tikk.v1.GetWorkerConfigRequest\x1a .tikk.v1.GetWorkerConfigResponse\x12;\n\rReportResults\x12\x12.tikk.v1.RunResult\x1a\x12.tikk.v1.ResultAck(\x01\x30\x01\x12K\n\x13ReportResultBatches\x12\x17.tikk.v1.RunResultBatch\x1a\x17.tikk.v1.ResultAckBatch(\x01\x30\x01\x12]\n\x12\x43heckCancellations\x12\".tikk.v1.CheckCancellationsRequest\x1a#.tikk.v1.CheckCancellationsResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14tikk/v1/worker.proto\x12\x07tikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf7\x04\n\x08\x44\x65livery\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07handler\x18\x04 \x01(\t\x12\x0f\n\x07payload\x18\x05 \x01(\x0c\x12-\n\x06labels\x18\x06 \x03(\x0b\x32\x1d.tikk.v1.Delivery.LabelsEntry\x12\x0f\n\x07\x61ttempt\x18\x07 \x01(\x05\x12\x14\n\x0cmax_attempts\x18\x08 \x01(\x05\x12\x32\n\x0escheduled_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x64ue_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nfired_time\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x17\n\x0fidempotency_key\x18\x0c \x01(\t\x12:\n\rtrace_context\x18\r \x03(\x0b\x32#.tikk.v1.Delivery.TraceContextEntry\x12\x30\n\rstart_timeout\x18\x0e \x01(\x0b\x32\x19.google.protobuf.Duration\x12\r\n\x05token\x18\x0f \x01(\t\x12\x34\n\x11\x65xecution_timeout\x18\x10 \x01(\x0b\x32\x19.google.protobuf.Duration\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11TraceContextEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x9a\x01\n\x10\x44\x65\x61\x64LetterRecord\x12#\n\x08\x64\x65livery\x18\x01 \x01(\x0b\x32\x11.tikk.v1.Delivery\x12\x12\n\nerror_type\x18\x02 \x01(\t\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x36\n\x12\x64\x65\x61\x64_lettered_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xd5\x02\n\tRunResult\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12#\n\x08\x64\x65livery\x18\x02 \x01(\x0b\x32\x11.tikk.v1.Delivery\x12!\n\x04kind\x18\x03 \x01(\x0e\x32\x13.tikk.v1.ResultKind\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inish_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tworker_id\x18\x06 \x01(\t\x12\x12\n\nerror_type\x18\x07 \x01(\t\x12\x15\n\rerror_message\x18\x08 \x01(\t\x12\x0e\n\x06output\x18\t \x01(\x0c\x12.\n\x0bretry_after\x18\n \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x11\n\ttraceback\x18\x0b \x01(\t\":\n\tResultAck\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07message\x18\x03 \x01(\t\"5\n\x0eRunResultBatch\x12#\n\x07results\x18\x01 \x03(\x0b\x32\x12.tikk.v1.RunResult\"2\n\x0eResultAckBatch\x12 \n\x04\x61\x63ks\x18\x01 \x03(\x0b\x32\x12.tikk.v1.ResultAck\"\x18\n\x16GetWorkerConfigRequest\"c\n\x17GetWorkerConfigResponse\x12\x11\n\tqueue_url\x18\x01 \x01(\t\x12\x35\n\x12visibility_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\x82\x01\n\x0eRunningAttempt\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\r\n\x05queue\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12,\n\x08\x64ue_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"B\n\x19\x43heckCancellationsRequest\x12%\n\x04runs\x18\x01 \x03(\x0b\x32\x17.tikk.v1.RunningAttempt\"H\n\x1a\x43heckCancellationsResponse\x12*\n\tcancelled\x18\x01 \x03(\x0b\x32\x17.tikk.v1.RunningAttempt*\xcb\x01\n\nResultKind\x12\x1b\n\x17RESULT_KIND_UNSPECIFIED\x10\x00\x12\x19\n\x15RESULT_KIND_SUCCEEDED\x10\x01\x12\x16\n\x12RESULT_KIND_FAILED\x10\x02\x12\x15\n\x11RESULT_KIND_RETRY\x10\x03\x12\"\n\x1eRESULT_KIND_FAILED_PERMANENTLY\x10\x04\x12\x17\n\x13RESULT_KIND_STARTED\x10\x05\x12\x19\n\x15RESULT_KIND_CANCELLED\x10\x06\x32\xce\x02\n\rWorkerService\x12T\n\x0fGetWorkerConfig\x12\x1f.tikk.v1.GetWorkerConfigRequest\x1a .tikk.v1.GetWorkerConfigResponse\x12;\n\rReportResults\x12\x12.tikk.v1.RunResult\x1a\x12.tikk.v1.ResultAck(\x01\x30\x01\x12K\n\x13ReportResultBatches\x12\x17.tikk.v1.RunResultBatch\x1a\x17.tikk.v1.ResultAckBatch(\x01\x30\x01\x12]\n\x12\x43heckCancellations\x12\".tikk.v1.CheckCancellationsRequest\x1a#.tikk.v1.CheckCancellationsResponseB\x0e\n\nio.tikk.v1P\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,34 +38,34 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DELIVERY_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_DELIVERY_TRACECONTEXTENTRY']._loaded_options = None
   _globals['_DELIVERY_TRACECONTEXTENTRY']._serialized_options = b'8\001'
-  _globals['_RESULTKIND']._serialized_start=1749
-  _globals['_RESULTKIND']._serialized_end=1952
+  _globals['_RESULTKIND']._serialized_start=1803
+  _globals['_RESULTKIND']._serialized_end=2006
   _globals['_DELIVERY']._serialized_start=99
-  _globals['_DELIVERY']._serialized_end=676
-  _globals['_DELIVERY_LABELSENTRY']._serialized_start=578
-  _globals['_DELIVERY_LABELSENTRY']._serialized_end=623
-  _globals['_DELIVERY_TRACECONTEXTENTRY']._serialized_start=625
-  _globals['_DELIVERY_TRACECONTEXTENTRY']._serialized_end=676
-  _globals['_DEADLETTERRECORD']._serialized_start=679
-  _globals['_DEADLETTERRECORD']._serialized_end=833
-  _globals['_RUNRESULT']._serialized_start=836
-  _globals['_RUNRESULT']._serialized_end=1177
-  _globals['_RESULTACK']._serialized_start=1179
-  _globals['_RESULTACK']._serialized_end=1237
-  _globals['_RUNRESULTBATCH']._serialized_start=1239
-  _globals['_RUNRESULTBATCH']._serialized_end=1292
-  _globals['_RESULTACKBATCH']._serialized_start=1294
-  _globals['_RESULTACKBATCH']._serialized_end=1344
-  _globals['_GETWORKERCONFIGREQUEST']._serialized_start=1346
-  _globals['_GETWORKERCONFIGREQUEST']._serialized_end=1370
-  _globals['_GETWORKERCONFIGRESPONSE']._serialized_start=1372
-  _globals['_GETWORKERCONFIGRESPONSE']._serialized_end=1471
-  _globals['_RUNNINGATTEMPT']._serialized_start=1474
-  _globals['_RUNNINGATTEMPT']._serialized_end=1604
-  _globals['_CHECKCANCELLATIONSREQUEST']._serialized_start=1606
-  _globals['_CHECKCANCELLATIONSREQUEST']._serialized_end=1672
-  _globals['_CHECKCANCELLATIONSRESPONSE']._serialized_start=1674
-  _globals['_CHECKCANCELLATIONSRESPONSE']._serialized_end=1746
-  _globals['_WORKERSERVICE']._serialized_start=1955
-  _globals['_WORKERSERVICE']._serialized_end=2289
+  _globals['_DELIVERY']._serialized_end=730
+  _globals['_DELIVERY_LABELSENTRY']._serialized_start=632
+  _globals['_DELIVERY_LABELSENTRY']._serialized_end=677
+  _globals['_DELIVERY_TRACECONTEXTENTRY']._serialized_start=679
+  _globals['_DELIVERY_TRACECONTEXTENTRY']._serialized_end=730
+  _globals['_DEADLETTERRECORD']._serialized_start=733
+  _globals['_DEADLETTERRECORD']._serialized_end=887
+  _globals['_RUNRESULT']._serialized_start=890
+  _globals['_RUNRESULT']._serialized_end=1231
+  _globals['_RESULTACK']._serialized_start=1233
+  _globals['_RESULTACK']._serialized_end=1291
+  _globals['_RUNRESULTBATCH']._serialized_start=1293
+  _globals['_RUNRESULTBATCH']._serialized_end=1346
+  _globals['_RESULTACKBATCH']._serialized_start=1348
+  _globals['_RESULTACKBATCH']._serialized_end=1398
+  _globals['_GETWORKERCONFIGREQUEST']._serialized_start=1400
+  _globals['_GETWORKERCONFIGREQUEST']._serialized_end=1424
+  _globals['_GETWORKERCONFIGRESPONSE']._serialized_start=1426
+  _globals['_GETWORKERCONFIGRESPONSE']._serialized_end=1525
+  _globals['_RUNNINGATTEMPT']._serialized_start=1528
+  _globals['_RUNNINGATTEMPT']._serialized_end=1658
+  _globals['_CHECKCANCELLATIONSREQUEST']._serialized_start=1660
+  _globals['_CHECKCANCELLATIONSREQUEST']._serialized_end=1726
+  _globals['_CHECKCANCELLATIONSRESPONSE']._serialized_start=1728
+  _globals['_CHECKCANCELLATIONSRESPONSE']._serialized_end=1800
+  _globals['_WORKERSERVICE']._serialized_start=2009
+  _globals['_WORKERSERVICE']._serialized_end=2343
 # @@protoc_insertion_point(module_scope)

@@ -29,7 +29,7 @@ RESULT_KIND_STARTED: ResultKind
 RESULT_KIND_CANCELLED: ResultKind
 
 class Delivery(_message.Message):
-    __slots__ = ("namespace", "task_id", "queue", "handler", "payload", "labels", "attempt", "max_attempts", "scheduled_time", "due_time", "fired_time", "idempotency_key", "trace_context", "start_timeout", "token")
+    __slots__ = ("namespace", "task_id", "queue", "handler", "payload", "labels", "attempt", "max_attempts", "scheduled_time", "due_time", "fired_time", "idempotency_key", "trace_context", "start_timeout", "token", "execution_timeout")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class Delivery(_message.Message):
     TRACE_CONTEXT_FIELD_NUMBER: _ClassVar[int]
     START_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     task_id: str
     queue: str
@@ -74,7 +75,8 @@ class Delivery(_message.Message):
     trace_context: _containers.ScalarMap[str, str]
     start_timeout: _duration_pb2.Duration
     token: str
-    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., start_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., token: _Optional[str] = ...) -> None: ...
+    execution_timeout: _duration_pb2.Duration
+    def __init__(self, namespace: _Optional[str] = ..., task_id: _Optional[str] = ..., queue: _Optional[str] = ..., handler: _Optional[str] = ..., payload: _Optional[bytes] = ..., labels: _Optional[_Mapping[str, str]] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., due_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., fired_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., idempotency_key: _Optional[str] = ..., trace_context: _Optional[_Mapping[str, str]] = ..., start_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., token: _Optional[str] = ..., execution_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class DeadLetterRecord(_message.Message):
     __slots__ = ("delivery", "error_type", "error_message", "dead_lettered_time")

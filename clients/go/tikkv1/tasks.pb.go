@@ -204,9 +204,12 @@ type Task struct {
 	ScheduleId string `protobuf:"bytes,18,opt,name=schedule_id,json=scheduleId,proto3" json:"schedule_id,omitempty"`
 	// Unset: none. Each attempt must be started by a worker within this long of its due time,
 	// or it is dead-lettered with error type "StartTimeout".
-	StartTimeout  *durationpb.Duration `protobuf:"bytes,19,opt,name=start_timeout,json=startTimeout,proto3" json:"start_timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StartTimeout *durationpb.Duration `protobuf:"bytes,19,opt,name=start_timeout,json=startTimeout,proto3" json:"start_timeout,omitempty"`
+	// Unset: none. How long one run may take before its worker stops it (see
+	// CreateTaskRequest.execution_timeout).
+	ExecutionTimeout *durationpb.Duration `protobuf:"bytes,20,opt,name=execution_timeout,json=executionTimeout,proto3" json:"execution_timeout,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Task) Reset() {
@@ -372,6 +375,13 @@ func (x *Task) GetStartTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *Task) GetExecutionTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ExecutionTimeout
+	}
+	return nil
+}
+
 type CreateTaskRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty means "default".
@@ -395,9 +405,13 @@ type CreateTaskRequest struct {
 	// Optional schedule-to-start timeout, 1 s to 1 year: an attempt that no worker has started
 	// this long after its due time (its queue has no workers, or they are far behind) is
 	// dead-lettered with error type "StartTimeout" instead of waiting for ever.
-	StartTimeout  *durationpb.Duration `protobuf:"bytes,10,opt,name=start_timeout,json=startTimeout,proto3" json:"start_timeout,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StartTimeout *durationpb.Duration `protobuf:"bytes,10,opt,name=start_timeout,json=startTimeout,proto3" json:"start_timeout,omitempty"`
+	// Optional, 1 s to 1 day: how long one run may take. The worker stops a run that takes
+	// longer and reports it failed (error type "HandlerTimeout"), retried per the policy. It
+	// replaces the handler's own timeout for this task's runs. Workers that predate it ignore it.
+	ExecutionTimeout *durationpb.Duration `protobuf:"bytes,11,opt,name=execution_timeout,json=executionTimeout,proto3" json:"execution_timeout,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateTaskRequest) Reset() {
@@ -507,6 +521,13 @@ func (x *CreateTaskRequest) GetDelay() *durationpb.Duration {
 func (x *CreateTaskRequest) GetStartTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.StartTimeout
+	}
+	return nil
+}
+
+func (x *CreateTaskRequest) GetExecutionTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ExecutionTimeout
 	}
 	return nil
 }
@@ -1603,7 +1624,7 @@ const file_tikk_v1_tasks_proto_rawDesc = "" +
 	"\x06jitter\x18\x05 \x01(\x01H\x02R\x06jitter\x88\x01\x01B\x0f\n" +
 	"\r_max_attemptsB\r\n" +
 	"\v_multiplierB\t\n" +
-	"\a_jitter\"\xd3\x06\n" +
+	"\a_jitter\"\x9b\a\n" +
 	"\x04Task\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
@@ -1627,10 +1648,11 @@ const file_tikk_v1_tasks_proto_rawDesc = "" +
 	"\x05shard\x18\x11 \x01(\x05R\x05shard\x12\x1f\n" +
 	"\vschedule_id\x18\x12 \x01(\tR\n" +
 	"scheduleId\x12>\n" +
-	"\rstart_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\fstartTimeout\x1a9\n" +
+	"\rstart_timeout\x18\x13 \x01(\v2\x19.google.protobuf.DurationR\fstartTimeout\x12F\n" +
+	"\x11execution_timeout\x18\x14 \x01(\v2\x19.google.protobuf.DurationR\x10executionTimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xf8\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc0\x04\n" +
 	"\x11CreateTaskRequest\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1642,7 +1664,8 @@ const file_tikk_v1_tasks_proto_rawDesc = "" +
 	"\x06run_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampH\x00R\x05runAt\x121\n" +
 	"\x05delay\x18\t \x01(\v2\x19.google.protobuf.DurationH\x00R\x05delay\x12>\n" +
 	"\rstart_timeout\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\fstartTimeout\x1a9\n" +
+	" \x01(\v2\x19.google.protobuf.DurationR\fstartTimeout\x12F\n" +
+	"\x11execution_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\x10executionTimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x06\n" +
@@ -1801,48 +1824,50 @@ var file_tikk_v1_tasks_proto_depIdxs = []int32{
 	22, // 7: tikk.v1.Task.create_time:type_name -> google.protobuf.Timestamp
 	22, // 8: tikk.v1.Task.update_time:type_name -> google.protobuf.Timestamp
 	21, // 9: tikk.v1.Task.start_timeout:type_name -> google.protobuf.Duration
-	20, // 10: tikk.v1.CreateTaskRequest.labels:type_name -> tikk.v1.CreateTaskRequest.LabelsEntry
-	1,  // 11: tikk.v1.CreateTaskRequest.retry_policy:type_name -> tikk.v1.RetryPolicy
-	22, // 12: tikk.v1.CreateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
-	21, // 13: tikk.v1.CreateTaskRequest.delay:type_name -> google.protobuf.Duration
-	21, // 14: tikk.v1.CreateTaskRequest.start_timeout:type_name -> google.protobuf.Duration
-	2,  // 15: tikk.v1.CreateTaskResponse.task:type_name -> tikk.v1.Task
-	3,  // 16: tikk.v1.CreateTasksRequest.tasks:type_name -> tikk.v1.CreateTaskRequest
-	6,  // 17: tikk.v1.CreateTasksResponse.results:type_name -> tikk.v1.CreateTasksItemResult
-	3,  // 18: tikk.v1.ImportTasksRequest.tasks:type_name -> tikk.v1.CreateTaskRequest
-	6,  // 19: tikk.v1.ImportTasksResponse.results:type_name -> tikk.v1.CreateTasksItemResult
-	22, // 20: tikk.v1.RescheduleTaskRequest.run_at:type_name -> google.protobuf.Timestamp
-	21, // 21: tikk.v1.RescheduleTaskRequest.delay:type_name -> google.protobuf.Duration
-	0,  // 22: tikk.v1.ListTasksRequest.state:type_name -> tikk.v1.TaskState
-	2,  // 23: tikk.v1.ListTasksResponse.tasks:type_name -> tikk.v1.Task
-	21, // 24: tikk.v1.QueueInfo.oldest_waiting_age:type_name -> google.protobuf.Duration
-	22, // 25: tikk.v1.QueueInfo.paused_time:type_name -> google.protobuf.Timestamp
-	21, // 26: tikk.v1.QueueInfo.skip_older_than:type_name -> google.protobuf.Duration
-	21, // 27: tikk.v1.UpdateQueueRequest.skip_older_than:type_name -> google.protobuf.Duration
-	16, // 28: tikk.v1.ListQueuesResponse.queues:type_name -> tikk.v1.QueueInfo
-	3,  // 29: tikk.v1.TaskService.CreateTask:input_type -> tikk.v1.CreateTaskRequest
-	5,  // 30: tikk.v1.TaskService.CreateTasks:input_type -> tikk.v1.CreateTasksRequest
-	8,  // 31: tikk.v1.TaskService.ImportTasks:input_type -> tikk.v1.ImportTasksRequest
-	10, // 32: tikk.v1.TaskService.GetTask:input_type -> tikk.v1.GetTaskRequest
-	11, // 33: tikk.v1.TaskService.CancelTask:input_type -> tikk.v1.CancelTaskRequest
-	12, // 34: tikk.v1.TaskService.RescheduleTask:input_type -> tikk.v1.RescheduleTaskRequest
-	13, // 35: tikk.v1.TaskService.ListTasks:input_type -> tikk.v1.ListTasksRequest
-	15, // 36: tikk.v1.TaskService.ListQueues:input_type -> tikk.v1.ListQueuesRequest
-	17, // 37: tikk.v1.TaskService.UpdateQueue:input_type -> tikk.v1.UpdateQueueRequest
-	4,  // 38: tikk.v1.TaskService.CreateTask:output_type -> tikk.v1.CreateTaskResponse
-	7,  // 39: tikk.v1.TaskService.CreateTasks:output_type -> tikk.v1.CreateTasksResponse
-	9,  // 40: tikk.v1.TaskService.ImportTasks:output_type -> tikk.v1.ImportTasksResponse
-	2,  // 41: tikk.v1.TaskService.GetTask:output_type -> tikk.v1.Task
-	2,  // 42: tikk.v1.TaskService.CancelTask:output_type -> tikk.v1.Task
-	2,  // 43: tikk.v1.TaskService.RescheduleTask:output_type -> tikk.v1.Task
-	14, // 44: tikk.v1.TaskService.ListTasks:output_type -> tikk.v1.ListTasksResponse
-	18, // 45: tikk.v1.TaskService.ListQueues:output_type -> tikk.v1.ListQueuesResponse
-	16, // 46: tikk.v1.TaskService.UpdateQueue:output_type -> tikk.v1.QueueInfo
-	38, // [38:47] is the sub-list for method output_type
-	29, // [29:38] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	21, // 10: tikk.v1.Task.execution_timeout:type_name -> google.protobuf.Duration
+	20, // 11: tikk.v1.CreateTaskRequest.labels:type_name -> tikk.v1.CreateTaskRequest.LabelsEntry
+	1,  // 12: tikk.v1.CreateTaskRequest.retry_policy:type_name -> tikk.v1.RetryPolicy
+	22, // 13: tikk.v1.CreateTaskRequest.run_at:type_name -> google.protobuf.Timestamp
+	21, // 14: tikk.v1.CreateTaskRequest.delay:type_name -> google.protobuf.Duration
+	21, // 15: tikk.v1.CreateTaskRequest.start_timeout:type_name -> google.protobuf.Duration
+	21, // 16: tikk.v1.CreateTaskRequest.execution_timeout:type_name -> google.protobuf.Duration
+	2,  // 17: tikk.v1.CreateTaskResponse.task:type_name -> tikk.v1.Task
+	3,  // 18: tikk.v1.CreateTasksRequest.tasks:type_name -> tikk.v1.CreateTaskRequest
+	6,  // 19: tikk.v1.CreateTasksResponse.results:type_name -> tikk.v1.CreateTasksItemResult
+	3,  // 20: tikk.v1.ImportTasksRequest.tasks:type_name -> tikk.v1.CreateTaskRequest
+	6,  // 21: tikk.v1.ImportTasksResponse.results:type_name -> tikk.v1.CreateTasksItemResult
+	22, // 22: tikk.v1.RescheduleTaskRequest.run_at:type_name -> google.protobuf.Timestamp
+	21, // 23: tikk.v1.RescheduleTaskRequest.delay:type_name -> google.protobuf.Duration
+	0,  // 24: tikk.v1.ListTasksRequest.state:type_name -> tikk.v1.TaskState
+	2,  // 25: tikk.v1.ListTasksResponse.tasks:type_name -> tikk.v1.Task
+	21, // 26: tikk.v1.QueueInfo.oldest_waiting_age:type_name -> google.protobuf.Duration
+	22, // 27: tikk.v1.QueueInfo.paused_time:type_name -> google.protobuf.Timestamp
+	21, // 28: tikk.v1.QueueInfo.skip_older_than:type_name -> google.protobuf.Duration
+	21, // 29: tikk.v1.UpdateQueueRequest.skip_older_than:type_name -> google.protobuf.Duration
+	16, // 30: tikk.v1.ListQueuesResponse.queues:type_name -> tikk.v1.QueueInfo
+	3,  // 31: tikk.v1.TaskService.CreateTask:input_type -> tikk.v1.CreateTaskRequest
+	5,  // 32: tikk.v1.TaskService.CreateTasks:input_type -> tikk.v1.CreateTasksRequest
+	8,  // 33: tikk.v1.TaskService.ImportTasks:input_type -> tikk.v1.ImportTasksRequest
+	10, // 34: tikk.v1.TaskService.GetTask:input_type -> tikk.v1.GetTaskRequest
+	11, // 35: tikk.v1.TaskService.CancelTask:input_type -> tikk.v1.CancelTaskRequest
+	12, // 36: tikk.v1.TaskService.RescheduleTask:input_type -> tikk.v1.RescheduleTaskRequest
+	13, // 37: tikk.v1.TaskService.ListTasks:input_type -> tikk.v1.ListTasksRequest
+	15, // 38: tikk.v1.TaskService.ListQueues:input_type -> tikk.v1.ListQueuesRequest
+	17, // 39: tikk.v1.TaskService.UpdateQueue:input_type -> tikk.v1.UpdateQueueRequest
+	4,  // 40: tikk.v1.TaskService.CreateTask:output_type -> tikk.v1.CreateTaskResponse
+	7,  // 41: tikk.v1.TaskService.CreateTasks:output_type -> tikk.v1.CreateTasksResponse
+	9,  // 42: tikk.v1.TaskService.ImportTasks:output_type -> tikk.v1.ImportTasksResponse
+	2,  // 43: tikk.v1.TaskService.GetTask:output_type -> tikk.v1.Task
+	2,  // 44: tikk.v1.TaskService.CancelTask:output_type -> tikk.v1.Task
+	2,  // 45: tikk.v1.TaskService.RescheduleTask:output_type -> tikk.v1.Task
+	14, // 46: tikk.v1.TaskService.ListTasks:output_type -> tikk.v1.ListTasksResponse
+	18, // 47: tikk.v1.TaskService.ListQueues:output_type -> tikk.v1.ListQueuesResponse
+	16, // 48: tikk.v1.TaskService.UpdateQueue:output_type -> tikk.v1.QueueInfo
+	40, // [40:49] is the sub-list for method output_type
+	31, // [31:40] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_tikk_v1_tasks_proto_init() }

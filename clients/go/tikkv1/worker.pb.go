@@ -118,9 +118,13 @@ type Delivery struct {
 	// above made with a key servers and dispatchers share. Opaque to workers, which echo the
 	// delivery unchanged in their results; the server refuses a result whose token does not
 	// match its delivery (PERMISSION_DENIED).
-	Token         string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Token string `protobuf:"bytes,15,opt,name=token,proto3" json:"token,omitempty"`
+	// Set when the task has an execution timeout: the worker stops a run that takes longer,
+	// instead of the handler's own timeout. Not covered by the token: it steers only the
+	// worker that reads it.
+	ExecutionTimeout *durationpb.Duration `protobuf:"bytes,16,opt,name=execution_timeout,json=executionTimeout,proto3" json:"execution_timeout,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Delivery) Reset() {
@@ -256,6 +260,13 @@ func (x *Delivery) GetToken() string {
 		return x.Token
 	}
 	return ""
+}
+
+func (x *Delivery) GetExecutionTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ExecutionTimeout
+	}
+	return nil
 }
 
 // One message on a queue's dead-letter stream ("<queue>.dlq"): the last delivery and why it
@@ -872,7 +883,7 @@ var File_tikk_v1_worker_proto protoreflect.FileDescriptor
 
 const file_tikk_v1_worker_proto_rawDesc = "" +
 	"\n" +
-	"\x14tikk/v1/worker.proto\x12\atikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xf9\x05\n" +
+	"\x14tikk/v1/worker.proto\x12\atikk.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc1\x06\n" +
 	"\bDelivery\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -890,7 +901,8 @@ const file_tikk_v1_worker_proto_rawDesc = "" +
 	"\x0fidempotency_key\x18\f \x01(\tR\x0eidempotencyKey\x12H\n" +
 	"\rtrace_context\x18\r \x03(\v2#.tikk.v1.Delivery.TraceContextEntryR\ftraceContext\x12>\n" +
 	"\rstart_timeout\x18\x0e \x01(\v2\x19.google.protobuf.DurationR\fstartTimeout\x12\x14\n" +
-	"\x05token\x18\x0f \x01(\tR\x05token\x1a9\n" +
+	"\x05token\x18\x0f \x01(\tR\x05token\x12F\n" +
+	"\x11execution_timeout\x18\x10 \x01(\v2\x19.google.protobuf.DurationR\x10executionTimeout\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
@@ -998,32 +1010,33 @@ var file_tikk_v1_worker_proto_depIdxs = []int32{
 	14, // 3: tikk.v1.Delivery.fired_time:type_name -> google.protobuf.Timestamp
 	13, // 4: tikk.v1.Delivery.trace_context:type_name -> tikk.v1.Delivery.TraceContextEntry
 	15, // 5: tikk.v1.Delivery.start_timeout:type_name -> google.protobuf.Duration
-	1,  // 6: tikk.v1.DeadLetterRecord.delivery:type_name -> tikk.v1.Delivery
-	14, // 7: tikk.v1.DeadLetterRecord.dead_lettered_time:type_name -> google.protobuf.Timestamp
-	1,  // 8: tikk.v1.RunResult.delivery:type_name -> tikk.v1.Delivery
-	0,  // 9: tikk.v1.RunResult.kind:type_name -> tikk.v1.ResultKind
-	14, // 10: tikk.v1.RunResult.start_time:type_name -> google.protobuf.Timestamp
-	14, // 11: tikk.v1.RunResult.finish_time:type_name -> google.protobuf.Timestamp
-	15, // 12: tikk.v1.RunResult.retry_after:type_name -> google.protobuf.Duration
-	3,  // 13: tikk.v1.RunResultBatch.results:type_name -> tikk.v1.RunResult
-	4,  // 14: tikk.v1.ResultAckBatch.acks:type_name -> tikk.v1.ResultAck
-	15, // 15: tikk.v1.GetWorkerConfigResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	14, // 16: tikk.v1.RunningAttempt.due_time:type_name -> google.protobuf.Timestamp
-	9,  // 17: tikk.v1.CheckCancellationsRequest.runs:type_name -> tikk.v1.RunningAttempt
-	9,  // 18: tikk.v1.CheckCancellationsResponse.cancelled:type_name -> tikk.v1.RunningAttempt
-	7,  // 19: tikk.v1.WorkerService.GetWorkerConfig:input_type -> tikk.v1.GetWorkerConfigRequest
-	3,  // 20: tikk.v1.WorkerService.ReportResults:input_type -> tikk.v1.RunResult
-	5,  // 21: tikk.v1.WorkerService.ReportResultBatches:input_type -> tikk.v1.RunResultBatch
-	10, // 22: tikk.v1.WorkerService.CheckCancellations:input_type -> tikk.v1.CheckCancellationsRequest
-	8,  // 23: tikk.v1.WorkerService.GetWorkerConfig:output_type -> tikk.v1.GetWorkerConfigResponse
-	4,  // 24: tikk.v1.WorkerService.ReportResults:output_type -> tikk.v1.ResultAck
-	6,  // 25: tikk.v1.WorkerService.ReportResultBatches:output_type -> tikk.v1.ResultAckBatch
-	11, // 26: tikk.v1.WorkerService.CheckCancellations:output_type -> tikk.v1.CheckCancellationsResponse
-	23, // [23:27] is the sub-list for method output_type
-	19, // [19:23] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	15, // 6: tikk.v1.Delivery.execution_timeout:type_name -> google.protobuf.Duration
+	1,  // 7: tikk.v1.DeadLetterRecord.delivery:type_name -> tikk.v1.Delivery
+	14, // 8: tikk.v1.DeadLetterRecord.dead_lettered_time:type_name -> google.protobuf.Timestamp
+	1,  // 9: tikk.v1.RunResult.delivery:type_name -> tikk.v1.Delivery
+	0,  // 10: tikk.v1.RunResult.kind:type_name -> tikk.v1.ResultKind
+	14, // 11: tikk.v1.RunResult.start_time:type_name -> google.protobuf.Timestamp
+	14, // 12: tikk.v1.RunResult.finish_time:type_name -> google.protobuf.Timestamp
+	15, // 13: tikk.v1.RunResult.retry_after:type_name -> google.protobuf.Duration
+	3,  // 14: tikk.v1.RunResultBatch.results:type_name -> tikk.v1.RunResult
+	4,  // 15: tikk.v1.ResultAckBatch.acks:type_name -> tikk.v1.ResultAck
+	15, // 16: tikk.v1.GetWorkerConfigResponse.visibility_timeout:type_name -> google.protobuf.Duration
+	14, // 17: tikk.v1.RunningAttempt.due_time:type_name -> google.protobuf.Timestamp
+	9,  // 18: tikk.v1.CheckCancellationsRequest.runs:type_name -> tikk.v1.RunningAttempt
+	9,  // 19: tikk.v1.CheckCancellationsResponse.cancelled:type_name -> tikk.v1.RunningAttempt
+	7,  // 20: tikk.v1.WorkerService.GetWorkerConfig:input_type -> tikk.v1.GetWorkerConfigRequest
+	3,  // 21: tikk.v1.WorkerService.ReportResults:input_type -> tikk.v1.RunResult
+	5,  // 22: tikk.v1.WorkerService.ReportResultBatches:input_type -> tikk.v1.RunResultBatch
+	10, // 23: tikk.v1.WorkerService.CheckCancellations:input_type -> tikk.v1.CheckCancellationsRequest
+	8,  // 24: tikk.v1.WorkerService.GetWorkerConfig:output_type -> tikk.v1.GetWorkerConfigResponse
+	4,  // 25: tikk.v1.WorkerService.ReportResults:output_type -> tikk.v1.ResultAck
+	6,  // 26: tikk.v1.WorkerService.ReportResultBatches:output_type -> tikk.v1.ResultAckBatch
+	11, // 27: tikk.v1.WorkerService.CheckCancellations:output_type -> tikk.v1.CheckCancellationsResponse
+	24, // [24:28] is the sub-list for method output_type
+	20, // [20:24] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_tikk_v1_worker_proto_init() }

@@ -141,7 +141,7 @@ def _park_values(e: DueEntry) -> list[Any]:
     return [
         e.key, e.shard, e.due_ms, e.namespace, e.task_id, e.attempt, e.queue, e.handler,
         e.payload, dict(e.labels), e.max_attempts, e.scheduled_ms, dict(e.trace_context),
-        e.schedule_id, e.start_timeout_ms, TASK_RETENTION_S,
+        e.schedule_id, e.start_timeout_ms, e.execution_timeout_ms, TASK_RETENTION_S,
     ]  # fmt: skip
 
 

@@ -161,6 +161,13 @@ STORE_MIGRATIONS = [
             start_timeout_ms bigint, PRIMARY KEY ((queue, shard), due_ms, task_key))
             WITH gc_grace_seconds = 3600""",
     ]),
+    # A task's own execution timeout, carried to its deliveries (every row a delivery is
+    # built from: the task, its due row, its parked row).
+    Migration("store", 16, "execution timeouts", [
+        "ALTER TABLE tasks ADD IF NOT EXISTS execution_timeout_ms bigint",
+        "ALTER TABLE due_index ADD IF NOT EXISTS execution_timeout_ms bigint",
+        "ALTER TABLE parked_rows ADD IF NOT EXISTS execution_timeout_ms bigint",
+    ]),
 ]  # fmt: skip
 
 

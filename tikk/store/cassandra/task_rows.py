@@ -74,7 +74,7 @@ def task_values(t: Task) -> list[Any]:
         r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter, int(t.state), t.attempt,
         t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms, t.shard, t.fingerprint,
         t.last_error_type, t.last_error_message, dict(t.trace_context), t.schedule_id,
-        t.start_timeout_ms,
+        t.start_timeout_ms, t.execution_timeout_ms,
     ]  # fmt: skip
 
 
@@ -90,6 +90,7 @@ def task_from_cql_row(row: Any) -> Task:
         last_error_message=row.last_error_message or "",
         trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
         start_timeout_ms=row.start_timeout_ms or 0,
+        execution_timeout_ms=row.execution_timeout_ms or 0,
     )  # fmt: skip
 
 
@@ -101,6 +102,7 @@ def entry_from_cql_row(row: Any) -> DueEntry:
         max_attempts=row.max_attempts, scheduled_ms=row.scheduled_ms,
         trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
         start_timeout_ms=row.start_timeout_ms or 0,
+        execution_timeout_ms=row.execution_timeout_ms or 0,
         # A row read without the column (a parked row) was never handed off.
         handed_off=getattr(row, "handed_off_ms", None) == row.due_ms,
     )  # fmt: skip
@@ -111,7 +113,7 @@ def due_values(e: DueEntry, now_ms: int) -> list[Any]:
         minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace, e.task_id,
         e.attempt, e.queue, e.handler, e.payload, dict(e.labels), e.max_attempts,
         e.scheduled_ms, dict(e.trace_context), e.schedule_id, e.start_timeout_ms,
-        ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
+        e.execution_timeout_ms, ttl_after(e.due_ms, now_ms, DUE_RETENTION_S),
     ]  # fmt: skip
 
 

@@ -43,9 +43,12 @@ CREATE TABLE IF NOT EXISTS parked (
     trace_context TEXT NOT NULL,
     schedule_id TEXT NOT NULL,
     start_timeout_ms INTEGER NOT NULL,
+    execution_timeout_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (queue, shard, due_ms, task_key)
 ) WITHOUT ROWID;
 """
+# Columns of ``parked`` added after it was first made.
+_ADDED_PARKED_COLUMNS = {"parked": {"execution_timeout_ms": "INTEGER NOT NULL DEFAULT 0"}}
 _CONTROL_COLUMNS = "queue, paused, paused_ms, rate_per_s, skip_older_than_ms, updated_ms"
 _PARK = (
     f"INSERT OR REPLACE INTO parked (task_key, {', '.join(DUE_COLUMNS)})"
@@ -77,7 +80,7 @@ class SqliteQueueHoldStore:
     def __init__(self, path: str) -> None:
         # The task tables first: a skip writes tasks, whose usage triggers must exist.
         schema = TASKS_SCHEMA + TASK_USAGE_SCHEMA + TASK_LABELS_SCHEMA + QUEUE_HOLDS_SCHEMA
-        self._db = SqliteRunner(path, schema, ADDED_COLUMNS)
+        self._db = SqliteRunner(path, schema, {**ADDED_COLUMNS, **_ADDED_PARKED_COLUMNS})
 
     async def controls(self) -> dict[str, QueueControl]:
         sql = f"SELECT {_CONTROL_COLUMNS} FROM queue_controls"

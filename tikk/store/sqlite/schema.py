@@ -36,6 +36,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     trace_context TEXT NOT NULL DEFAULT '{}',
     schedule_id TEXT NOT NULL DEFAULT '',
     start_timeout_ms INTEGER NOT NULL DEFAULT 0,
+    execution_timeout_ms INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (namespace, task_id)
 );
 CREATE INDEX IF NOT EXISTS tasks_by_queue ON tasks (namespace, queue, state, task_id);
@@ -58,6 +59,7 @@ CREATE TABLE IF NOT EXISTS due (
     trace_context TEXT NOT NULL DEFAULT '{}',
     schedule_id TEXT NOT NULL DEFAULT '',
     start_timeout_ms INTEGER NOT NULL DEFAULT 0,
+    execution_timeout_ms INTEGER NOT NULL DEFAULT 0,
     handed_off_ms INTEGER,
     PRIMARY KEY (shard, minute, second, task_key)
 ) WITHOUT ROWID;
@@ -114,12 +116,14 @@ ADDED_COLUMNS = {
         "trace_context": "TEXT NOT NULL DEFAULT '{}'",
         "schedule_id": "TEXT NOT NULL DEFAULT ''",
         "start_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
+        "execution_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
     },
     "due": {
         "trace_context": "TEXT NOT NULL DEFAULT '{}'",
         "schedule_id": "TEXT NOT NULL DEFAULT ''",
         "start_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
         "handed_off_ms": "INTEGER",
+        "execution_timeout_ms": "INTEGER NOT NULL DEFAULT 0",
     },
 }
 

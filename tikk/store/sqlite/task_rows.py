@@ -42,14 +42,14 @@ def task_row(t: Task) -> tuple[object, ...]:
         r.max_attempts, r.initial_backoff_ms, r.multiplier, r.max_backoff_ms, r.jitter,
         int(t.state), t.attempt, t.due_ms, t.scheduled_ms, t.created_ms, t.updated_ms,
         t.shard, t.fingerprint, t.last_error_type, t.last_error_message,
-        _json(t.trace_context), t.schedule_id, t.start_timeout_ms,
+        _json(t.trace_context), t.schedule_id, t.start_timeout_ms, t.execution_timeout_ms,
     )  # fmt: skip
 
 
 def task_from_sql_row(row: Any) -> Task:
     (ns, tid, queue, handler, payload, labels, max_att, init_ms, mult, max_ms, jitter,
      state, attempt, due_ms, sched_ms, created_ms, updated_ms, shard, fp, etype, emsg,
-     trace, schedule_id, start_timeout_ms) = row  # fmt: skip
+     trace, schedule_id, start_timeout_ms, execution_timeout_ms) = row  # fmt: skip
     return Task(
         namespace=str(ns), task_id=str(tid), queue=str(queue), handler=str(handler),
         payload=bytes(payload),
@@ -60,20 +60,21 @@ def task_from_sql_row(row: Any) -> Task:
         created_ms=int(created_ms), updated_ms=int(updated_ms), shard=int(shard),
         fingerprint=str(fp), last_error_type=str(etype), last_error_message=str(emsg),
         trace_context=json.loads(str(trace)), schedule_id=str(schedule_id),
-        start_timeout_ms=int(start_timeout_ms),
+        start_timeout_ms=int(start_timeout_ms), execution_timeout_ms=int(execution_timeout_ms),
     )  # fmt: skip
 
 
 def entry_from_sql_row(row: Any) -> DueEntry:
     (shard, due_ms, ns, tid, attempt, queue, handler, payload, labels, max_att, sched, trace,
-     schedule_id, start_timeout_ms, handed_off_ms) = row  # fmt: skip
+     schedule_id, start_timeout_ms, execution_timeout_ms, handed_off_ms) = row  # fmt: skip
     return DueEntry(
         shard=int(shard), due_ms=int(due_ms), namespace=str(ns), task_id=str(tid),
         attempt=int(attempt), queue=str(queue), handler=str(handler),
         payload=bytes(payload), labels=json.loads(str(labels)),
         max_attempts=int(max_att), scheduled_ms=int(sched),
         trace_context=json.loads(str(trace)), schedule_id=str(schedule_id),
-        start_timeout_ms=int(start_timeout_ms), handed_off=handed_off_ms == due_ms,
+        start_timeout_ms=int(start_timeout_ms), execution_timeout_ms=int(execution_timeout_ms),
+        handed_off=handed_off_ms == due_ms,
     )  # fmt: skip
 
 
@@ -82,7 +83,7 @@ def due_row(e: DueEntry) -> tuple[object, ...]:
         minute_of_second(e.second), e.second, e.key, e.shard, e.due_ms, e.namespace,
         e.task_id, e.attempt, e.queue, e.handler, e.payload, _json(e.labels),
         e.max_attempts, e.scheduled_ms, _json(e.trace_context), e.schedule_id,
-        e.start_timeout_ms,
+        e.start_timeout_ms, e.execution_timeout_ms,
     )  # fmt: skip
 
 

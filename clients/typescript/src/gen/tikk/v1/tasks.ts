@@ -160,7 +160,14 @@ export interface Task {
    * Unset: none. Each attempt must be started by a worker within this long of its due time,
    * or it is dead-lettered with error type "StartTimeout".
    */
-  startTimeout: Duration | undefined;
+  startTimeout:
+    | Duration
+    | undefined;
+  /**
+   * Unset: none. How long one run may take before its worker stops it (see
+   * CreateTaskRequest.execution_timeout).
+   */
+  executionTimeout: Duration | undefined;
 }
 
 export interface Task_LabelsEntry {
@@ -191,7 +198,15 @@ export interface CreateTaskRequest {
    * this long after its due time (its queue has no workers, or they are far behind) is
    * dead-lettered with error type "StartTimeout" instead of waiting for ever.
    */
-  startTimeout: Duration | undefined;
+  startTimeout:
+    | Duration
+    | undefined;
+  /**
+   * Optional, 1 s to 1 day: how long one run may take. The worker stops a run that takes
+   * longer and reports it failed (error type "HandlerTimeout"), retried per the policy. It
+   * replaces the handler's own timeout for this task's runs. Workers that predate it ignore it.
+   */
+  executionTimeout: Duration | undefined;
 }
 
 export interface CreateTaskRequest_LabelsEntry {
@@ -558,6 +573,7 @@ function createBaseTask(): Task {
     shard: 0,
     scheduleId: "",
     startTimeout: undefined,
+    executionTimeout: undefined,
   };
 }
 
@@ -619,6 +635,9 @@ export const Task: MessageFns<Task> = {
     }
     if (message.startTimeout !== undefined) {
       Duration.encode(message.startTimeout, writer.uint32(154).fork()).join();
+    }
+    if (message.executionTimeout !== undefined) {
+      Duration.encode(message.executionTimeout, writer.uint32(162).fork()).join();
     }
     return writer;
   },
@@ -791,6 +810,14 @@ export const Task: MessageFns<Task> = {
             message.startTimeout = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 20: {
+            if (tag !== 162) {
+              break;
+            }
+
+            message.executionTimeout = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -877,6 +904,11 @@ export const Task: MessageFns<Task> = {
         : isSet(object.start_timeout)
         ? Duration.fromJSON(object.start_timeout)
         : undefined,
+      executionTimeout: isSet(object.executionTimeout)
+        ? Duration.fromJSON(object.executionTimeout)
+        : isSet(object.execution_timeout)
+        ? Duration.fromJSON(object.execution_timeout)
+        : undefined,
     };
   },
 
@@ -945,6 +977,9 @@ export const Task: MessageFns<Task> = {
     if (message.startTimeout !== undefined) {
       obj.startTimeout = Duration.toJSON(message.startTimeout);
     }
+    if (message.executionTimeout !== undefined) {
+      obj.executionTimeout = Duration.toJSON(message.executionTimeout);
+    }
     return obj;
   },
 
@@ -983,6 +1018,9 @@ export const Task: MessageFns<Task> = {
     message.scheduleId = object.scheduleId ?? "";
     message.startTimeout = (object.startTimeout !== undefined && object.startTimeout !== null)
       ? Duration.fromPartial(object.startTimeout)
+      : undefined;
+    message.executionTimeout = (object.executionTimeout !== undefined && object.executionTimeout !== null)
+      ? Duration.fromPartial(object.executionTimeout)
       : undefined;
     return message;
   },
@@ -1085,6 +1123,7 @@ function createBaseCreateTaskRequest(): CreateTaskRequest {
     runAt: undefined,
     delay: undefined,
     startTimeout: undefined,
+    executionTimeout: undefined,
   };
 }
 
@@ -1119,6 +1158,9 @@ export const CreateTaskRequest: MessageFns<CreateTaskRequest> = {
     }
     if (message.startTimeout !== undefined) {
       Duration.encode(message.startTimeout, writer.uint32(82).fork()).join();
+    }
+    if (message.executionTimeout !== undefined) {
+      Duration.encode(message.executionTimeout, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -1219,6 +1261,14 @@ export const CreateTaskRequest: MessageFns<CreateTaskRequest> = {
             message.startTimeout = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.executionTimeout = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1272,6 +1322,11 @@ export const CreateTaskRequest: MessageFns<CreateTaskRequest> = {
         : isSet(object.start_timeout)
         ? Duration.fromJSON(object.start_timeout)
         : undefined,
+      executionTimeout: isSet(object.executionTimeout)
+        ? Duration.fromJSON(object.executionTimeout)
+        : isSet(object.execution_timeout)
+        ? Duration.fromJSON(object.execution_timeout)
+        : undefined,
     };
   },
 
@@ -1313,6 +1368,9 @@ export const CreateTaskRequest: MessageFns<CreateTaskRequest> = {
     if (message.startTimeout !== undefined) {
       obj.startTimeout = Duration.toJSON(message.startTimeout);
     }
+    if (message.executionTimeout !== undefined) {
+      obj.executionTimeout = Duration.toJSON(message.executionTimeout);
+    }
     return obj;
   },
 
@@ -1344,6 +1402,9 @@ export const CreateTaskRequest: MessageFns<CreateTaskRequest> = {
       : undefined;
     message.startTimeout = (object.startTimeout !== undefined && object.startTimeout !== null)
       ? Duration.fromPartial(object.startTimeout)
+      : undefined;
+    message.executionTimeout = (object.executionTimeout !== undefined && object.executionTimeout !== null)
+      ? Duration.fromPartial(object.executionTimeout)
       : undefined;
     return message;
   },

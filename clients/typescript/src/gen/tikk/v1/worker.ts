@@ -134,6 +134,12 @@ export interface Delivery {
    * match its delivery (PERMISSION_DENIED).
    */
   token: string;
+  /**
+   * Set when the task has an execution timeout: the worker stops a run that takes longer,
+   * instead of the handler's own timeout. Not covered by the token: it steers only the
+   * worker that reads it.
+   */
+  executionTimeout: Duration | undefined;
 }
 
 export interface Delivery_LabelsEntry {
@@ -250,6 +256,7 @@ function createBaseDelivery(): Delivery {
     traceContext: {},
     startTimeout: undefined,
     token: "",
+    executionTimeout: undefined,
   };
 }
 
@@ -299,6 +306,9 @@ export const Delivery: MessageFns<Delivery> = {
     }
     if (message.token !== "") {
       writer.uint32(122).string(message.token);
+    }
+    if (message.executionTimeout !== undefined) {
+      Duration.encode(message.executionTimeout, writer.uint32(130).fork()).join();
     }
     return writer;
   },
@@ -442,6 +452,14 @@ export const Delivery: MessageFns<Delivery> = {
             message.token = reader.string();
             continue;
           }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.executionTimeout = Duration.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -538,6 +556,11 @@ export const Delivery: MessageFns<Delivery> = {
         ? Duration.fromJSON(object.start_timeout)
         : undefined,
       token: isSet(object.token) ? globalThis.String(object.token) : "",
+      executionTimeout: isSet(object.executionTimeout)
+        ? Duration.fromJSON(object.executionTimeout)
+        : isSet(object.execution_timeout)
+        ? Duration.fromJSON(object.execution_timeout)
+        : undefined,
     };
   },
 
@@ -600,6 +623,9 @@ export const Delivery: MessageFns<Delivery> = {
     if (message.token !== "") {
       obj.token = message.token;
     }
+    if (message.executionTimeout !== undefined) {
+      obj.executionTimeout = Duration.toJSON(message.executionTimeout);
+    }
     return obj;
   },
 
@@ -641,6 +667,9 @@ export const Delivery: MessageFns<Delivery> = {
       ? Duration.fromPartial(object.startTimeout)
       : undefined;
     message.token = object.token ?? "";
+    message.executionTimeout = (object.executionTimeout !== undefined && object.executionTimeout !== null)
+      ? Duration.fromPartial(object.executionTimeout)
+      : undefined;
     return message;
   },
 };
