@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import types
 import typing
@@ -143,8 +144,7 @@ def _container(value: Any, origin: Any, args: tuple[Any, ...], path: str) -> Any
 def _dataclass(value: Any, target: type, path: str) -> Any:
     if not isinstance(value, dict):
         raise _wrong(path, f"an object ({target.__name__})", value)
-    hints = typing.get_type_hints(target)
-    fields = {f.name: f for f in dataclasses.fields(target) if f.init}
+    hints, fields = _shape(target)
     unknown = sorted(set(value) - set(fields))
     if unknown:
         raise PayloadInvalid(f"{path}: unknown field(s) {', '.join(map(repr, unknown))}")
@@ -159,6 +159,14 @@ def _dataclass(value: Any, target: type, path: str) -> Any:
         raise PayloadInvalid(f"{path}: missing field(s) {', '.join(map(repr, missing))}")
     kwargs = {k: _convert(v, hints.get(k, Any), f"{path}.{k}") for k, v in value.items()}
     return target(**kwargs)
+
+
+@functools.cache
+def _shape(target: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """A dataclass's field types and init fields, read once per class (resolving the
+    annotations is most of a small payload's decoding time)."""
+    hints = typing.get_type_hints(target)
+    return hints, {f.name: f for f in dataclasses.fields(target) if f.init}
 
 
 def _scalar(value: Any, target: Any, path: str) -> Any:
