@@ -26,7 +26,8 @@ records the metrics alone (into Prometheus, say: ``tikk worker --metrics``), and
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tikk.clock import Clock, SystemClock
@@ -35,6 +36,9 @@ from tikk.metric_sinks import OtelMetrics
 from tikk.queue_contract import trace_carrier
 from worker_sdk.context import NonRetryableError, Retry
 from worker_sdk.middleware import Next, RunCall
+
+# Records the end of a run that raised the error given (None: it succeeded).
+Ended = Callable[[BaseException | None], None]
 
 
 def outcome_of(error: BaseException | None) -> str:
@@ -64,15 +68,21 @@ class RunMetrics(NoTelemetry):
         self._clock = clock or SystemClock()
 
     async def __call__(self, call: RunCall, call_next: Next) -> bytes:
-        error: BaseException | None = None
-        try:
-            return await call_next(call)
-        except BaseException as exc:
-            error = exc
-            raise
-        finally:
-            if not _interrupted():
-                self._record(call, outcome_of(error))
+        with self._around(call) as ended:
+            error: BaseException | None = None
+            try:
+                return await call_next(call)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                if not _interrupted():
+                    ended(error)
+
+    @contextlib.contextmanager
+    def _around(self, call: RunCall) -> Iterator[Ended]:
+        """What is open while the run goes on; the yielded function records its end."""
+        yield lambda error: self._record(call, outcome_of(error))
 
     def _record(self, call: RunCall, outcome: str) -> None:
         labels = {"queue": call.ctx.queue, "handler": call.ctx.handler}
@@ -114,7 +124,8 @@ class RunTelemetry(RunMetrics):
         carrier = trace_carrier(call.headers, call.delivery.trace_context)
         return self._propagator.extract(carrier=carrier) if carrier else None
 
-    async def __call__(self, call: RunCall, call_next: Next) -> bytes:
+    @contextlib.contextmanager
+    def _around(self, call: RunCall) -> Iterator[Ended]:
         with self._tracer.start_as_current_span(
             f"run {call.ctx.handler}",
             context=self._parent(call),
@@ -124,15 +135,7 @@ class RunTelemetry(RunMetrics):
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            error: BaseException | None = None
-            try:
-                return await call_next(call)
-            except BaseException as exc:
-                error = exc
-                raise
-            finally:
-                if not _interrupted():
-                    self._finish(span, call, error)
+            yield lambda error: self._finish(span, call, error)
 
     def _finish(self, span: Any, call: RunCall, error: BaseException | None) -> None:
         outcome = outcome_of(error)

@@ -32,6 +32,7 @@ EXPECTED = (
     "create with a client id twice makes one task",
     "get returns the task and a missing one is NOT_FOUND",
     "cancel cancels a scheduled task",
+    "a task keeps its own execution timeout",
     "list pages through a queue's tasks",
     "an ImportTasks stream of 3000 tasks all arrive",
     "an import reads its input only as fast as the server answers",

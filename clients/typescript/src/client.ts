@@ -12,17 +12,22 @@ import { once } from "node:events";
 import * as grpc from "@grpc/grpc-js";
 
 import { Duration } from "./gen/google/protobuf/duration";
-import { HistoryServiceClient, Run } from "./gen/tikk/v1/history";
+import { HistoryServiceClient, ListTaskRunsRequest, Run } from "./gen/tikk/v1/history";
 import {
+  CreateScheduleRequest,
+  PreviewScheduleRequest,
   PreviewedOccurrence,
   Schedule,
   ScheduleServiceClient,
   ScheduleSpec,
 } from "./gen/tikk/v1/schedules";
 import {
+  CancelTaskRequest,
   CreateTaskRequest,
+  GetTaskRequest,
   ImportTasksRequest,
   ImportTasksResponse,
+  ListTasksRequest,
   RetryPolicy,
   Task,
   TaskServiceClient,
@@ -95,6 +100,8 @@ export interface TaskInput {
   };
   /** Dead-letter an attempt that no worker started this long after its due time. */
   startTimeoutMs?: number;
+  /** Stop a run that takes longer (instead of its handler's own timeout); 1 s to a day. */
+  executionTimeoutMs?: number;
 }
 
 /** A recurring schedule: exactly one of `cron` and `everyMs`. */
@@ -197,13 +204,19 @@ export class TikkClient {
 
   /** The task `taskId` (NOT_FOUND when there is none). */
   getTask(taskId: string): Promise<Task> {
-    return this.unary(this.tasks.getTask.bind(this.tasks), { namespace: this.namespace, taskId });
+    const request = GetTaskRequest.fromPartial({ namespace: this.namespace, taskId });
+    return this.unary(this.tasks.getTask.bind(this.tasks), request);
   }
 
-  /** Cancels a task; cancelling a finished one is FAILED_PRECONDITION (the rules, also for
-   * a task already dispatched, are CancelTask's in tasks.proto). */
-  cancelTask(taskId: string): Promise<Task> {
-    return this.unary(this.tasks.cancelTask.bind(this.tasks), { namespace: this.namespace, taskId });
+  /** Cancels a task not dispatched yet; a dispatched one is FAILED_PRECONDITION unless
+   * `stopRunning`, which stops its run (the rules are CancelTask's in tasks.proto). */
+  cancelTask(taskId: string, options: { stopRunning?: boolean } = {}): Promise<Task> {
+    const request = CancelTaskRequest.fromPartial({
+      namespace: this.namespace,
+      taskId,
+      stopRunning: options.stopRunning ?? false,
+    });
+    return this.unary(this.tasks.cancelTask.bind(this.tasks), request);
   }
 
   /** One page of the tasks of `queue` (or of a `labelSelector` such as `team=a`), optionally
@@ -215,7 +228,7 @@ export class TikkClient {
     pageSize?: number;
     pageToken?: string;
   }): Promise<Page<Task>> {
-    const answer = await this.unary(this.tasks.listTasks.bind(this.tasks), {
+    const request = ListTasksRequest.fromPartial({
       namespace: this.namespace,
       queue: query.queue ?? "",
       state: query.state ?? TaskState.TASK_STATE_UNSPECIFIED,
@@ -223,6 +236,7 @@ export class TikkClient {
       pageSize: query.pageSize ?? 0,
       pageToken: query.pageToken ?? "",
     });
+    const answer = await this.unary(this.tasks.listTasks.bind(this.tasks), request);
     return { items: answer.tasks, nextPageToken: answer.nextPageToken };
   }
 
@@ -231,12 +245,13 @@ export class TikkClient {
     taskId: string,
     page: { pageSize?: number; pageToken?: string } = {},
   ): Promise<Page<Run>> {
-    const answer = await this.unary(this.history.listTaskRuns.bind(this.history), {
+    const request = ListTaskRunsRequest.fromPartial({
       namespace: this.namespace,
       taskId,
       pageSize: page.pageSize ?? 0,
       pageToken: page.pageToken ?? "",
     });
+    const answer = await this.unary(this.history.listTaskRuns.bind(this.history), request);
     return { items: answer.runs, nextPageToken: answer.nextPageToken };
   }
 
@@ -259,7 +274,8 @@ export class TikkClient {
       labels: input.labels ?? {},
       paused: input.paused ?? false,
     });
-    return this.unary(this.schedules.createSchedule.bind(this.schedules), { schedule });
+    const request = CreateScheduleRequest.fromPartial({ schedule });
+    return this.unary(this.schedules.createSchedule.bind(this.schedules), request);
   }
 
   /** The next fire times of schedule `scheduleId` (`count` of them, default the server's),
@@ -268,12 +284,13 @@ export class TikkClient {
     scheduleId: string,
     options: { count?: number; after?: Date; until?: Date } = {},
   ): Promise<PreviewedOccurrence[]> {
-    const answer = await this.unary(this.schedules.previewSchedule.bind(this.schedules), {
+    const request = PreviewScheduleRequest.fromPartial({
       schedule: { namespace: this.namespace, scheduleId },
       afterTime: options.after,
       untilTime: options.until,
       count: options.count ?? 0,
     });
+    const answer = await this.unary(this.schedules.previewSchedule.bind(this.schedules), request);
     return answer.occurrences;
   }
 
@@ -319,7 +336,8 @@ export class TikkClient {
       throw new TypeError("give runAt or delayMs, not both");
     }
     const r = input.retry;
-    return {
+    // fromPartial: a field a newer proto adds takes its default, so this still compiles.
+    return CreateTaskRequest.fromPartial({
       namespace: this.namespace,
       taskId: input.taskId ?? "",
       queue: input.queue,
@@ -336,7 +354,9 @@ export class TikkClient {
       runAt: input.runAt,
       delay: input.delayMs === undefined ? undefined : duration(input.delayMs),
       startTimeout: input.startTimeoutMs === undefined ? undefined : duration(input.startTimeoutMs),
-    };
+      executionTimeout:
+        input.executionTimeoutMs === undefined ? undefined : duration(input.executionTimeoutMs),
+    });
   }
 
   private metadata(): grpc.Metadata {

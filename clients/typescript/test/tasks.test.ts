@@ -52,6 +52,18 @@ test("cancel cancels a scheduled task", { skip: NO_SERVER }, async () => {
   assert.equal((await tikk.getTask("c-1")).state, TaskState.TASK_STATE_CANCELLED);
 });
 
+test("a task keeps its own execution timeout", { skip: NO_SERVER }, async () => {
+  const { task } = await tikk.createTask({
+    queue: "ts-timeout", handler: "h", taskId: "x-1", delayMs: HOUR, executionTimeoutMs: 90_000,
+  });
+  assert.equal(Number(task.executionTimeout?.seconds), 90);
+  const again = await tikk.getTask("x-1");
+  assert.equal(Number(again.executionTimeout?.seconds), 90);
+  // stopRunning is harmless on a task not dispatched yet: it is cancelled as any other.
+  const cancelled = await tikk.cancelTask("x-1", { stopRunning: true });
+  assert.equal(cancelled.state, TaskState.TASK_STATE_CANCELLED);
+});
+
 test("list pages through a queue's tasks", { skip: NO_SERVER }, async () => {
   for (const id of ["l-1", "l-2", "l-3"]) {
     await tikk.createTask({ queue: "ts-list", handler: "h", taskId: id, delayMs: HOUR });
