@@ -38,11 +38,13 @@ clients-deps: venv
 	bash scripts/go-client.sh tools
 	bash scripts/ts-client.sh deps
 
-# gofmt, vet and the unit tests of the Go client and the Go worker (the tests against real
-# servers run in pytest: tests/e2e/test_go_client.py, test_go_worker.py, test_ts_client.py).
+# gofmt, vet and the unit tests of the Go client and the Go worker, and the TypeScript
+# client's compile (its tests without a server skip; the tests against real servers run in
+# pytest: tests/e2e/test_go_client.py, test_go_worker.py, test_ts_client.py).
 clients-check: clients-deps
 	bash scripts/go-client.sh test
 	bash scripts/go-worker.sh check
+	bash scripts/ts-client.sh test
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -32,6 +32,7 @@ SERVER_TESTS = (
     "TestCreateWithAClientIDTwiceIsOneTask",
     "TestGetTask",
     "TestCancelTask",
+    "TestExecutionTimeoutAndStopTask",
     "TestListTasks",
     "TestImportTasksAllArrive",
     "TestHistoryAfterATaskRan",

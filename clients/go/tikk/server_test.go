@@ -111,6 +111,20 @@ func TestCancelTask(t *testing.T) {
 	}
 }
 
+func TestExecutionTimeoutAndStopTask(t *testing.T) {
+	c, ctx := dial(t)
+	spec := later("bounded")
+	spec.ExecutionTimeout = 90 * time.Second
+	task, _, err := c.CreateTask(ctx, spec)
+	if err != nil || task.GetExecutionTimeout().AsDuration() != 90*time.Second {
+		t.Fatalf("create with an execution timeout: %v %v", task, err)
+	}
+	// Not dispatched yet: stopping it is a plain cancel.
+	if task, err = c.StopTask(ctx, "bounded"); err != nil || task.GetState() != tikkv1.TaskState_TASK_STATE_CANCELLED {
+		t.Fatalf("stop: %v %v", task, err)
+	}
+}
+
 func TestListTasks(t *testing.T) {
 	c, ctx := dial(t)
 	for i := range 5 {

@@ -30,6 +30,9 @@ type TaskSpec struct {
 	// StartTimeout, when not zero, dead-letters an attempt no worker started this long after
 	// it was due.
 	StartTimeout time.Duration
+	// ExecutionTimeout, when not zero (1 s to a day), is how long one run may take; the
+	// worker stops a longer run. It replaces the handler's own timeout.
+	ExecutionTimeout time.Duration
 }
 
 func (c *Client) request(s TaskSpec) *tikkv1.CreateTaskRequest {
@@ -45,6 +48,9 @@ func (c *Client) request(s TaskSpec) *tikkv1.CreateTaskRequest {
 	}
 	if s.StartTimeout != 0 {
 		req.StartTimeout = durationpb.New(s.StartTimeout)
+	}
+	if s.ExecutionTimeout != 0 {
+		req.ExecutionTimeout = durationpb.New(s.ExecutionTimeout)
 	}
 	return req
 }
@@ -68,6 +74,14 @@ func (c *Client) GetTask(ctx context.Context, id string) (*tikkv1.Task, error) {
 // no-op); codes.FailedPrecondition once it was dispatched or finished.
 func (c *Client) CancelTask(ctx context.Context, id string) (*tikkv1.Task, error) {
 	return c.tasks.CancelTask(ctx, &tikkv1.CancelTaskRequest{Namespace: c.namespace, TaskId: id})
+}
+
+// StopTask cancels a task as CancelTask does, and one already dispatched too: its attempt
+// ends CANCELLED at once and its worker is told to stop the run (stop_running).
+func (c *Client) StopTask(ctx context.Context, id string) (*tikkv1.Task, error) {
+	return c.tasks.CancelTask(ctx, &tikkv1.CancelTaskRequest{
+		Namespace: c.namespace, TaskId: id, StopRunning: true,
+	})
 }
 
 // TaskQuery selects the tasks of ListTasks and Tasks.
