@@ -48,6 +48,7 @@ try:
         KafkaConnectionError,
         KafkaError,
         NoError,
+        NotControllerError,
         SaslAuthenticationFailed,
         TopicAlreadyExistsError,
         UnsupportedSaslMechanismError,
@@ -230,7 +231,13 @@ async def create_topics(
     other one exists when this returns. Raises the driver's errors (``KafkaError``,
     ``OSError``): each side translates them where it calls."""
     new = [NewTopic(name, config.partitions, config.replication) for name in topics]
-    response = await admin.create_topics(new)
+    try:
+        response = await admin.create_topics(new)
+    except AttributeError as exc:
+        # aiokafka reads the controller's node id without checking it is known: while the
+        # brokers restart, its metadata has no controller and this is an AttributeError.
+        # It is a broker not ready yet, retriable like any other.
+        raise NotControllerError(f"no Kafka controller is known yet ({exc})") from None
     refused = []
     for topic, code, *rest in response.topic_errors:
         error = for_code(code)
