@@ -106,6 +106,15 @@ class Task:
     def idempotency_key(self) -> str:
         return occurrence_key(self.namespace, self.schedule_id or self.task_id, self.scheduled_ms)
 
+    def cancelled_running(self, attempt: int, due_ms: int) -> bool:
+        """Whether the task was cancelled while it ran this attempt (``Abandon``), as opposed
+        to cancelled before any run of it."""
+        return (
+            self.state is TaskState.CANCELLED
+            and (self.attempt, self.due_ms) == (attempt, due_ms)
+            and self.last_error_type == CANCELLED_RUNNING
+        )
+
     @property
     def id_assigned(self) -> bool:
         """Whether the server chose this task's id: fresh, so its create needs no existence

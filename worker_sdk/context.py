@@ -15,6 +15,13 @@ TIMED_OUT = "timed out"
 SHUTTING_DOWN = "worker shutting down"
 
 
+def run_interrupted() -> bool:
+    """Whether the current run itself is being cancelled (the worker stops), rather than
+    only its handler's coroutine: such a run is neither reported nor recorded."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
 class RunControl:
     """The worker's handle on one run: ``stop`` tells the handler, through its context, and
     cancels an async handler's coroutine (from any thread). The first reason given stays."""

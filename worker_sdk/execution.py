@@ -31,6 +31,7 @@ from worker_sdk.context import (
     Retry,
     RunCancelled,
     TaskContext,
+    run_interrupted,
 )
 from worker_sdk.handlers import HandlerSpec
 from worker_sdk.middleware import Middleware, Next, RunCall, chain
@@ -168,19 +169,12 @@ async def _call(
             f"handler {spec.name!r} ran past its timeout of {timeout_s:g} s and was stopped"
         ) from None
     except asyncio.CancelledError:
-        if _stopping():
+        if run_interrupted():
             ctx.control.stop(SHUTTING_DOWN)  # a plain function learns it through ctx
             raise
         if ctx.cancel_reason == CANCEL_REQUESTED:
             raise RunCancelled("the task was cancelled while the run went on") from None
         raise
-
-
-def _stopping() -> bool:
-    """Whether this run itself is being cancelled (the worker stops), rather than only its
-    handler's coroutine."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 def _encoded(output: Any) -> bytes:

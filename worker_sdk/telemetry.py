@@ -25,7 +25,6 @@ records the metrics alone (into Prometheus, say: ``tikk worker --metrics``), and
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -34,7 +33,7 @@ from tikk.clock import Clock, SystemClock
 from tikk.metric_catalog import RUN_DURATION, RUN_START_LATENESS, RUNS, MetricSink
 from tikk.metric_sinks import OtelMetrics
 from tikk.queue_contract import trace_carrier
-from worker_sdk.context import NonRetryableError, Retry
+from worker_sdk.context import NonRetryableError, Retry, run_interrupted
 from worker_sdk.middleware import Next, RunCall
 
 # Records the end of a run that raised the error given (None: it succeeded).
@@ -76,7 +75,7 @@ class RunMetrics(NoTelemetry):
                 error = exc
                 raise
             finally:
-                if not _interrupted():
+                if not run_interrupted():
                     ended(error)
 
     @contextlib.contextmanager
@@ -92,12 +91,6 @@ class RunMetrics(NoTelemetry):
             sink.observe(RUN_START_LATENESS, lateness, labels)
             sink.observe(RUN_DURATION, duration, labels)
             sink.add(RUNS, 1, {**labels, "outcome": outcome})
-
-
-def _interrupted() -> bool:
-    """Whether the current task is being cancelled (the worker is stopping)."""
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 class RunTelemetry(RunMetrics):

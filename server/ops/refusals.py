@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from tikk.delivery_tokens import expired_token
 from tikk.errors import FailedPrecondition
-from tikk.model import CANCELLED_RUNNING, DueEntry, Task, TaskState
+from tikk.model import DueEntry, Task, TaskState
 
 
 class ResultRefused(FailedPrecondition):
@@ -49,11 +49,7 @@ def dispatched_at(task: Task, e: DueEntry) -> bool:
 def cancelled_running(task: Task, e: DueEntry) -> bool:
     """Whether ``task`` was cancelled while it ran the attempt ``e`` names (``Abandon``), as
     opposed to cancelled before any run of it."""
-    return (
-        task.state is TaskState.CANCELLED
-        and same_attempt(task, e)
-        and task.last_error_type == CANCELLED_RUNNING
-    )
+    return task.cancelled_running(e.attempt, e.due_ms)
 
 
 def refuse_unless_dispatched(task: Task, e: DueEntry) -> None:

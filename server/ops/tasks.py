@@ -29,7 +29,7 @@ from server.ops.upcoming import UpcomingCounts
 from tikk.buckets import shard_of
 from tikk.clock import Clock
 from tikk.errors import FailedPrecondition, NotFound, TikkError
-from tikk.model import CANCELLED_RUNNING, Abandon, Page, Task, TaskState
+from tikk.model import Abandon, Page, Task, TaskState
 from tikk.ready_queue import ReadyQueue
 from tikk.store.tasks import TaskStore
 
@@ -190,12 +190,7 @@ class TaskOps:
                 task = await self._store.get(run.namespace, run.task_id)
             except NotFound:
                 return False
-            return (
-                task.queue == run.queue
-                and task.state is TaskState.CANCELLED
-                and (task.attempt, task.due_ms) == (run.attempt, run.due_ms)
-                and task.last_error_type == CANCELLED_RUNNING
-            )
+            return task.queue == run.queue and task.cancelled_running(run.attempt, run.due_ms)
 
         return list(await asyncio.gather(*(one(r) for r in runs)))
 
