@@ -250,7 +250,11 @@ def test_on_kafka_a_queue_nobody_consumes_is_listed_while_others_run(
     create(on_kafka.tasks, ns, "e2e", "flows")
     create(on_kafka.tasks, ns, "nobody-reads-this", "stuck")
     eventually(lambda: state(on_kafka.tasks, ns, "flows") == tasks_pb2.TASK_STATE_SUCCEEDED)
-    stuck = eventually(lambda: queues(on_kafka.tasks).get("nobody-reads-this"))
+    # The queue is listed once its task is accepted, and waits once the dispatcher published
+    # it: wait for the second, not the first.
+    stuck = eventually(
+        lambda: (q := queues(on_kafka.tasks).get("nobody-reads-this")) and q.waiting and q
+    )
     assert (stuck.waiting, stuck.consumers) == (1, 0) and stuck.HasField("oldest_waiting_age")
     e2e = eventually(lambda: (q := queues(on_kafka.tasks)["e2e"]).waiting == 0 and q)
     assert e2e.consumers == 1
