@@ -69,7 +69,7 @@ class Dev:
 
 def create(client: Client, task_id: str, handler: str, **fields: Any) -> None:
     request = tasks_pb2.CreateTaskRequest(
-        task_id=task_id, queue="e2e", handler=handler, payload=b"2", **fields
+        task_id=task_id, queue="e2e", handler=handler, **{"payload": b"2", **fields}
     )
     client.create_task(request)
 
@@ -145,6 +145,28 @@ def test_a_task_page_follows_the_task_without_a_reload(browser: Browser, dev: De
     # The page's live part is read again every 5 s: the run shows up by itself.
     expect(page.locator("dd .state")).to_have_text("SUCCEEDED", timeout=30_000)
     expect(page.locator("table.runs tbody tr")).to_have_count(1)
+
+
+def test_a_running_task_is_stopped_by_clicking_and_its_run_ends_cancelled(
+    browser: Browser, dev: Dev
+) -> None:
+    with dev.client("shop") as client:
+        create(client, "long", "slow", payload=b"120")
+        started = lambda: any(e["task_id"] == "long" for e in read_executions(dev.log))  # noqa: E731
+        eventually(started, timeout=30)
+        page = browser.new_page(viewport={"width": 1280, "height": 760})
+        page.goto(dev.console + "ns/shop/tasks/long")
+        expect(page.locator("dd .state")).to_have_text("DISPATCHED")
+        expect(page.get_by_role("button", name="Cancel")).to_have_count(0)  # it already runs
+        page.once("dialog", lambda dialog: dialog.accept())  # "Stop this run …?"
+        page.get_by_role("button", name="Stop").click()
+        expect(page.locator("dd .state")).to_have_text("CANCELLED")
+        # The worker is told within about a second and ends the run; it is not retried.
+        expect(page.locator("table.runs tbody tr")).to_contain_text("CANCELLED", timeout=30_000)
+        shot(page, "task-stopped")
+        assert client.get_task("long").attempt == 1
+    ends = [e for e in read_executions(dev.log) if e["task_id"] == "long"]
+    assert [e["event"] for e in ends] == ["start"]  # stopped, never slept to its end
 
 
 def test_a_dead_letter_is_redriven_by_clicking_and_runs_again(browser: Browser, dev: Dev) -> None:
@@ -235,6 +257,47 @@ def test_dead_letters_are_filtered_by_error_type_and_a_selection_redriven_at_onc
     purge_the_one_that_never_works(page, dev)
 
 
+def test_every_dead_letter_a_filter_selects_is_redriven_as_one_counted_action(
+    browser: Browser, dev: Dev
+) -> None:
+    once = tasks_pb2.RetryPolicy(max_attempts=1)
+    ids = ["every-1", "every-2", "every-3"]
+    with dev.client("ops") as client:  # a namespace of its own: nothing else dead-letters here
+        for task_id in ids:
+            create(client, task_id, "fail_first_run", retry_policy=once)
+        dead = tasks_pb2.TASK_STATE_DEAD_LETTERED
+        eventually(lambda: all(state(client, t) == dead for t in ids), timeout=60)
+    page = browser.new_page(viewport={"width": 1280, "height": 760})
+    page.goto(dev.console + "ns/ops/dead-letters?error_type=ValueError")
+    page.get_by_role("link", name="Redrive every match…").click()
+    expect(page.locator(".count")).to_have_text(
+        "3 dead letter(s) match any queue, error type ValueError."
+    )
+    expect(page.locator("table.sample tbody tr")).to_have_count(3)
+    shot(page, "bulk-preview")
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", answer)
+    page.get_by_role("button", name="Redrive every match").click()
+    assert asked == ["Redrive 3 dead letter(s) now, from attempt 1?"]
+    expect(page.locator("h1")).to_contain_text("Bulk action console-")
+    # The server runs the action on its own; the page follows it without a reload.
+    expect(page.locator("dd .state")).to_have_text("SUCCEEDED", timeout=30_000)
+    expect(page.locator("dl.facts")).to_contain_text("3 / 0 / 0")  # acted / skipped / failed
+    shot(page, "bulk-action")
+    with dev.client("ops") as client:
+        done = tasks_pb2.TASK_STATE_SUCCEEDED
+        eventually(lambda: all(state(client, t) == done for t in ids), timeout=60)
+        assert all(client.get_task(t).attempt == 1 for t in ids)  # from attempt 1 again
+    page.get_by_role("link", name="Bulk actions").click()
+    expect(page.locator("table.bulk-actions tbody tr")).to_have_count(1)
+    expect(page.locator("table.bulk-actions tbody tr")).to_contain_text("3 of 3")
+
+
 def purge_the_one_that_never_works(page: Page, dev: Dev) -> None:
     """Purged: the task is gone, its runs are kept."""
     page.goto(dev.console + "ns/shop/dead-letters")
@@ -321,6 +384,10 @@ def test_a_read_only_login_sees_but_is_refused_an_action(browser: Browser, tmp_p
         assert forged.status == 403
         page.goto(dev.console + "ns/other/dead-letters")
         expect(page.locator(".error")).to_contain_text("may not read in namespace 'other'")
+        page.goto(dev.console + "ns/shop/dead-letters/all?verb=purge")  # a bulk action: writers'
+        expect(page.locator(".error")).to_contain_text("may not write in namespace 'shop'")
+        started = page.request.post(dev.console + "ns/shop/bulk", form={"verb": "purge"})
+        assert started.status == 403
         page.get_by_role("button", name="Sign out").click()
         _login(page, writer)
         page.goto(dev.console + "ns/shop/tasks/later")

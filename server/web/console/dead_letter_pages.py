@@ -55,7 +55,8 @@ def dead_letters_page(
     body = (
         (f'<p class="notice">{text(notice)}</p>' if notice else "")
         + _filters(namespace, chosen)
-        + (_bulk(viewer, namespace, chosen) if may_act and found else "")
+        + (_bulk(viewer, namespace, chosen) + _every_match(namespace, chosen)
+           if may_act and found else "")
         + table(headers, rows, "No dead letter matches.", "dead-letters")
         + next_link(token, **chosen.query())
     )  # fmt: skip
@@ -104,4 +105,15 @@ def _bulk(viewer: Viewer, namespace: str, chosen: DeadLetterFilter) -> str:
         "Redrive selected</button>"
         f"<button class='cancel' formaction='{path}/purge' "
         f"data-confirm-count='{text(purge_question)}'>Purge selected</button></form>"
+    )
+
+
+def _every_match(namespace: str, chosen: DeadLetterFilter) -> str:
+    """Links to act on every dead letter the filter selects, beyond this page: one
+    server-side action each, after a page that counts them (``bulk_pages``)."""
+    path = dead_letters_path(namespace) + "/all"
+    return (
+        f"<p class='bulk-all'>Every match of this filter, not only this page: "
+        f"{link(path, 'Redrive every match…', **chosen.query(), verb='redrive')} · "
+        f"{link(path, 'Purge every match…', **chosen.query(), verb='purge')}</p>"
     )

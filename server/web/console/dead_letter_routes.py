@@ -45,7 +45,7 @@ class DeadLetterPages:
     async def _list(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
         viewer.require(Role.READ, namespace)
-        chosen = _filter_of(request.query)
+        chosen = filter_of(request.query)
         found, token = await self._matching(namespace, chosen, request.query.get("token", ""))
         notice = request.query.get("notice", "")[:300]
         return html_page(
@@ -94,11 +94,12 @@ class DeadLetterPages:
         done = {"redrive": "redriven", "purge": "purged"}[verb]
         notice = f"{len(chosen) - len(failed)} of {len(chosen)} {done}"
         notice += f"; not redriven: {'; '.join(failed)}" if failed else ""
-        query = {**_filter_of(form).query(), "notice": notice[:300]}
+        query = {**filter_of(form).query(), "notice": notice[:300]}
         return redirect(f"{dead_letters_path(namespace)}?{urlencode(query)}")
 
 
-def _filter_of(values: Mapping[str, object]) -> DeadLetterFilter:
+def filter_of(values: Mapping[str, object]) -> DeadLetterFilter:
+    """The filter a query or form names (missing fields: no term)."""
     hours = clamped_field(values.get("hours"), 0, 720, 0)
     return DeadLetterFilter(
         str(values.get("queue", "")).strip(), str(values.get("error_type", "")).strip(), hours

@@ -66,6 +66,7 @@ def layout(title: str, body: str, viewer: Viewer | None, namespace: str = "") ->
             f"{link(base + '/upcoming', 'Upcoming')}"
             f"{link(base + '/runs', 'Run history')}"
             f"{link(base + '/schedules', 'Schedules')}"
+            f"{link(base + '/bulk', 'Bulk actions')}"
             f"{link('/console/tasks', 'Find a task', namespace=ns)}"
             f'<span class="who">{text(viewer.name)}</span>'
             f"{_logout(viewer)}</nav>"
@@ -241,6 +242,9 @@ def _task_actions(viewer: Viewer, task: Task) -> str:
     actions = []
     if task.state is TaskState.SCHEDULED:
         actions.append(("cancel", "Cancel", "Cancel this task? It will not run."))
+    if task.state is TaskState.DISPATCHED:
+        actions.append(("stop", "Stop", "Stop this run and cancel the task? Its worker is told "
+                        "to stop it, and it is not retried."))  # fmt: skip
     if task.state is TaskState.DEAD_LETTERED:
         actions.append(("redrive", "Redrive", "Run this task again now, from attempt 1?"))
         actions.append(
@@ -303,7 +307,7 @@ def runs_page(viewer: Viewer, namespace: str, queue: str, status: str, *, hours:
               page: Page[RunRecord] | None) -> str:  # fmt: skip
     options = "".join(
         f"<option value='{s}'{' selected' if s == status else ''}>{s or 'any'}</option>"
-        for s in ("", "succeeded", "failed", "dead_lettered")
+        for s in ("", "succeeded", "failed", "dead_lettered", "cancelled")
     )
     extra = (
         f"<label>Status <select name='status'>{options}</select></label>"

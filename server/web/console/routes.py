@@ -19,6 +19,7 @@ from aiohttp import web
 
 from server.app import Operations
 from server.web.console import pages
+from server.web.console.bulk_routes import BulkPages
 from server.web.console.dead_letter_pages import dead_letters_path
 from server.web.console.dead_letter_routes import DeadLetterPages
 from server.web.console.responses import (
@@ -71,6 +72,7 @@ class Console:
         r.add_post("/console/ns/{ns}/tasks/{task_id}/{verb}", self._session(self._act))
         SchedulePages(self._ops, self._clock).add_routes(app, self._session)
         DeadLetterPages(self._ops, self._clock).add_routes(app, self._session)
+        BulkPages(self._ops, self._clock).add_routes(app, self._session)
 
     def _session(self, page: ConsolePage) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -167,15 +169,15 @@ class Console:
         namespace, task_id = request.match_info["ns"], request.match_info["task_id"]
         viewer.require(Role.WRITE, namespace)
         verb = request.match_info["verb"]
-        if verb == "cancel":
-            await self._ops.tasks.cancel(namespace, task_id)
+        if verb in ("cancel", "stop"):  # stop: a running task too (its worker is told)
+            await self._ops.tasks.cancel(namespace, task_id, stop_running=verb == "stop")
         elif verb == "redrive":
             await self._ops.tasks.redrive(namespace, task_id)
         elif verb == "purge":
             await self._ops.tasks.purge(namespace, task_id)
             return redirect(f"{dead_letters_path(namespace)}?notice={quote(task_id + ' purged')}")
         else:
-            raise NotFound(f"no action {verb!r} on a task (cancel, redrive, purge)")
+            raise NotFound(f"no action {verb!r} on a task (cancel, stop, redrive, purge)")
         return redirect(pages.task_path(namespace, task_id))
 
     async def _upcoming(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
