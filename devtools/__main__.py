@@ -1,7 +1,8 @@
 """``python -m devtools COMMAND``: the tools for developing tikk, run from the checkout.
 
 ``stack`` starts and stops the local Cassandra + Kafka + ZooKeeper; ``bench``,
-``bench-readme`` and ``bench-schedules`` measure tikk and write the README's figures;
+``bench-readme``, ``bench-schedules`` and ``bench-console`` measure tikk and write the
+README's figures;
 ``bench-peers`` runs tikk beside Celery, arq, APScheduler and a bare Redis poller;
 ``faults`` and ``fuzz`` are ``python -m devtools.faults`` and ``python -m devtools.fuzz``.
 They need the checkout (``infra/``, ``examples/``, the tests), so they are not commands of the
@@ -110,6 +111,28 @@ def _run_bench_schedules(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _run_bench_console(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from devtools.bench_console import ConsoleBenchConfig, describe, run, table
+
+    cfg = ConsoleBenchConfig(
+        args.backend, args.stored, args.succeeded, args.dead, args.rounds, args.shards
+    )
+    began = time.monotonic()
+    times = run(cfg)
+    lines = list(table(cfg, times, time.monotonic() - began))
+    print("\n".join(lines))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "console.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        figures = {"config": cfg.__dict__, "pages": describe(times)}
+        (out / "console.json").write_text(json.dumps(figures, indent=2), encoding="utf-8")
+    return EXIT_OK
+
+
 def _run_stack(args: argparse.Namespace) -> int:
     from devtools import stack
 
@@ -136,6 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_command(sub)
     _bench_readme_command(sub)
     _bench_schedules_command(sub)
+    _bench_console_command(sub)
     _bench_peers_command(sub)
     for name, text in _PASSED_ON.items():
         sub.add_parser(name, help=text, add_help=False)
@@ -223,6 +247,18 @@ def _bench_schedules_command(sub: Any) -> None:
     p.add_argument("--schedules", type=int, default=10_000)
     p.add_argument("--lead", type=float, default=20.0, help="seconds until they fire")
     p.set_defaults(func=_run_bench_schedules)
+
+
+def _bench_console_command(sub: Any) -> None:
+    p = sub.add_parser("bench-console", help="the console's page times with many tasks stored")
+    p.add_argument("--backend", choices=["embedded", "stack"], default="embedded")
+    p.add_argument("--stored", type=int, default=1_000_000, help="tasks written first")
+    p.add_argument("--succeeded", type=int, default=2_000, help="tasks run through a worker")
+    p.add_argument("--dead", type=int, default=2_500, help="tasks that dead-letter")
+    p.add_argument("--rounds", type=int, default=30, help="times each page is asked")
+    p.add_argument("--shards", type=int, default=64)
+    p.add_argument("--out", help="also write console.md and console.json into this folder")
+    p.set_defaults(func=_run_bench_console)
 
 
 def _bench_peers_command(sub: Any) -> None:

@@ -103,7 +103,7 @@ def run_one(cfg: BenchConfig) -> dict[str, Any]:
         finally:
             fleet.stop()
             if cfg.backend == "stack" and not cfg.keep_keyspace:
-                _drop_keyspace(keyspace)
+                drop_keyspace(keyspace)
         # Read once the dispatchers stopped: each logs its totals on the way out, so the
         # fire phase is covered whatever the logging interval.
         figures["fire"].update(_store_reads(fleet, *window))
@@ -149,7 +149,7 @@ def _start(cfg: BenchConfig, fleet: Fleet, keyspace: str, pki: DevPki | None) ->
         data = ["--data-dir", str(fleet.work / "data")]
         server = fleet.spawn("server", "server+dispatcher", ["dev", *data, *shards, *listen])
     else:
-        urls = [*_stack_urls(keyspace), *shards]
+        urls = [*stack_urls(keyspace), *shards]
         fleet.run(["migrate", *urls])
         # The server checks the delivery tokens the dispatchers sign: one keys file for all.
         keys = ["--delivery-keys", str(fleet.work / "delivery-keys")]
@@ -165,7 +165,7 @@ def _start(cfg: BenchConfig, fleet: Fleet, keyspace: str, pki: DevPki | None) ->
     return address
 
 
-def _stack_urls(keyspace: str) -> list[str]:
+def stack_urls(keyspace: str) -> list[str]:
     tag = keyspace.rsplit("_", 1)[-1]
     cql = stack.login(f"cassandra://127.0.0.1:{stack.CQL_PORT}/{keyspace}")
     return [
@@ -370,7 +370,7 @@ def _disk(cfg: BenchConfig, run: _Run) -> dict[str, Any]:
     return {**asdict(used), "bytes_per_task": round(per_task, 1) if per_task else None}
 
 
-def _drop_keyspace(keyspace: str) -> None:
+def drop_keyspace(keyspace: str) -> None:
     from tikk.drivers.cassandra import CassandraConfig, CassandraSession
 
     db = CassandraSession(

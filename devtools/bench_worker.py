@@ -2,7 +2,8 @@
 the handler started and how late the dispatcher handed the task to the queue (ms after due).
 
 Lines ``<task id> <due → handler start> <due → queue>`` are appended to ``$TIKK_BENCH_OUT``;
-the task id lets the benchmark count every fired task once and see duplicates.
+the task id lets the benchmark count every fired task once and see duplicates. ``fail`` fails
+for good at once, so a benchmark can fill the dead letters.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import asyncio
 import os
 import time
 
-from worker_sdk import TaskContext, Worker
+from worker_sdk import NonRetryableError, TaskContext, Worker
 
 # At 1,000 fires/s over two workers each holds about 500/s times the server's acknowledgement time
 # (150-250 ms on the stack with every service on one machine) of results: more than the
@@ -44,3 +45,8 @@ async def noop(ctx: TaskContext, payload: bytes) -> None:
     _lines.append(f"{ctx.task_id} {started_ms - due_ms} {fired_ms - due_ms}\n")
     if not _flusher:
         _flusher.append(asyncio.create_task(_flush_forever()))
+
+
+@worker.handler("fail")
+async def fail(ctx: TaskContext, payload: bytes) -> None:
+    raise NonRetryableError(f"{ctx.task_id} fails on purpose")

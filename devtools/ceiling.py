@@ -105,7 +105,7 @@ def cassandra_ceiling(
     db.connect()
     try:
         run_migrations(db, STORE_MIGRATIONS, REPLICATION)
-        spent = sum(_write_chunk(db, chunk) for chunk in task_chunks(n, spread, queue, shards))
+        spent = sum(write_chunk(db, chunk) for chunk in task_chunks(n, spread, queue, shards))
     finally:
         try:
             db.session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}", timeout=120)
@@ -114,7 +114,7 @@ def cassandra_ceiling(
     return CeilingResult("cassandra-driver, execute_async, unlogged batches", n, spent)
 
 
-def _write_chunk(db: Any, chunk: list[Task]) -> float:
+def write_chunk(db: Any, chunk: list[Task]) -> float:
     """Write one chunk's rows; the seconds the driver took."""
     from cassandra.concurrent import execute_concurrent
 
