@@ -37,6 +37,7 @@ from devtools.faults.lateness import (
 )
 from devtools.faults.records import (
     CANCEL_FENCE_MS,
+    Crash,
     FaultWindow,
     FinalState,
     History,
@@ -118,6 +119,7 @@ class CheckResult:
     recovery: tuple[KillRecovery, ...]
     fault_counts: tuple[tuple[str, int], ...]
     whole_run: WholeRun
+    crashes: tuple[Crash, ...] = ()
 
     @property
     def failures(self) -> list[str]:
@@ -128,6 +130,7 @@ class CheckResult:
             ("cancelled but ran", len(self.cancelled_but_ran)),
             ("idempotency key inconsistent", len(self.key_inconsistent)),
             ("dead-letter / retry inexact", len(self.dead_letter_inexact)),
+            ("crashed on its own", len(self.crashes)),
         ]
         return [f"{name}: {n}" for name, n in found if n]
 
@@ -169,6 +172,7 @@ def check(history: History, after_ms: int = 5_000) -> CheckResult:
         recovery=recovery(history.starts, history.faults, after_ms),
         fault_counts=tuple(sorted(Counter(str(w.kind) for w in history.faults).items())),
         whole_run=whole_run(history),
+        crashes=history.crashes,
     )
 
 

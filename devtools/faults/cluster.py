@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import re
 import shutil
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from devtools.faults.records import Crash
 from devtools.faults.worker_app import LOG_ENV
 from devtools.stack import login
 from server.certs import DevPki, make_dev_pki
@@ -40,6 +42,7 @@ from tikk.client.transport import Transport
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger("devtools.faults")
 # PR_SET_PDEATHSIG (1) with SIGKILL (9), then the real command: the setting survives exec.
 _DIE_WITH_PARENT = (
     "import ctypes, os, sys; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0); "
@@ -296,6 +299,7 @@ class Cluster:
             server += config.serve_tls_args()
             worker += ["--tls-ca", str(config.pki.ca_cert)]
         self.members = {SERVER: Member(SERVER, server, config)}
+        self.crashes: list[Crash] = []
         for i in range(config.dispatchers):
             role = f"dispatcher-{i}"
             self.members[role] = Member(role, ["dispatcher", *backend, *keys], config)
@@ -360,6 +364,27 @@ class Cluster:
         with self.config.transport.channel(self.config.address) as channel:
             stub: Any = tasks_pb2_grpc.TaskServiceStub(channel)
             stub.UpdateQueue(request, timeout=timeout_s, wait_for_ready=True)
+
+    def revive_crashed(self) -> list[Crash]:
+        """Start again every role whose process ended although no fault hit it (the nemesis
+        kills and restarts in the same thread, so none is seen between its kill and its
+        restart), as a supervisor would, so that one crash shows as a crash and not as every
+        task that would have run after it. Returns the crashes found now (also kept in
+        ``crashes``); a role that will not start again is found again next time."""
+        found = []
+        for role, m in self.members.items():
+            if m.proc is None or (code := m.proc.poll()) is None:
+                continue
+            crash = Crash(role, code, time.time_ns() // 1_000_000, str(m.log_path))
+            log.error("%s exited with code %s on its own; starting it again", role, code)
+            found.append(crash)
+            m.kill9()  # reaps it and closes its log
+            try:
+                self.restart(role)
+            except ClusterError as exc:
+                log.error("%s did not start again: %s", role, exc)
+        self.crashes += found
+        return found
 
     def exited(self) -> list[str]:
         """Roles whose current process ended although nobody killed it (a crash)."""

@@ -153,6 +153,10 @@ def plan_faults(
     return planned
 
 
+# How often, between faults, the nemesis looks for processes that crashed on their own.
+_REVIVE_EVERY_S = 1.0
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -172,14 +176,22 @@ class Nemesis:
         """Each fault at ``origin`` (a ``time.monotonic`` instant) plus its offset, one after
         another (a fault that overruns its slot delays the next)."""
         for fault in plan:
-            delay = origin + fault.at_s - time.monotonic()
-            if delay > 0 and self._stop.wait(delay):
+            if not self._wait_until(origin + fault.at_s):
                 return
             log.info("fault: %s %s for %.1f s", fault.kind, fault.target, fault.hold_s)
             self.windows.append(self.inflict(fault))
 
     def cancel(self) -> None:
         self._stop.set()
+
+    def _wait_until(self, instant: float) -> bool:
+        """Wait for the ``time.monotonic`` ``instant``, starting again any process that
+        crashed meanwhile (about once a second); False if cancelled."""
+        while (left := instant - time.monotonic()) > 0:
+            if self._stop.wait(min(left, _REVIVE_EVERY_S)):
+                return False
+            self.cluster.revive_crashed()
+        return not self._stop.is_set()
 
     def inflict(self, fault: PlannedFault) -> FaultWindow:
         """Carry out one fault and wait until what it hit is back."""

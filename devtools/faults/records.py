@@ -220,6 +220,18 @@ class FinalState:
 
 
 @dataclass(frozen=True)
+class Crash:
+    """A process of the cluster that ended although no fault hit it: ``code`` is its exit
+    status (negative: the signal), ``log`` the file of the incarnation that ended. The suite
+    starts it again, as a supervisor would, and the run fails for it."""
+
+    role: str
+    code: int
+    at_ms: int
+    log: str
+
+
+@dataclass(frozen=True)
 class History:
     """Everything a run recorded; the checker's only input."""
 
@@ -230,12 +242,13 @@ class History:
     finals: tuple[FinalState, ...]
     dead_letters: frozenset[str]
     bulk_cancels: tuple[BulkCancelRecord, ...] = ()
+    crashes: tuple[Crash, ...] = ()
 
 
 def write_history(history: History, path: Path) -> None:
     """Every record but the starts (already in the workers' log) as JSON lines."""
     with open(path, "w", encoding="utf-8") as f:
-        for name in ("creates", "cancels", "faults", "finals", "bulk_cancels"):
+        for name in ("creates", "cancels", "faults", "finals", "bulk_cancels", "crashes"):
             for item in getattr(history, name):
                 f.write(json.dumps({"record": name, **dataclasses.asdict(item)}) + "\n")
         f.write(json.dumps({"record": "dead_letters", "ids": sorted(history.dead_letters)}))
@@ -259,6 +272,8 @@ def _record(d: dict[str, Any]) -> object:
             return FinalState(**d)
         case "bulk_cancels":
             return BulkCancelRecord(d["batch"], tuple(d["task_ids"]), _calls(d["calls"]))
+        case "crashes":
+            return Crash(**d)
         case _:
             return frozenset(d["ids"])
 
@@ -275,4 +290,5 @@ def read_history(records: Path, starts: Path) -> History:
         finals=tuple(i for i in items if isinstance(i, FinalState)),
         dead_letters=next((i for i in items if isinstance(i, frozenset)), frozenset()),
         bulk_cancels=tuple(i for i in items if isinstance(i, BulkCancelRecord)),
+        crashes=tuple(i for i in items if isinstance(i, Crash)),
     )

@@ -81,6 +81,11 @@ def _violations(r: CheckResult) -> list[str]:
         f"    {i.task_id} ({i.kind}): expected {i.expected}; found {i.found}"
         for i in r.dead_letter_inexact[:SHOWN]
     ]
+    lines.append(f"  crashed on its own:   {len(r.crashes)}")
+    lines += [
+        f"    {c.role} exited with code {c.code} at {c.at_ms} (restarted; log {c.log})"
+        for c in r.crashes[:SHOWN]
+    ]
     return lines
 
 

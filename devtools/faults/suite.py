@@ -212,7 +212,11 @@ class Run:
         self.workload.start()
         roles = {k: self.cluster.roles(k) for k in ("server", "dispatcher", "worker")}
         self.nemesis.run(self.mode.faults.plan(self.rng, roles), origin)
-        if not self.workload.join(timeout_s=spec.duration_s + spec.retry_budget_s + 60):
+        deadline = time.monotonic() + spec.duration_s + spec.retry_budget_s + 60
+        while self.workload.pacing and time.monotonic() < deadline:
+            time.sleep(1.0)
+            self.cluster.revive_crashed()
+        if not self.workload.join(timeout_s=max(1.0, deadline - time.monotonic())):
             self.notes.append("creates still retrying at the end were cut short")
 
     def drain(self) -> None:
@@ -226,6 +230,7 @@ class Run:
             creates, maybe_cancelled, self.starts.read()
         ):
             time.sleep(1.0)
+            self.cluster.revive_crashed()
 
     def _bulk_cancelled(self) -> set[str]:
         """Tasks of the bulk cancels' batches that are CANCELLED now (the others must run)."""
@@ -257,6 +262,7 @@ class Run:
             self.finals = reader.finals(ids)
             while _now_ms() < self._drain_until_ms() and (moving := _not_final(self.finals)):
                 time.sleep(2.0)
+                self.cluster.revive_crashed()
                 self.finals.update(reader.finals(moving))
             self.dead_letters = reader.dead_letters()
         finally:
@@ -277,6 +283,7 @@ class Run:
             finals=tuple(self.finals.values()),
             dead_letters=self.dead_letters,
             bulk_cancels=self.workload.bulk_records() if self.workload else (),
+            crashes=tuple(self.cluster.crashes),
         )
 
     def clean_up(self, keep_data: bool) -> None:

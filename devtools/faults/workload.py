@@ -207,6 +207,11 @@ class Workload:
         """Send nothing more (calls in flight finish)."""
         self._stop.set()
 
+    @property
+    def pacing(self) -> bool:
+        """Whether creates of the plan are still to be sent."""
+        return self._pacer.is_alive()
+
     def join(self, timeout_s: float) -> bool:
         """Wait for the plan and every call to finish. If that takes longer than
         ``timeout_s``, stop retrying, wait for the calls in flight and return ``False``."""

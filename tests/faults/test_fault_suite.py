@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import os
 import random
+import signal
 import time
 from collections import Counter
 from pathlib import Path
@@ -31,8 +32,10 @@ from devtools.faults.records import (
     History,
     Start,
     TaskKind,
+    TaskPlan,
 )
 from devtools.faults.suite import NAMESPACE, Run, run_suite, stack_addresses
+from devtools.faults.workload import create_now, create_request
 from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require
 
 ROLES = {"server": ["server"], "dispatcher": ["d-0", "d-1"], "worker": ["w-0", "w-1"]}
@@ -113,6 +116,37 @@ def test_a_tls_cluster_takes_a_task_through_every_process(tmp_path: Path) -> Non
         finally:
             over_tls.close()
             plaintext.close()
+    finally:
+        run.clean_up(keep_data=False)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_a_process_that_dies_on_its_own_is_started_again_and_counted(tmp_path: Path) -> None:
+    """A worker killed behind the nemesis' back is a crash: recorded with its exit status,
+    started again as a supervisor would, and then runs tasks again."""
+    run = Run(modes.ci().without_service_faults(), 1, tmp_path, _services())
+    try:
+        run.set_up()
+        worker = run.cluster.members["worker-0"]
+        before = worker.incarnation
+        assert run.cluster.revive_crashed() == []  # nothing ended: nothing to do
+        os.killpg(worker.pid, signal.SIGKILL)
+        assert worker.proc is not None
+        worker.proc.wait(10)
+        (crash,) = run.cluster.revive_crashed()
+        assert (crash.role, crash.code) == ("worker-0", -signal.SIGKILL)
+        assert worker.incarnation == before + 1 and worker.proc.poll() is None
+        assert run.cluster.crashes == [crash]
+        now = int(time.time() * 1000)
+        plan = TaskPlan("after-crash", TaskKind.OK, now, now, True)
+        request = create_request(plan, run.mode.workload, NAMESPACE)
+        create_now(run.config.address, request, transport=run.config.transport)
+        deadline = time.monotonic() + 60
+        while not any(s.task_id == "after-crash" for s in run.starts.read()):
+            assert time.monotonic() < deadline, "no task ran after the restart"
+            time.sleep(0.2)
+        assert worker.proc.poll() is None
     finally:
         run.clean_up(keep_data=False)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from devtools.faults import checker, modes
@@ -14,6 +15,7 @@ from devtools.faults.records import (
     BulkCancelRecord,
     Call,
     CancelRecord,
+    Crash,
     CreateRecord,
     FaultKind,
     FaultWindow,
@@ -364,6 +366,16 @@ def test_a_fault_soon_after_another_is_not_charged_with_its_backlog_when_isolate
 # --- records, report, plans -------------------------------------------------------------
 
 
+def test_a_process_that_crashed_on_its_own_fails_the_run_and_is_named() -> None:
+    crash = Crash("worker-1", 1, DUE + 2_000, "logs/worker-1.1.log")
+    h = replace(history(creates=(create("a"),), starts=(start("a", DUE + 5),)), crashes=(crash,))
+    r = check(h)
+    assert r.failures == ["crashed on its own: 1"]
+    text = render(r, RunInfo("ci", 1, 200.0, "records", 1, 20.0, incomplete=None))
+    assert "worker-1 exited with code 1" in text and "FAILED: crashed on its own: 1" in text
+    assert check(history(creates=(create("a"),), starts=(start("a", DUE + 5),))).failures == []
+
+
 def test_a_start_line_cut_short_by_a_kill_is_skipped() -> None:
     line = start("a", DUE).to_json()
     assert parse_start(line) == start("a", DUE)
@@ -379,6 +391,7 @@ def test_a_history_written_and_read_back_is_the_same(tmp_path: Path) -> None:
         finals=(FinalState("a", "SUCCEEDED", 2),),
         dead=frozenset({"c"}),
     )
+    h = replace(h, crashes=(Crash("dispatcher-0", -11, DUE + 7, "logs/dispatcher-0.2.log"),))
     write_history(h, tmp_path / "records.jsonl")
     (tmp_path / "starts.jsonl").write_text("".join(s.to_json() + "\n" for s in h.starts))
     assert read_history(tmp_path / "records.jsonl", tmp_path / "starts.jsonl") == h
