@@ -38,7 +38,6 @@ _CQL_CONCURRENCY = 256
 # Rows per unlogged batch of one partition: a due row weighs about 250 bytes, so this stays
 # under the 50 KiB Cassandra refuses by default (the store splits by bytes, to the same end).
 _CQL_BATCH_ROWS = 150
-_MAX_TTL_S = 630_720_000
 REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
 
 
@@ -163,5 +162,6 @@ def _cql_batches(db: Any, chunk: list[Task]) -> list[Any]:
 def _task_ttl(t: Task) -> int:
     """The task row's TTL as the store sets it: its retention after the due time."""
     from tikk.store.cassandra.schema import TASK_RETENTION_S
+    from tikk.store.cassandra.task_rows import ttl_after
 
-    return max(1, min(_MAX_TTL_S, max(t.due_ms - t.created_ms, 0) // 1000 + TASK_RETENTION_S))
+    return ttl_after(t.due_ms, t.created_ms, TASK_RETENTION_S)

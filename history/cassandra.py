@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from history.run_history import OCCURRENCE_COLUMNS, RUN_COLUMNS, run_from_row, run_values
-from tikk.drivers.cassandra import CassandraSession, Migration
+from tikk.drivers.cassandra import MAX_TTL_S, CassandraSession, Migration
 from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
 from tikk.errors import NotFound
 from tikk.model import Page, RunQuery, RunRecord
@@ -102,7 +102,6 @@ INSERT_RUN_BY_TASK = f"INSERT INTO runs_by_task ({_LISTED_COLS}) VALUES ({_MARKS
 INSERT_RUN_BY_QUEUE = (
     f"INSERT INTO runs_by_queue ({_LISTED_COLS}, hour) VALUES ({_MARKS}, ?) USING TTL ?"
 )
-_MAX_TTL_S = 630_720_000  # Cassandra's ceiling (20 years)
 SELECT_RUN = f"SELECT {_COLS} FROM runs WHERE namespace = ? AND run_id = ?"
 # ``finished_ms`` in these two is the time the server recorded the run.
 SELECT_RUNS_BY_TASK = (
@@ -140,7 +139,7 @@ class CassandraRunHistory:
         if seconds is None:
             self._kept_s.pop(namespace, None)
         else:
-            self._kept_s[namespace] = max(1, min(_MAX_TTL_S, seconds))
+            self._kept_s[namespace] = max(1, min(MAX_TTL_S, seconds))
 
     async def start(self) -> None:
         await self._db.start()

@@ -28,6 +28,9 @@ from tikk.drivers.cassandra_batches import PartitionRow, packed
 from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
 from tikk.urls import BackendUrl, Credentials, TlsFiles
 
+# The longest TTL Cassandra accepts (20 years): every TTL tikk writes is capped to it.
+MAX_TTL_S = 630_720_000
+
 try:
     from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
     from cassandra.auth import PlainTextAuthProvider

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tikk.buckets import minute_of_second
-from tikk.drivers.cassandra import CassandraSession
+from tikk.drivers.cassandra import MAX_TTL_S, CassandraSession
 from tikk.errors import NotFound
 from tikk.model import DueEntry, RetryPolicy, Task, TaskState
 from tikk.store.cassandra.schema import DUE_RETENTION_S, TASK_RETENTION_S
@@ -42,18 +42,17 @@ INSERT_TASK_BY_QUEUE = (
 INSERT_TASK_BY_LABEL = (
     "INSERT INTO tasks_by_label (namespace, label, shard, task_id) VALUES (?, ?, ?, ?) USING TTL ?"
 )
-_MAX_TTL_S = 630_720_000  # Cassandra's ceiling (20 years)
 
 
 def ttl_after(due_ms: int, now_ms: int, retention_s: int) -> int:
     """The TTL of a row written at ``now_ms`` that must live ``retention_s`` past ``due_ms``."""
-    return max(1, min(_MAX_TTL_S, (max(due_ms - now_ms, 0) // 1000) + retention_s))
+    return max(1, min(MAX_TTL_S, (max(due_ms - now_ms, 0) // 1000) + retention_s))
 
 
 def ttl_with_row(due_ms: int, now_ms: int, retention_s: int = TASK_RETENTION_S) -> int:
     """The TTL that ends a cell written now no later than the task row written for
     ``due_ms`` (a late run must not leave cells alive after the row's others expired)."""
-    return max(1, min(_MAX_TTL_S, (due_ms - now_ms) // 1000 + retention_s))
+    return max(1, min(MAX_TTL_S, (due_ms - now_ms) // 1000 + retention_s))
 
 
 def cells_ttl(read: Any, due_ms: int, now_ms: int) -> int:
