@@ -118,8 +118,9 @@ def _run_bench_console(args: argparse.Namespace) -> int:
     from devtools.bench_console import ConsoleBenchConfig, describe, run, table
 
     cfg = ConsoleBenchConfig(
-        args.backend, args.stored, args.succeeded, args.dead, args.rounds, args.shards
-    )
+        args.backend, args.stored, args.succeeded, args.dead, args.rounds, args.shards,
+        args.keyspace, args.keep,
+    )  # fmt: skip
     began = time.monotonic()
     times = run(cfg)
     lines = list(table(cfg, times, time.monotonic() - began))
@@ -258,6 +259,8 @@ def _bench_console_command(sub: Any) -> None:
     p.add_argument("--rounds", type=int, default=30, help="times each page is asked")
     p.add_argument("--shards", type=int, default=64)
     p.add_argument("--out", help="also write console.md and console.json into this folder")
+    p.add_argument("--keep", action="store_true", help="stack: keep the keyspace it filled")
+    p.add_argument("--keyspace", default="", help="stack: time again a keyspace kept before")
     p.set_defaults(func=_run_bench_console)
 
 

@@ -13,6 +13,7 @@ server's answer time per page: p50, p99 and max. A browser adds its own drawing 
 
 from __future__ import annotations
 
+import contextlib
 import http.cookiejar
 import os
 import re
@@ -34,14 +35,15 @@ from devtools.bench import drop_keyspace, stack_urls
 from devtools.bench_load import Spread
 from devtools.bench_procs import Fleet, TikkProcess
 from devtools.ceiling import sqlite_ceiling, task_chunks, write_chunk
-from tikk.client import Client, Recurrence, ScheduleDefinition, TaskSpec
+from tikk.client import AlreadyExistsError, Client, Recurrence, ScheduleDefinition, TaskSpec
 from tikk.v1 import tasks_pb2
 
 _DAY_MS = 86_400_000
 _QUEUE = "bench"  # the queue devtools.bench_worker serves
 _SCHEDULE = "console-bench-every-minute"
 _COMING = 600  # tasks due over the coming hour, one each 6 s
-_MISSING_ERROR = "NoSuchError"  # a dead-letter filter nothing matches: the longest read
+_MISSING_ERROR = "NoSuchError"
+_PROGRESS_EVERY = 1_000_000  # a dead-letter filter nothing matches: the longest read
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,10 @@ class ConsoleBenchConfig:
     dead: int = 2_500
     rounds: int = 30
     shards: int = 64
+    # Stack only: a keyspace an earlier run filled and kept (no fill; kept again), and
+    # whether to keep the one this run fills (ten million take the bare driver 40 minutes).
+    keyspace: str = ""
+    keep: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,7 @@ def run(cfg: ConsoleBenchConfig) -> list[PageTime]:
     with tempfile.TemporaryDirectory(prefix="tikk-console-bench-") as tmp:
         work = Path(tmp)
         fleet = Fleet(work, {**os.environ, "TIKK_BENCH_OUT": str(work / "runs.txt")})
-        keyspace = f"tikk_console_{uuid.uuid4().hex[:8]}"
+        keyspace = cfg.keyspace or f"tikk_console_{uuid.uuid4().hex[:8]}"
         try:
             stored_id, address, console = _start(cfg, fleet, keyspace)
             with Client(address) as client:
@@ -76,8 +82,10 @@ def run(cfg: ConsoleBenchConfig) -> list[PageTime]:
             return _time_pages(console, _pages(stored_id, seeded), cfg.rounds)
         finally:
             fleet.stop()
-            if cfg.backend == "stack":
+            if cfg.backend == "stack" and not (cfg.keep or cfg.keyspace):
                 drop_keyspace(keyspace)
+            elif cfg.backend == "stack":
+                print(f"keyspace {keyspace} kept: --keyspace {keyspace} times it again")
 
 
 def _start(cfg: ConsoleBenchConfig, fleet: Fleet, keyspace: str) -> tuple[str, str, str]:
@@ -94,7 +102,7 @@ def _start(cfg: ConsoleBenchConfig, fleet: Fleet, keyspace: str) -> tuple[str, s
     else:
         urls = [*stack_urls(keyspace), *shards]
         fleet.run(["migrate", *urls])
-        stored_id = _fill_cassandra(keyspace, cfg)
+        stored_id = _stored_task(keyspace) if cfg.keyspace else _fill_cassandra(keyspace, cfg)
         keys = ["--delivery-keys", str(fleet.work / "delivery-keys")]
         server = fleet.spawn("server", "server", ["server", *urls, *keys, *listen])
         fleet.spawn("dispatcher", "dispatcher", ["dispatcher", *urls, *keys])
@@ -125,12 +133,31 @@ def _fill_cassandra(keyspace: str, cfg: ConsoleBenchConfig) -> str:
     db.connect()
     first = ""
     try:
+        written, began = 0, time.monotonic()
         for chunk in task_chunks(cfg.stored, _spread(), "idle", cfg.shards):
             first = first or chunk[0].task_id
             write_chunk(db, chunk)
+            written += len(chunk)
+            if written % _PROGRESS_EVERY < len(chunk):  # a load of millions takes a while
+                rate = written / (time.monotonic() - began)
+                print(f"  {written:,} stored ({rate:,.0f}/s)", flush=True)
     finally:
         db.shutdown()
     return first
+
+
+def _stored_task(keyspace: str) -> str:
+    """A task an earlier run stored in ``keyspace`` (of the idle queue, not a seeded one)."""
+    from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+
+    url = stack.login(f"cassandra://127.0.0.1:{stack.CQL_PORT}/{keyspace}")
+    db = CassandraSession(CassandraConfig.from_url(url))
+    db.connect()
+    try:
+        rows = db.session.execute(f"SELECT task_id, queue FROM {keyspace}.tasks LIMIT 1000")
+        return next(str(r.task_id) for r in rows if r.queue == "idle")
+    finally:
+        db.shutdown()
 
 
 def _listening(server: TikkProcess, timeout_s: float = 180) -> tuple[str, str]:
@@ -155,9 +182,10 @@ class _Seeded:
 
 def _seed(cfg: ConsoleBenchConfig, client: Client, fleet: Fleet) -> _Seeded:
     """Tasks that run, tasks that dead-letter, a schedule; returns once they have run."""
-    client.create_schedule(ScheduleDefinition(
-        _SCHEDULE, Recurrence(every=timedelta(minutes=1)), queue=_QUEUE, handler="noop",
-    ))  # fmt: skip
+    with contextlib.suppress(AlreadyExistsError):  # a kept keyspace has it from before
+        client.create_schedule(ScheduleDefinition(
+            _SCHEDULE, Recurrence(every=timedelta(minutes=1)), queue=_QUEUE, handler="noop",
+        ))  # fmt: skip
     specs = [TaskSpec(_QUEUE, "noop") for _ in range(cfg.succeeded)]
     specs += [TaskSpec(_QUEUE, "fail") for _ in range(cfg.dead)]
     ids = [r.task_id for r in client.import_tasks(specs)]
@@ -209,7 +237,7 @@ def _pages(stored_id: str, seeded: _Seeded) -> list[_Page]:
               f"{ns}/runs?queue={_QUEUE}&status=succeeded&hours=24", "SUCCEEDED"),
         _Page("upcoming, 60 minutes", f"{ns}/upcoming", "due in the next 60 minute"),
         _Page("upcoming, 1,440 minutes", f"{ns}/upcoming?minutes=1440",
-              f"{_COMING} task(s) due in the next 1440"),
+              "task(s) due in the next 1440"),
         _Page("schedules", f"{ns}/schedules", _SCHEDULE),
         _Page("a schedule", f"{ns}/schedules/{_SCHEDULE}", "every 60 s"),
         _Page("/metrics", "/metrics", "tikk_results_start_lateness_ms_bucket"),

@@ -318,7 +318,9 @@ def runs_page(viewer: Viewer, namespace: str, queue: str, status: str, *, hours:
     if page is None:
         found = '<p class="hint">Choose a queue to search its runs.</p>'
     else:
-        found = live(runs_table(page.items, with_task=True))
+        found = live(runs_table(page.items, with_task=True) if page.items or not page.next_token
+                     else '<p class="empty">None of the runs read so far matches; the next '
+                     "page reads further back.</p>")  # fmt: skip
         found += next_link(page.next_token, queue=queue, status=status, hours=str(hours))
     return layout(f"Run history of {namespace}", form + found, viewer, namespace)
 

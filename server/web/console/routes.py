@@ -40,6 +40,7 @@ from tikk.model import RunQuery, RunStatus
 STATIC = Path(__file__).with_name("static")
 _PAGE_SIZE = 50
 _HOUR_MS = 3_600_000
+_READ_ON = 4
 
 
 class Console:
@@ -202,4 +203,10 @@ class Console:
             chosen = RunStatus[status.upper()] if status.upper() in RunStatus.__members__ else None
             query = RunQuery(namespace, queue, now - hours * _HOUR_MS, now + 1, chosen)
             page = await self._ops.history.runs(query, _PAGE_SIZE, q.get("token", ""))
+            # A read passes over a bounded number of runs: one rare among the newest comes
+            # back empty with a token. Read on a few times before showing an empty page.
+            for _ in range(_READ_ON):
+                if page.items or not page.next_token:
+                    break
+                page = await self._ops.history.runs(query, _PAGE_SIZE, page.next_token)
         return html_page(pages.runs_page(viewer, namespace, queue, status, hours=hours, page=page))
