@@ -195,8 +195,9 @@ def test_the_whole_call_stays_within_its_timeout(flaky: tuple[Flaky, str]) -> No
     assert (server.calls, time.slept) == (["GetTask"] * 2, [0.4])
     first, second = server.time_left
     assert first is not None and second is not None
-    # Each attempt gets what is left (as gRPC rounds a timeout on the wire).
-    assert first == pytest.approx(1.0, abs=0.05) and second == pytest.approx(0.6, abs=0.05)
+    # Each attempt gets what is left (as gRPC rounds a timeout on the wire, less the time the
+    # call took to arrive, which a busy machine stretches).
+    assert first == pytest.approx(0.95, abs=0.1) and second == pytest.approx(0.55, abs=0.1)
 
 
 def _selection() -> TaskSelection:
