@@ -61,7 +61,9 @@ class DeadLetterPages:
         found: list[Task] = []
         read = 0
         while read < _READ_AT_MOST and len(found) < _SHOWN:
-            page = await self._ops.tasks.dead_letters(namespace, chosen.queue, _READ_PAGE, token)
+            # A page's worth first (what an unfiltered view needs), then larger reads.
+            size = _SHOWN if not read else _READ_PAGE
+            page = await self._ops.tasks.dead_letters(namespace, chosen.queue, size, token)
             read += len(page.items)
             for task in page.items:
                 if task.updated_ms < since:

@@ -5,7 +5,6 @@ with them too)."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -24,6 +23,8 @@ SELECT_TASK = (
     " WRITETIME(state) AS state_written, TTL(queue) AS row_ttl FROM tasks"
     " WHERE namespace = ? AND task_id = ?"
 )
+# Whole tasks, a few of a namespace per request (``read_tasks``: listings read pages of them).
+SELECT_TASKS = SELECT_TASK.replace("AND task_id = ?", "AND task_id IN ?")
 # Where a task stands, for a few tasks of a namespace per request (on this driver a request's
 # own cost is most of what a small read costs): what claims and successes decide on.
 SELECT_STATES = (
@@ -143,24 +144,28 @@ async def read_task(db: CassandraSession, namespace: str, task_id: str) -> Task:
 async def read_task_row(db: CassandraSession, namespace: str, task_id: str) -> Any:
     """The task's row as ``SELECT_TASK`` reads it; ``NotFound`` as ``read_task``."""
     rows = await db.execute(SELECT_TASK, [namespace, task_id])
-    # A row whose state expired (its last cells outlive the others by under a second)
-    # is gone too, and so is one whose whole-row cells expired first (a few cells written
-    # with a longer retention than the row's, until they expire too).
-    if not rows or half_written(rows[0]) or rows[0].state is None or rows[0].queue is None:
+    if not rows or not _whole(rows[0]):
         raise NotFound(f"task {task_id!r} not found in namespace {namespace!r}")
     return rows[0]
 
 
+def _whole(row: Any) -> bool:
+    """Whether a task row stands for a task. A row whose state expired (its last cells outlive
+    the others by under a second) is gone too, and so is one whose whole-row cells expired
+    first (a few cells written with a longer retention than the row's, until they expire)."""
+    return not half_written(row) and row.state is not None and row.queue is not None
+
+
 async def read_tasks(db: CassandraSession, namespace: str, ids: Sequence[str]) -> list[Task | None]:
-    """The tasks of ``ids``, read concurrently; None for each one not found."""
-
-    async def one(tid: str) -> Task | None:
-        try:
-            return await read_task(db, namespace, tid)
-        except NotFound:
-            return None
-
-    return list(await asyncio.gather(*(one(t) for t in ids)))
+    """The tasks of ``ids``, a few per request and the requests concurrently (a request's
+    own cost is most of a small read's here); None for each one not found."""
+    unique = list(dict.fromkeys(ids))
+    answers = await db.execute_many([
+        db.bind(SELECT_TASKS, [namespace, unique[i : i + _IDS_PER_READ]])
+        for i in range(0, len(unique), _IDS_PER_READ)
+    ])  # fmt: skip
+    found = {r.task_id: task_from_cql_row(r) for rows in answers for r in rows if _whole(r)}
+    return [found.get(t) for t in ids]
 
 
 async def read_states(
