@@ -67,6 +67,19 @@ class Dev:
         return Client(self.address, namespace=namespace, transport=transport)
 
 
+def click_and_confirm(page: Page, button: str) -> list[str]:
+    """Click ``button`` and accept the question it asks; the questions asked."""
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", answer)
+    page.get_by_role("button", name=button).click()
+    return asked
+
+
 def create(client: Client, task_id: str, handler: str, **fields: Any) -> None:
     request = tasks_pb2.CreateTaskRequest(
         task_id=task_id, queue="e2e", handler=handler, **{"payload": b"2", **fields}
@@ -239,15 +252,8 @@ def test_dead_letters_are_filtered_by_error_type_and_a_selection_redriven_at_onc
     expect(rows.filter(has_text="rejected")).to_have_count(0)
     for task_id in ("bulk-1", "bulk-2"):
         page.check(f"input[name=task_id][value={task_id}]")
-    asked: list[str] = []
-
-    def answer(dialog: Any) -> None:
-        asked.append(dialog.message)
-        dialog.accept()
-
     shot(page, "dead-letters-filtered")
-    page.once("dialog", answer)
-    page.get_by_role("button", name="Redrive selected").click()
+    asked = click_and_confirm(page, "Redrive selected")
     expect(page.locator(".notice")).to_have_text("2 of 2 redriven")
     assert asked == ["Redrive 2 selected dead letter(s) now?"]
     with dev.client("shop") as client:
@@ -275,14 +281,7 @@ def test_every_dead_letter_a_filter_selects_is_redriven_as_one_counted_action(
     )
     expect(page.locator("table.sample tbody tr")).to_have_count(3)
     shot(page, "bulk-preview")
-    asked: list[str] = []
-
-    def answer(dialog: Any) -> None:
-        asked.append(dialog.message)
-        dialog.accept()
-
-    page.once("dialog", answer)
-    page.get_by_role("button", name="Redrive every match").click()
+    asked = click_and_confirm(page, "Redrive every match")
     assert asked == ["Redrive 3 dead letter(s) now, from attempt 1?"]
     expect(page.locator("h1")).to_contain_text("Bulk action console-")
     # The server runs the action on its own; the page follows it without a reload.
@@ -302,14 +301,7 @@ def purge_the_one_that_never_works(page: Page, dev: Dev) -> None:
     """Purged: the task is gone, its runs are kept."""
     page.goto(dev.console + "ns/shop/dead-letters")
     page.check("input[name=task_id][value=rejected]")
-    asked: list[str] = []
-
-    def answer(dialog: Any) -> None:
-        asked.append(dialog.message)
-        dialog.accept()
-
-    page.once("dialog", answer)
-    page.get_by_role("button", name="Purge selected").click()
+    asked = click_and_confirm(page, "Purge selected")
     expect(page.locator(".notice")).to_have_text("1 of 1 purged")
     assert asked[0].startswith("Delete 1 selected dead letter(s) for good?")
     with dev.client("shop") as client, pytest.raises(NotFoundError):
