@@ -30,7 +30,6 @@ from tikk.task_filters import TaskFilter
 
 _COUNT_AT_MOST = 20_000
 _PAGE_SIZE = 50
-_HOUR_MS = 3_600_000
 
 
 class BulkPages:
@@ -89,10 +88,9 @@ class BulkPages:
 
     def _task_filter(self, namespace: str, chosen: DeadLetterFilter) -> TaskFilter:
         """The dead-letter filter as the bulk action's: ``hours`` becomes a fixed instant."""
-        since = self._clock.now_ms() - chosen.hours * _HOUR_MS if chosen.hours else None
         return TaskFilter(
             namespace, queue=chosen.queue, state=TaskState.DEAD_LETTERED,
-            changed_from_ms=since, error_type=chosen.error_type,
+            changed_from_ms=chosen.since_ms(self._clock.now_ms()), error_type=chosen.error_type,
         )  # fmt: skip
 
 

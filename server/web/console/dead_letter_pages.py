@@ -25,6 +25,7 @@ from tikk.credentials import Role
 from tikk.model import Task
 
 _ERROR_LIMIT = 2_000
+_HOUR_MS = 3_600_000
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,10 @@ class DeadLetterFilter:
 
     def query(self) -> dict[str, str]:
         return {"queue": self.queue, "error_type": self.error_type, "hours": str(self.hours)}
+
+    def since_ms(self, now_ms: int) -> int | None:
+        """The oldest give-up instant the filter keeps, None for any."""
+        return now_ms - self.hours * _HOUR_MS if self.hours else None
 
 
 def dead_letters_path(namespace: str) -> str:

@@ -28,7 +28,6 @@ _SHOWN = 50
 _READ_AT_MOST = 2_000
 _READ_PAGE = 500
 _MAX_SELECTED = 200
-_HOUR_MS = 3_600_000
 
 
 class DeadLetterPages:
@@ -57,7 +56,7 @@ class DeadLetterPages:
     ) -> tuple[list[Task], str]:
         """Up to a page of matches from at most ``_READ_AT_MOST`` dead letters; the token to
         read on ("" when none are left)."""
-        since = self._clock.now_ms() - chosen.hours * _HOUR_MS if chosen.hours else 0
+        since = chosen.since_ms(self._clock.now_ms()) or 0
         found: list[Task] = []
         read = 0
         while read < _READ_AT_MOST and len(found) < _SHOWN:

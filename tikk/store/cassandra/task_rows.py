@@ -6,7 +6,7 @@ with them too)."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from tikk.buckets import minute_of_second
@@ -159,13 +159,11 @@ def _whole(row: Any) -> bool:
 async def read_tasks(db: CassandraSession, namespace: str, ids: Sequence[str]) -> list[Task | None]:
     """The tasks of ``ids``, a few per request and the requests concurrently (a request's
     own cost is most of a small read's here); None for each one not found."""
-    unique = list(dict.fromkeys(ids))
-    answers = await db.execute_many([
-        db.bind(SELECT_TASKS, [namespace, unique[i : i + _IDS_PER_READ]])
-        for i in range(0, len(unique), _IDS_PER_READ)
-    ])  # fmt: skip
-    found = {r.task_id: task_from_cql_row(r) for rows in answers for r in rows if _whole(r)}
-    return [found.get(t) for t in ids]
+    rows = await _rows_by_id(db, SELECT_TASKS, {namespace: ids})
+    return [
+        task_from_cql_row(row) if (row := rows.get((namespace, t))) and _whole(row) else None
+        for t in ids
+    ]
 
 
 async def read_states(
@@ -173,16 +171,25 @@ async def read_states(
 ) -> dict[tuple[str, str], Any]:
     """The state columns of each entry's task row, by (namespace, task id), read for a few
     tasks of a namespace per request."""
-    ids: dict[str, dict[str, None]] = defaultdict(dict)  # each id once, in order
+    ids: dict[str, list[str]] = defaultdict(list)
     for e in entries:
-        ids[e.namespace][e.task_id] = None
+        ids[e.namespace].append(e.task_id)
+    return await _rows_by_id(db, SELECT_STATES, ids)
+
+
+async def _rows_by_id(
+    db: CassandraSession, statement: str, ids: Mapping[str, Sequence[str]]
+) -> dict[tuple[str, str], Any]:
+    """The rows ``statement`` (``... WHERE namespace = ? AND task_id IN ?``) reads for the
+    ids of each namespace, each id once and ``_IDS_PER_READ`` to a request; by (namespace,
+    task id)."""
     reads = [
-        (namespace, db.bind(SELECT_STATES, [namespace, some[i : i + _IDS_PER_READ]]))
-        for namespace, unique in ids.items()
-        for some in [list(unique)]
-        for i in range(0, len(some), _IDS_PER_READ)
+        (namespace, db.bind(statement, [namespace, unique[i : i + _IDS_PER_READ]]))
+        for namespace, some in ids.items()
+        for unique in [list(dict.fromkeys(some))]
+        for i in range(0, len(unique), _IDS_PER_READ)
     ]
-    found = await db.execute_many([statement for _, statement in reads])
+    found = await db.execute_many([bound for _, bound in reads])
     return {
         (namespace, row.task_id): row
         for (namespace, _), rows in zip(reads, found, strict=True)
