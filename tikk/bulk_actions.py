@@ -115,7 +115,7 @@ def decode_action(
     """The action a stored row holds (``encode_action``'s inverse)."""
     d = json.loads(body)
     f = d["filter"]
-    labels = parse_selector(f["labels"]) if f["labels"] else None
+    labels = parse_selector(f["labels"], bounded=False) if f["labels"] else None
     flt = TaskFilter(
         namespace, f["queue"], labels, TaskState(f["state"]) if f["state"] else None,
         f["due_from_ms"], f["due_until_ms"], f["changed_from_ms"], f["changed_until_ms"],

@@ -18,6 +18,10 @@ from tikk.errors import InvalidArgument
 
 _KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
 _FIELD = "label_selector"
+# A selector is stored whole with a bulk action and shown in every listing of them, so it is
+# bounded: room for a dozen long terms, far more than a selector that means something.
+MAX_SELECTOR_LENGTH = 2_048
+MAX_SELECTOR_TERMS = 16
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,20 @@ class LabelSelector:
         return ",".join(str(t) for t in self.terms)
 
 
-def parse_selector(text: str) -> LabelSelector:
-    """The selector ``text`` writes; ``InvalidArgument`` naming what is wrong with it."""
-    terms = tuple(_term(part) for part in text.split(","))
+def parse_selector(text: str, *, bounded: bool = True) -> LabelSelector:
+    """The selector ``text`` writes; ``InvalidArgument`` naming what is wrong with it (at
+    most ``MAX_SELECTOR_LENGTH`` characters and ``MAX_SELECTOR_TERMS`` terms, unless not
+    ``bounded``: a selector stored before the bounds is still read)."""
+    if bounded and len(text) > MAX_SELECTOR_LENGTH:
+        raise InvalidArgument(
+            _FIELD, f"{len(text):,} characters; a selector holds at most {MAX_SELECTOR_LENGTH:,}"
+        )
+    parts = text.split(",")
+    if bounded and len(parts) > MAX_SELECTOR_TERMS:
+        raise InvalidArgument(
+            _FIELD, f"{len(parts)} terms; a selector holds at most {MAX_SELECTOR_TERMS}"
+        )
+    terms = tuple(_term(part) for part in parts)
     if not any(t.equal for t in terms):
         raise InvalidArgument(_FIELD, f"{text!r} needs at least one key=value term")
     return LabelSelector(terms)

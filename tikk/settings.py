@@ -12,6 +12,9 @@ from tikk.quotas import NamespaceQuotas
 from tikk.urls import redact
 
 TEN_YEARS_MS = 10 * 366 * 24 * 3600 * 1000
+# The longest duration any setting takes (a config file's, an environment variable's, a
+# flag's); requests have their own limits below, none longer.
+MAX_DURATION_MS = TEN_YEARS_MS
 ONE_YEAR_MS = 366 * 24 * 3600 * 1000
 DAY_MS = 24 * 3600 * 1000
 

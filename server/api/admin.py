@@ -6,7 +6,7 @@ from __future__ import annotations
 from server.api import validation
 from server.api.status import Ctx
 from server.ops.admin import AdminOps, QuotaReport
-from tikk.quotas import QUOTA_NAMES, NamespaceQuotas
+from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, check_quota
 from tikk.v1 import admin_pb2, admin_pb2_grpc
 
 
@@ -41,9 +41,10 @@ def _report(r: QuotaReport) -> admin_pb2.NamespaceQuotasResponse:
 
 
 def quotas_from_proto(msg: admin_pb2.Quotas) -> NamespaceQuotas:
-    """The quotas set in ``msg`` (an unset field is no quota); negative values are refused."""
+    """The quotas set in ``msg`` (an unset field is no quota); a negative value, or a
+    retention over ``MAX_RETENTION_SECONDS``, is refused naming its field."""
     values = {
-        name: validation.quota_value(getattr(msg, name), f"quotas.{name}")
+        name: check_quota(name, getattr(msg, name), f"quotas.{name}")
         for name in QUOTA_NAMES
         if msg.HasField(name)
     }

@@ -9,8 +9,8 @@ from server.api import validation
 from server.ops.queues import HELD_COUNT_MOST, QueueChange, QueueView
 from tikk.errors import InvalidArgument
 from tikk.queue_holds import MAX_RATE_PER_S
-from tikk.settings import Limits
-from tikk.timestamps import from_duration, to_duration, to_timestamp
+from tikk.settings import TEN_YEARS_MS, Limits
+from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import tasks_pb2
 
 
@@ -38,8 +38,8 @@ def queue_change(req: tasks_pb2.UpdateQueueRequest, limits: Limits) -> tuple[str
     rate = req.max_per_second if req.HasField("max_per_second") else None
     if rate is not None and not (math.isfinite(rate) and 0 <= rate <= MAX_RATE_PER_S):
         raise InvalidArgument("max_per_second", f"must be 0 (no limit) to {MAX_RATE_PER_S:,.0f}")
-    skip = from_duration(req.skip_older_than) if req.HasField("skip_older_than") else None
-    if skip is not None and skip < 0:
-        raise InvalidArgument("skip_older_than", "must not be negative")
+    skip = None
+    if req.HasField("skip_older_than"):
+        skip = validation.duration_ms(req.skip_older_than, "skip_older_than", TEN_YEARS_MS)
     paused = req.paused if req.HasField("paused") else None
     return queue, QueueChange(paused, rate, skip)

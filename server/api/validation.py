@@ -428,9 +428,3 @@ def backfill_span(start_ms: int, end_ms: int, limits: Limits) -> None:
 
 def _days(ms: int) -> str:
     return f"{ms / 86_400_000:g} days"
-
-
-def quota_value(value: int, field: str) -> int:
-    if value < 0:
-        raise InvalidArgument(field, "must not be negative")
-    return value

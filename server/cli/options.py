@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from server.cli.tunables import SECTIONS, apply
 from server.listen_address import address_in_use
 from tikk.errors import InvalidArgument
-from tikk.settings import Security, Settings, Tls, embedded_urls
+from tikk.settings import MAX_DURATION_MS, Security, Settings, Tls, embedded_urls
 from tikk.urls import has_inline_password
 
 if TYPE_CHECKING:
@@ -30,7 +30,10 @@ def parse_duration_ms(text: str) -> int:
     parts = _DURATION.findall(text)
     if not parts or "".join(n + u for n, u in parts) != text:
         raise argparse.ArgumentTypeError(f"bad duration {text!r} (e.g. 30s, 5m, 1h30m)")
-    return int(sum(float(n) * _UNIT_MS[u] for n, u in parts))
+    ms = sum(float(n) * _UNIT_MS[u] for n, u in parts)
+    if not ms <= MAX_DURATION_MS:  # inf too: a number too long for a float
+        raise argparse.ArgumentTypeError(f"duration {text[:40]!r} is longer than ten years")
+    return int(ms)
 
 
 def parse_time_ms(text: str) -> int:

@@ -9,7 +9,8 @@ from server.cli.bulk import action_line, follow
 from server.cli.client import client, show
 from server.cli.options import client_options
 from tikk.client import Client
-from tikk.quotas import QUOTA_NAMES, RETENTION_NAMES
+from tikk.errors import InvalidArgument
+from tikk.quotas import QUOTA_NAMES, RETENTION_NAMES, check_quota
 from tikk.text_rules import shown
 from tikk.v1 import admin_pb2, bulk_pb2
 
@@ -24,7 +25,12 @@ def _quota_value(text: str) -> int | None:
         raise argparse.ArgumentTypeError(f"{text!r} is not a count or 'none'") from None
     if value < 0:
         raise argparse.ArgumentTypeError("a quota is not negative")
+    if value > _INT64_MAX:
+        raise argparse.ArgumentTypeError(f"a quota is at most {_INT64_MAX:,}")
     return value
+
+
+_INT64_MAX = 2**63 - 1  # what the API's fields hold
 
 
 def _quota_text(q: admin_pb2.Quotas, name: str) -> str:
@@ -79,6 +85,11 @@ class _Change(argparse.Action):
         values: object,
         option_string: str | None = None,
     ) -> None:
+        if isinstance(values, int):
+            try:
+                check_quota(self.dest, values, option_string or self.dest)
+            except InvalidArgument as exc:
+                raise argparse.ArgumentError(self, exc.reason) from None
         namespace.changes = {**namespace.changes, self.dest: values}
 
 

@@ -24,7 +24,14 @@ from typing import Any
 from tikk.errors import InvalidArgument
 from tikk.model import RetryPolicy
 from tikk.quotas import NamespaceQuotas
-from tikk.settings import Deadlines, DispatchSettings, Limits, QuotaSettings, Settings
+from tikk.settings import (
+    MAX_DURATION_MS,
+    Deadlines,
+    DispatchSettings,
+    Limits,
+    QuotaSettings,
+    Settings,
+)
 
 ENV_PREFIX = "TIKK_"
 
@@ -158,13 +165,26 @@ def convert(f: dataclasses.Field[Any], raw: Any, where: str) -> Any:
         if kind is bool:
             return _flag(raw)
         if kind is int and isinstance(raw, str) and f.name.endswith(("_ms", "_s")):
-            return _duration(raw, f.name)
-        value = kind(raw) if kind is not None else raw
+            value = _duration(raw, f.name)
+        else:
+            value = kind(raw) if kind is not None else raw
     except (TypeError, ValueError):
         raise InvalidArgument(where, f"expected {_expected(f)}, got {str(raw)[:40]!r}") from None
     if isinstance(value, int | float) and value < 0:
         raise InvalidArgument(where, f"must not be negative, got {value}")
+    longest = _longest(f.name)
+    if longest is not None and isinstance(value, int | float) and value > longest:
+        raise InvalidArgument(where, f"at most {longest:,} (ten years), got {value:,}")
     return value
+
+
+def _longest(name: str) -> int | None:
+    """The largest value of a duration setting in its unit (None: not a duration)."""
+    if name.endswith("_ms"):
+        return MAX_DURATION_MS
+    if name.endswith(("_s", "_seconds")):
+        return MAX_DURATION_MS // 1000
+    return None
 
 
 def _flag(raw: Any) -> bool:

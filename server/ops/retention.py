@@ -24,6 +24,7 @@ from history.run_history import RunHistory
 from server.ops.quotas import QuotaGate
 from tikk.clock import Clock
 from tikk.errors import BackendUnavailable
+from tikk.quotas import kept_seconds
 from tikk.store.quotas import QuotaStore
 from tikk.store.tasks import TaskStore
 
@@ -47,6 +48,8 @@ class Pruned:
 
     tasks: int = 0
     runs: int = 0
+    # Namespaces whose prune failed (logged; tried again next pass).
+    failed: int = 0
 
 
 class RetentionPrune:
@@ -77,22 +80,38 @@ class RetentionPrune:
             await asyncio.sleep(self._settings.interval_s)
 
     async def pass_once(self) -> Pruned:
-        """One pass over every namespace."""
+        """One pass over every namespace. A namespace whose prune fails is logged and
+        counted, and the pass goes on to the others: one namespace's fault (a backend timing
+        out on it, a value the code did not foresee) must not keep every other's data."""
         total = Pruned()
         for namespace in await self._quotas.namespaces():
-            kept = await self._gate.quotas(namespace)
-            self._store.keep_for(namespace, kept.task_retention_seconds)
-            self._history.keep_for(namespace, kept.history_retention_seconds)
-            now = self._clock.now_ms()
-            tasks = runs = 0
-            if kept.task_retention_seconds is not None:
-                before = now - kept.task_retention_seconds * 1000
-                tasks = await self._drain(self._store.prune_finished, namespace, before)
-            if kept.history_retention_seconds is not None:
-                before = now - kept.history_retention_seconds * 1000
-                runs = await self._drain(self._history.prune, namespace, before)
-            total = Pruned(total.tasks + tasks, total.runs + runs)
+            try:
+                done = await self._prune(namespace)
+            except BackendUnavailable as exc:
+                log.warning("retention of namespace %r failed, trying again: %s", namespace, exc)
+                done = Pruned(failed=1)
+            except Exception:
+                log.exception("retention of namespace %r failed unexpectedly", namespace)
+                done = Pruned(failed=1)
+            total = Pruned(
+                total.tasks + done.tasks, total.runs + done.runs, total.failed + done.failed
+            )
         return total
+
+    async def _prune(self, namespace: str) -> Pruned:
+        """What one namespace's retention no longer keeps, deleted (within its share)."""
+        kept = await self._gate.quotas(namespace)
+        task_s = kept_seconds(kept.task_retention_seconds)
+        history_s = kept_seconds(kept.history_retention_seconds)
+        self._store.keep_for(namespace, task_s)
+        self._history.keep_for(namespace, history_s)
+        now = self._clock.now_ms()
+        tasks = runs = 0
+        if task_s is not None:
+            tasks = await self._drain(self._store.prune_finished, namespace, now - task_s * 1000)
+        if history_s is not None:
+            runs = await self._drain(self._history.prune, namespace, now - history_s * 1000)
+        return Pruned(tasks, runs)
 
     async def _drain(self, prune: _Prune, namespace: str, before_ms: int) -> int:
         """``prune`` batch after batch until it finds less than a batch or the pass's share

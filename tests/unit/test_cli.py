@@ -31,6 +31,28 @@ def test_durations() -> None:
     for bad in ("", "5", "5 s", "-1s", "1y"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_duration_ms(bad)
+    assert parse_duration_ms("3660d") == 3660 * 86_400_000  # ten years of 366 days
+    for too_long in ("3661d", "9" * 400 + "d"):
+        with pytest.raises(argparse.ArgumentTypeError, match="longer than ten years"):
+            parse_duration_ms(too_long)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "said"),
+    [
+        ("--task-retention-seconds", "316224001", "at most 316,224,000 s (ten years)"),
+        ("--history-retention-seconds", str(2**63 - 1), "ten years"),
+        ("--tasks-stored", "9" * 25, "a quota is at most"),
+    ],
+)
+def test_a_quota_out_of_range_is_a_usage_error_naming_it(
+    option: str, value: str, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["quota", "set", "--namespace", "x", option, value])
+    assert exit_.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert option in err and said in err
 
 
 def test_times_default_to_utc() -> None:

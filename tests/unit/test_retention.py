@@ -91,3 +91,38 @@ async def test_a_pass_deletes_at_most_its_share_and_the_next_goes_on(rig: Rig) -
     prune = RetentionPrune(b.store, b.history, b.quotas, gate, clock=rig.clock, settings=small)
     assert [(await prune.pass_once()).tasks for _ in range(4)] == [10, 10, 5, 0]
     assert await ids(rig, "big") == set()
+
+
+async def test_a_retention_stored_past_the_maximum_is_kept_as_the_maximum(rig: Rig) -> None:
+    # Written before the bound existed (the API refuses it now): read as ten years, and the
+    # namespaces after it are pruned as ever.
+    await rig.backends.quotas.put("absurd", NamespaceQuotas(task_retention_seconds=2**63 - 1), T0)
+    await rig.ops.admin.set_quotas("short", NamespaceQuotas(task_retention_seconds=86_400))
+    for ns in ("absurd", "short"):
+        await finished(rig, ns, "old", T0 - 3 * DAY_MS)
+    done = await rig.ops.retention.pass_once()
+    assert (done.tasks, done.failed) == (1, 0)
+    assert await ids(rig, "absurd") == {"old"}
+    assert await ids(rig, "short") == set()
+
+
+async def test_a_namespace_whose_prune_fails_is_logged_and_the_others_are_pruned(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = rig.backends.store
+    prune = store.prune_finished
+
+    async def failing(namespace: str, before_ms: int, most: int) -> int:
+        if namespace == "broken":
+            raise OverflowError("Python int too large to convert to SQLite INTEGER")
+        return await prune(namespace, before_ms, most)
+
+    monkeypatch.setattr(store, "prune_finished", failing)
+    for ns in ("broken", "short"):
+        await rig.ops.admin.set_quotas(ns, NamespaceQuotas(task_retention_seconds=86_400))
+        await finished(rig, ns, "old", T0 - 3 * DAY_MS)
+    done = await rig.ops.retention.pass_once()
+    assert (done.tasks, done.failed) == (1, 1)
+    assert await ids(rig, "short") == set()
+    assert await ids(rig, "broken") == {"old"}
+    assert "retention of namespace 'broken' failed" in caplog.text

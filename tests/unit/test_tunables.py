@@ -59,6 +59,11 @@ def test_the_environment_wins_over_the_file() -> None:
          "no such setting"),
         ({}, {"TIKK_DISPATCHER_PREFETCH_MS": "2 seconds"}, "TIKK_DISPATCHER_PREFETCH_MS",
          "expected a whole number"),
+        ({"quota_defaults": {"task_retention_seconds": 2**63 - 1}}, {}, "--config",
+         "at most 316,224,000 (ten years)"),
+        ({"deadlines": {"call_ms": "3661d"}}, {}, "--config", "(ten years)"),
+        ({}, {"TIKK_QUOTA_DEFAULTS_HISTORY_RETENTION_SECONDS": "316224001"},
+         "TIKK_QUOTA_DEFAULTS_HISTORY_RETENTION_SECONDS", "ten years"),
     ],
 )  # fmt: skip
 def test_anything_unknown_or_malformed_is_refused_naming_it(
