@@ -25,6 +25,7 @@ from dispatcher.schedule_steps import ScheduleStepper
 from server.app import ApiServer
 from server.auth.authenticator import CredentialView
 from server.ops.start_timeouts import StartTimeouts
+from server.web.browser_guard import HostRules, guard
 from server.web.console.routes import Console
 from server.web.console.sessions import ConsoleSessions
 from server.web.console.stats import MetricWindows
@@ -193,6 +194,11 @@ async def _start_http(
     tls = settings.security.tls
     console = Console(api.ops, ConsoleSessions(view), windows, clock, secure_cookie=bool(tls))
     console.add_routes(app)
+    security = settings.security
+    rules = HostRules.of(
+        settings.http, security.http_allowed_hosts, auth=security.auth, tls=tls is not None
+    )
+    guard(app, rules)
     site = await start_http(settings.http, app, tls)
     site.background.append(asyncio.create_task(windows.run(), name="tikk-console-stats"))
     return site

@@ -178,6 +178,9 @@ class Security:
     insecure: bool = False
     # The keys that sign and check delivery tokens (shared by servers and dispatchers).
     delivery_keys_file: str = ""
+    # Host names (``name`` or ``name:port``) the HTTP listener answers besides its own
+    # address and ``localhost``: a proxy's (``server.web.browser_guard``).
+    http_allowed_hosts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -93,6 +93,7 @@ def security(args: argparse.Namespace) -> Security:
         auth=getattr(args, "auth", False),
         insecure=getattr(args, "insecure", False),
         delivery_keys_file=delivery_keys_file(args),
+        http_allowed_hosts=tuple(getattr(args, "http_allowed_hosts", None) or ()),
     )
 
 
@@ -132,6 +133,26 @@ def security_options(p: argparse.ArgumentParser, *, serves: bool) -> None:
         action="store_true",
         help="serve a non-loopback address without TLS or authentication anyway",
     )
+    p.add_argument(
+        "--http-allowed-hosts",
+        type=_host_list,
+        metavar="HOST[:PORT],...",
+        default=_host_list(os.environ.get("TIKK_HTTP_ALLOWED_HOSTS", "")),
+        help="host names the --http listener answers besides its own address and localhost, "
+        "e.g. a proxy's (default: $TIKK_HTTP_ALLOWED_HOSTS, else none)",
+    )
+
+
+def _host_list(text: str) -> tuple[str, ...]:
+    """``--http-allowed-hosts``: comma-separated ``name`` or ``name:port``."""
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    for host in hosts:
+        if not _ALLOWED_HOST.fullmatch(host):
+            raise argparse.ArgumentTypeError(f"{host[:100]!r} is not HOST or HOST:PORT")
+    return hosts
+
+
+_ALLOWED_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]{0,252})(:[0-9]{1,5})?")
 
 
 # The backend URLs a config file may hold (``[backends]``), by their option names.

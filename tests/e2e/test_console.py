@@ -19,17 +19,16 @@ import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from tests.e2e.auth_stack import AuthStack
-from tests.e2e.conftest import ROOT, Process, read_executions
+from tests.e2e.conftest import ROOT, read_executions
+from tests.e2e.console_rig import Dev
 from tests.waiting import eventually
-from tikk.client import Client, NotFoundError, Recurrence, ScheduleDefinition, Transport
+from tikk.client import Client, NotFoundError, Recurrence, ScheduleDefinition
 from tikk.v1 import tasks_pb2
 
 pytestmark = pytest.mark.e2e
 
 CHROMIUM = os.environ.get("TIKK_CHROMIUM", "/usr/bin/chromium")
 SHOTS = Path(os.environ.get("TIKK_SCREENSHOTS", ROOT / "test-results" / "console"))
-_LISTENING = re.compile(r"listening on ([\d.]+:\d+)")
-_CONSOLE = re.compile(r"metrics (https?://[\d.]+:\d+/)metrics")
 _SETTLED = {tasks_pb2.TASK_STATE_SUCCEEDED, tasks_pb2.TASK_STATE_DEAD_LETTERED}
 
 
@@ -47,24 +46,6 @@ def browser() -> Iterator[Browser]:
 def shot(page: Page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-class Dev:
-    """A ``tikk dev`` with its console, and a client of it."""
-
-    def __init__(self, data_dir: Path, *extra: str) -> None:
-        self.log = data_dir / "executions.jsonl"
-        self.process = Process(
-            ["dev", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0",
-             "--http", "127.0.0.1:0", *extra],
-            {"TIKK_E2E_LOG": str(self.log), "PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
-        self.address = self.process.wait_for(_LISTENING, timeout=60).group(1)
-        self.console = self.process.wait_for(_CONSOLE).group(1) + "console/"
-
-    def client(self, namespace: str, token: str = "") -> Client:
-        transport = Transport(token=token) if token else None
-        return Client(self.address, namespace=namespace, transport=transport)
 
 
 def click_and_confirm(page: Page, button: str) -> list[str]:
@@ -364,6 +345,7 @@ def test_a_read_only_login_sees_but_is_refused_an_action(browser: Browser, tmp_p
         _login(page, "tikk_" + "0" * 32 + "_nope")
         expect(page.locator(".error")).to_have_text("That token is not valid.")
         _login(page, reader)
+        _sees_its_namespaces_not_the_queues(page)
         page.goto(dev.console + "ns/shop/tasks/later")
         expect(page.locator("dd .state")).to_have_text("SCHEDULED")
         expect(page.get_by_role("button", name="Cancel")).to_have_count(0)
@@ -375,9 +357,9 @@ def test_a_read_only_login_sees_but_is_refused_an_action(browser: Browser, tmp_p
                                    form={"csrf": "guess"})  # fmt: skip
         assert forged.status == 403
         page.goto(dev.console + "ns/other/dead-letters")
-        expect(page.locator(".error")).to_contain_text("may not read in namespace 'other'")
-        page.goto(dev.console + "ns/shop/dead-letters/all?verb=purge")  # a bulk action: writers'
-        expect(page.locator(".error")).to_contain_text("may not write in namespace 'shop'")
+        expect(page.locator(".error")).to_have_text("role read on namespace 'other' is not granted")
+        page.goto(dev.console + "ns/shop/dead-letters/all?verb=purge")  # a bulk purge: admins'
+        expect(page.locator(".error")).to_have_text("role admin on namespace 'shop' is not granted")
         started = page.request.post(dev.console + "ns/shop/bulk", form={"verb": "purge"})
         assert started.status == 403
         page.get_by_role("button", name="Sign out").click()
@@ -388,6 +370,13 @@ def test_a_read_only_login_sees_but_is_refused_an_action(browser: Browser, tmp_p
         expect(page.locator("dd .state")).to_have_text("CANCELLED")
     finally:
         dev.process.stop()
+
+
+def _sees_its_namespaces_not_the_queues(page: Page) -> None:
+    """Queues are every namespace's: a reader of one sees its namespace's pages instead."""
+    expect(page.locator("table.namespaces td").first).to_have_text("shop")
+    expect(page.locator("table.queues")).to_have_count(0)
+    shot(page, "overview-of-a-namespace-reader")
 
 
 def _login(page: Page, token: str) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from server.ops.task_search import Count
+from server.web.console import access
 from server.web.console.dead_letter_pages import DeadLetterFilter, dead_letters_path
 from server.web.console.pages import (
     csrf_field,
@@ -22,7 +23,6 @@ from server.web.console.pages import (
 )
 from server.web.console.sessions import Viewer
 from tikk.bulk_actions import BulkAction, BulkState, BulkVerb
-from tikk.credentials import Role
 from tikk.model import Page
 
 # What the console offers on dead letters: the form's word for each verb.
@@ -112,7 +112,7 @@ def action_page(viewer: Viewer, action: BulkAction) -> str:
     ]  # fmt: skip
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts)
     stop = ""
-    if action.state is BulkState.RUNNING and viewer.may(Role.WRITE, action.namespace):
+    if action.state is BulkState.RUNNING and viewer.may(access.STOP_BULK_ACTION, action.namespace):
         path = html.escape(bulk_path(action.namespace, action.action_id) + "/stop")
         stop = (
             f"<form method='post' action='{path}' class='actions' "

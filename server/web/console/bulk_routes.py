@@ -23,7 +23,6 @@ from server.web.console.dead_letter_routes import filter_of
 from server.web.console.responses import SessionWrap, html_page, redirect
 from server.web.console.sessions import Viewer
 from tikk.clock import Clock
-from tikk.credentials import Role
 from tikk.errors import NotFound
 from tikk.model import TaskState
 from tikk.task_filters import TaskFilter
@@ -49,7 +48,6 @@ class BulkPages:
 
     async def _preview(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
-        viewer.require(Role.WRITE, namespace)
         word, chosen = _verb_of(request.query), filter_of(request.query)
         verb = bulk_pages.VERBS[word]
         wanted = for_verb(verb, self._task_filter(namespace, chosen))
@@ -61,7 +59,6 @@ class BulkPages:
 
     async def _start(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
-        viewer.require(Role.WRITE, namespace)
         form = await request.post()
         verb = bulk_pages.VERBS[_verb_of(form)]
         f = self._task_filter(namespace, filter_of(form))
@@ -70,19 +67,16 @@ class BulkPages:
 
     async def _one(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
-        viewer.require(Role.READ, namespace)
         action = await self._ops.bulk.get(namespace, request.match_info["action_id"])
         return html_page(bulk_pages.action_page(viewer, action))
 
     async def _stop(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace, action_id = request.match_info["ns"], request.match_info["action_id"]
-        viewer.require(Role.WRITE, namespace)
         await self._ops.bulk.stop(namespace, action_id)
         return redirect(bulk_pages.bulk_path(namespace, action_id))
 
     async def _list(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
-        viewer.require(Role.READ, namespace)
         page = await self._ops.bulk.list(namespace, _PAGE_SIZE, request.query.get("token", ""))
         return html_page(bulk_pages.actions_page(viewer, namespace, page))
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from server.web.console import access
 from server.web.console.pages import (
     action_form,
     csrf_field,
@@ -21,7 +22,6 @@ from server.web.console.pages import (
     when,
 )
 from server.web.console.sessions import Viewer
-from tikk.credentials import Role
 from tikk.model import Task
 
 _ERROR_LIMIT = 2_000
@@ -53,7 +53,10 @@ def dead_letters_page(
     token: str, notice: str,
 ) -> str:  # fmt: skip
     """The matching dead letters of one bounded read, a checkbox each for the bulk redrive."""
-    may_act = viewer.may(Role.WRITE, namespace)
+    # Redrive and purge (one, a selection, or every match) are an admin's, as over gRPC.
+    may_act = viewer.may(access.REDRIVE_TASK, namespace) and viewer.may(
+        access.PURGE_DEAD_LETTER, namespace
+    )
     rows = [_row(viewer, t, may_act) for t in found]
     headers = [*([""] if may_act else []), "task", "queue", "handler", "attempts", "given up",
                "last error", ""]  # fmt: skip

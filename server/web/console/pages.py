@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from urllib.parse import quote, urlencode
 
 from server.ops.queues import HELD_COUNT_MOST, QueueView
+from server.web.console import access
 from server.web.console.sessions import Viewer
 from server.web.console.stats import QueueFigures
-from tikk.credentials import Role
 from tikk.model import Page, RunRecord, Task, TaskState
 from tikk.ready_queue import QueueBacklog
 from tikk.store.due_counts import DueCount
@@ -95,10 +95,12 @@ def csrf_field(viewer: Viewer) -> str:
     return f'<input type="hidden" name="csrf" value="{html.escape(viewer.csrf)}">'
 
 
-def login_page(problem: str = "") -> str:
+def login_page(form_token: str, problem: str = "") -> str:
+    """The login form; ``form_token`` is the HMAC of its cookie (``ConsoleSessions``)."""
     shown = f'<p class="error">{text(problem)}</p>' if problem else ""
     body = (
         f"{shown}<form method='post' action='/console/login' class='login'>"
+        f'<input type="hidden" name="csrf" value="{html.escape(form_token)}">'
         "<label>Token <input type='password' name='token' autocomplete='off' "
         "required autofocus></label><button>Sign in</button></form>"
         "<p>Use a token made with <code>tikk auth create</code>: the console allows what the "
@@ -174,6 +176,36 @@ def overview_page(viewer: Viewer, rows: Sequence[Sequence[str]], now_ms: int) ->
     return layout("Overview", body, viewer)
 
 
+def namespaces_page(viewer: Viewer) -> str:
+    """The overview of a login that may not list the queues (they are shared by every
+    namespace): the namespaces it may read, each with its pages."""
+    rows = [
+        [
+            text(ns),
+            " · ".join(
+                link(f"/console/ns/{quote(ns, safe='')}/{part}", label)
+                for part, label in _NAMESPACE_PAGES
+            ),
+        ]
+        for ns in viewer.namespaces()
+    ]
+    body = (
+        '<p class="hint">Queues are shared by every namespace, so their backlog and lateness '
+        "are shown to logins that may read every namespace. Yours:</p>"
+        + table(["namespace", "pages"], rows, "This login may read no namespace.", "namespaces")
+    )
+    return layout("Overview", body, viewer, next(iter(viewer.namespaces()), ""))
+
+
+_NAMESPACE_PAGES = [
+    ("dead-letters", "Dead letters"),
+    ("upcoming", "Upcoming"),
+    ("runs", "Run history"),
+    ("schedules", "Schedules"),
+    ("bulk", "Bulk actions"),
+]
+
+
 def queue_row(
     queue: str, backlog: QueueBacklog | None, f5: QueueFigures | None, f60: QueueFigures | None,
     now_ms: int,
@@ -237,19 +269,27 @@ def _payload(payload: bytes) -> str:
 
 
 def _task_actions(viewer: Viewer, task: Task) -> str:
-    if not viewer.may(Role.WRITE, task.namespace):
+    """The actions the task's state allows and this login may take: cancel and stop are a
+    writer's, redrive and purge an admin's, as over gRPC."""
+    offered = {
+        TaskState.SCHEDULED: [("cancel", "Cancel", "Cancel this task? It will not run.")],
+        TaskState.DISPATCHED: [
+            (
+                "stop",
+                "Stop",
+                "Stop this run and cancel the task? Its worker "
+                "is told to stop it, and it is not retried.",
+            )
+        ],
+        TaskState.DEAD_LETTERED: [
+            ("redrive", "Redrive", "Run this task again now, from attempt 1?"),
+            ("purge", "Purge", "Delete this task for good? Its runs stay in the history."),
+        ],
+    }.get(task.state, [])
+    verbs = access.ROUTES[("POST", "/console/ns/{ns}/tasks/{task_id}/{verb}")]
+    actions = [a for a in offered if viewer.may(verbs[a[0]], task.namespace)]
+    if offered and not actions:
         return '<p class="hint">Read-only: this login may not act on the task.</p>'
-    actions = []
-    if task.state is TaskState.SCHEDULED:
-        actions.append(("cancel", "Cancel", "Cancel this task? It will not run."))
-    if task.state is TaskState.DISPATCHED:
-        actions.append(("stop", "Stop", "Stop this run and cancel the task? Its worker is told "
-                        "to stop it, and it is not retried."))  # fmt: skip
-    if task.state is TaskState.DEAD_LETTERED:
-        actions.append(("redrive", "Redrive", "Run this task again now, from attempt 1?"))
-        actions.append(
-            ("purge", "Purge", "Delete this task for good? Its runs stay in the history.")
-        )
     return "".join(action_form(viewer, task, *a) for a in actions)
 
 

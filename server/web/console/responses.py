@@ -1,5 +1,5 @@
-"""The console's HTTP answers: a page (with its security headers), a redirect, an error
-page with the status a ``TikkError`` maps to."""
+"""The console's HTTP answers: a page, a redirect, an error page with the status a
+``TikkError`` maps to."""
 
 from __future__ import annotations
 
@@ -39,13 +39,8 @@ def clamped_field(given: object, low: int, high: int, default: int) -> int:
 
 
 def html_page(body: str, status: int = 200) -> web.Response:
-    """A page; scripts and styles only from the console itself, never framed."""
-    response = web.Response(text=body, status=status, content_type="text/html")
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'self'; script-src 'self'; style-src 'self'; frame-ancestors 'none'"
-    )
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    return response
+    """A page (its security headers are the listener's: ``server.web.browser_guard``)."""
+    return web.Response(text=body, status=status, content_type="text/html")
 
 
 def redirect(to: str) -> web.Response:

@@ -4,9 +4,11 @@ writes) holds here too.
 
 Every request goes through ``_session``: it finds the browser's session (opening one without
 ``--auth``; sending to the login page with it), re-checks its credential, refuses a POST whose
-CSRF token does not match, and turns a ``TikkError`` into its HTTP status on a page that says
-what went wrong. Every read is bounded: a page of tasks or runs, one task, the queues' backlog,
-the metrics the server already holds.
+CSRF token does not match, checks the login may call the RPC the route stands for on the
+route's namespace (``access``: the API's own rule), and turns a ``TikkError`` into its HTTP
+status on a page that says what went wrong. Every read is bounded: a page of tasks or runs,
+one task, the queues' backlog, the metrics the server already holds. Which hosts and origins
+the listener answers, and the headers of every answer, are ``server.web.browser_guard``'s.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from urllib.parse import quote
 from aiohttp import web
 
 from server.app import Operations
-from server.web.console import pages
+from server.web.console import access, pages
 from server.web.console.bulk_routes import BulkPages
 from server.web.console.dead_letter_pages import dead_letters_path
 from server.web.console.dead_letter_routes import DeadLetterPages
@@ -30,10 +32,9 @@ from server.web.console.responses import (
     redirect,
 )
 from server.web.console.schedule_routes import SchedulePages
-from server.web.console.sessions import COOKIE, ConsoleSessions, Session, Viewer
+from server.web.console.sessions import COOKIE, LOGIN_COOKIE, ConsoleSessions, Session, Viewer
 from server.web.console.stats import MetricWindows
 from tikk.clock import Clock
-from tikk.credentials import Role
 from tikk.errors import BackendUnavailable, NotFound, PermissionDenied, TikkError, Unauthenticated
 from tikk.model import RunQuery, RunStatus
 
@@ -87,6 +88,7 @@ class Console:
                 viewer = await self._sessions.viewer(session)
                 if request.method == "POST":
                     await self._check_csrf(request, session)
+                await self._authorize(request, viewer)
                 response = await page(request, viewer)
             except Unauthenticated:
                 self._sessions.close(session.session_id)
@@ -98,6 +100,20 @@ class Console:
             return response
 
         return handler
+
+    async def _authorize(self, request: web.Request, viewer: Viewer) -> None:
+        """``PermissionDenied`` unless the viewer may call the RPC this route (and its verb)
+        stands for, on the route's namespace; ``NotFound`` for a verb the route has not."""
+        verb = request.match_info.get("verb", "")
+        if not verb and "verb" in request.query:
+            verb = request.query["verb"]
+        elif not verb and request.method == "POST":
+            verb = str((await request.post()).get("verb", ""))
+        resource = request.match_info.route.resource
+        path = resource.canonical if resource is not None else request.path
+        rpc = access.rpc_of(request.method, path, verb)
+        if viewer.credential is not None:
+            access.check(viewer.credential, rpc, request.match_info.get("ns", ""))
 
     async def _check_csrf(self, request: web.Request, session: Session) -> None:
         form = await request.post()
@@ -116,17 +132,40 @@ class Console:
     async def _login_form(self, request: web.Request) -> web.StreamResponse:
         if not self._sessions.auth:
             return redirect("/console/")
-        return html_page(pages.login_page())
+        return self._login_page()
+
+    def _login_page(self, problem: str = "", status: int = 200) -> web.Response:
+        """The login form, with a fresh form token and its cookie."""
+        nonce, token = self._sessions.login_form()
+        response = html_page(pages.login_page(token, problem), status)
+        response.set_cookie(
+            LOGIN_COOKIE,
+            nonce,
+            httponly=True,
+            samesite="Strict",
+            secure=self._secure,
+            path="/console/login",
+            max_age=3600,
+        )
+        return response
 
     async def _login(self, request: web.Request) -> web.StreamResponse:
         form = await request.post()
+        nonce = request.cookies.get(LOGIN_COOKIE, "")
+        if not self._sessions.login_form_matches(nonce, str(form.get("csrf", ""))):
+            return self._login_page(
+                "The form is stale or came from another site: sign in again.", 403
+            )
         try:
             session = await self._sessions.login(str(form.get("token", "")).strip())
         except Unauthenticated:
-            return html_page(pages.login_page("That token is not valid."), 401)
+            return self._login_page("That token is not valid.", 401)
+        except PermissionDenied as exc:
+            return self._login_page(str(exc), 403)
         except BackendUnavailable as exc:
-            return html_page(pages.login_page(str(exc)), 503)
+            return self._login_page(str(exc), 503)
         response = redirect("/console/")
+        response.del_cookie(LOGIN_COOKIE, path="/console/login")
         self._set_cookie(response, session)
         return response
 
@@ -142,7 +181,11 @@ class Console:
         return pages.queue_rows(views, last5, last60, now_ms)
 
     async def _overview(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
+        """Every queue, for a login that may list them (``ListQueues``: read on every
+        namespace); another sees the namespaces it may read, since queues are shared."""
         now = self._clock.now_ms()
+        if not viewer.may(access.LIST_QUEUES, ""):
+            return html_page(pages.namespaces_page(viewer))
         return html_page(pages.overview_page(viewer, await self._queue_rows(now), now))
 
     async def _overview_data(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
@@ -161,14 +204,12 @@ class Console:
 
     async def _task(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace, task_id = request.match_info["ns"], request.match_info["task_id"]
-        viewer.require(Role.READ, namespace)
         task = await self._ops.tasks.get(namespace, task_id)
         runs = await self._ops.history.runs_of_task(namespace, task_id, _PAGE_SIZE, "")
         return html_page(pages.task_page(viewer, task, runs))
 
     async def _act(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace, task_id = request.match_info["ns"], request.match_info["task_id"]
-        viewer.require(Role.WRITE, namespace)
         verb = request.match_info["verb"]
         if verb in ("cancel", "stop"):  # stop: a running task too (its worker is told)
             await self._ops.tasks.cancel(namespace, task_id, stop_running=verb == "stop")
@@ -183,14 +224,12 @@ class Console:
 
     async def _upcoming(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
-        viewer.require(Role.READ, namespace)
         minutes = clamped_field(request.query.get("minutes"), 1, 1_440, 60)
         counts = await self._ops.upcoming.coming(namespace, minutes)
         return html_page(pages.upcoming_page(viewer, namespace, counts, minutes))
 
     async def _runs(self, request: web.Request, viewer: Viewer) -> web.StreamResponse:
         namespace = request.match_info["ns"]
-        viewer.require(Role.READ, namespace)
         q = request.query
         queue, status, hours = (
             q.get("queue", ""),

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
+from server.web.console import access
 from server.web.console.pages import (
     csrf_field,
     layout,
@@ -21,7 +22,6 @@ from server.web.console.pages import (
     when,
 )
 from server.web.console.sessions import Viewer
-from tikk.credentials import Role
 from tikk.model import Page
 from tikk.schedules.model import OccurrenceRecord, Schedule
 from tikk.schedules.spec import Occurrence, ScheduleSpec
@@ -104,15 +104,28 @@ def _facts(s: Schedule) -> str:
 
 
 def _actions(viewer: Viewer, s: Schedule) -> str:
-    if not viewer.may(Role.WRITE, s.namespace):
+    """The actions this login may take (pause, resume and backfill are an admin's, trigger a
+    writer's, as over gRPC)."""
+    path, ns = schedule_path(s.namespace, s.schedule_id), s.namespace
+    forms = []
+    if s.paused and viewer.may(access.RESUME_SCHEDULE, ns):
+        forms.append(_post(viewer, f"{path}/resume", "Resume", "Resume this schedule?"))
+    elif not s.paused and viewer.may(access.PAUSE_SCHEDULE, ns):
+        forms.append(
+            _post(
+                viewer,
+                f"{path}/pause",
+                "Pause",
+                "Pause this schedule? Its occurrences are skipped while it is paused.",
+                "<input name='note' placeholder='why (optional)'>",
+            )
+        )
+    if viewer.may(access.TRIGGER_SCHEDULE, ns):
+        forms.append(_post(viewer, f"{path}/trigger", "Trigger now", "Run one occurrence now?"))
+    if not viewer.may(access.BACKFILL_SCHEDULE, ns):
+        if forms:
+            return f'<div class="actions">{"".join(forms)}</div>'
         return '<p class="hint">Read-only: this login may not act on the schedule.</p>'
-    path = schedule_path(s.namespace, s.schedule_id)
-    forms = [
-        _post(viewer, f"{path}/resume", "Resume", "Resume this schedule?") if s.paused else
-        _post(viewer, f"{path}/pause", "Pause", "Pause this schedule? Its occurrences are "
-              "skipped while it is paused.", "<input name='note' placeholder='why (optional)'>"),
-        _post(viewer, f"{path}/trigger", "Trigger now", "Run one occurrence now?"),
-    ]  # fmt: skip
     backfill = (
         f"<form method='get' action='{html.escape(path)}' class='filter'>"
         "<label>Backfill from (UTC) <input name='from' type='datetime-local' step='1' "
@@ -137,7 +150,7 @@ def backfill_preview(
     """What a backfill of [start, end) would run, and the button that runs it."""
     rows = [[local(o.nominal_ms, s.spec.timezone)] for o in found]
     run = ""
-    if found and viewer.may(Role.WRITE, s.namespace):
+    if found and viewer.may(access.BACKFILL_SCHEDULE, s.namespace):
         fields = (
             f"<input type='hidden' name='start_ms' value='{start_ms}'>"
             f"<input type='hidden' name='end_ms' value='{end_ms}'>"

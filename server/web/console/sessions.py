@@ -9,10 +9,17 @@ cannot make a browser act on a console on loopback.
 
 The cookie holds only a random session id (HttpOnly, SameSite=Strict, Secure over TLS); the
 token stays in the server's memory, which a restart clears (everyone logs in again).
+
+What a login may see and do is the API's rule for the RPC each page stands for
+(``server.web.console.access``). A worker credential opens no session: the console is for
+people, and a worker's grant names queues, not namespaces. The login form carries a token of
+its own (an HMAC of a random cookie under a key of this process), so another site cannot sign
+a browser in under a login of the attacker's choosing.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 import time
@@ -20,10 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from server.auth.authenticator import CredentialView
+from server.web.console.access import allowed
 from tikk.credentials import ANY_SCOPE, Credential, Role
 from tikk.errors import PermissionDenied
 
 COOKIE = "tikk_session"
+# The login form's cookie: a random value whose HMAC the form must send back.
+LOGIN_COOKIE = "tikk_login"
 _IDLE_S = 8 * 3600
 _MAX_SESSIONS = 10_000
 
@@ -49,13 +59,10 @@ class Viewer:
     def name(self) -> str:
         return "no login (auth is off)" if self.credential is None else self.credential.name
 
-    def may(self, role: Role, namespace: str) -> bool:
-        return self.credential is None or self.credential.allows(role, namespace)
-
-    def require(self, role: Role, namespace: str) -> None:
-        """``PermissionDenied`` unless this viewer has ``role`` on ``namespace``."""
-        if not self.may(role, namespace):
-            raise PermissionDenied(f"{self.name} may not {role.value} in namespace {namespace!r}")
+    def may(self, rpc: str, namespace: str) -> bool:
+        """Whether this viewer may call ``rpc`` (``server.web.console.access``) on
+        ``namespace``: what the pages offer."""
+        return allowed(self.credential, rpc, namespace)
 
     def namespaces(self) -> list[str]:
         """The namespaces its grants name (``*`` for any), for the namespace picker."""
@@ -74,6 +81,7 @@ class ConsoleSessions:
         self._view = view
         self._monotonic = monotonic
         self._sessions: dict[str, Session] = {}
+        self._login_key = secrets.token_bytes(32)
 
     @property
     def auth(self) -> bool:
@@ -88,10 +96,23 @@ class ConsoleSessions:
         return session
 
     async def login(self, token: str) -> Session:
-        """A session for ``token``; raises ``Unauthenticated`` for a token that is not one."""
+        """A session for ``token``; raises ``Unauthenticated`` for a token that is not one,
+        ``PermissionDenied`` for a worker's."""
         if self._view is not None:
-            await self._view.authenticate(token, None)
+            _for_people(await self._view.authenticate(token, None))
         return self.open(token)
+
+    def login_form(self) -> tuple[str, str]:
+        """A new login form's (cookie value, form token)."""
+        nonce = secrets.token_urlsafe(32)
+        return nonce, self._login_mac(nonce)
+
+    def login_form_matches(self, nonce: str, sent: str) -> bool:
+        """Whether ``sent`` is the form token of the login cookie ``nonce``."""
+        return bool(nonce) and hmac.compare_digest(self._login_mac(nonce).encode(), sent.encode())
+
+    def _login_mac(self, nonce: str) -> str:
+        return hmac.new(self._login_key, nonce.encode(), hashlib.sha256).hexdigest()
 
     def close(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
@@ -108,7 +129,7 @@ class ConsoleSessions:
         is one (revoked): the caller ends the session."""
         if self._view is None:
             return Viewer(None, session.csrf)
-        credential = await self._view.authenticate(session.token, None)
+        credential = _for_people(await self._view.authenticate(session.token, None))
         return Viewer(credential, session.csrf)
 
     @staticmethod
@@ -121,3 +142,14 @@ class ConsoleSessions:
             del self._sessions[key]
         while len(self._sessions) >= _MAX_SESSIONS:
             del self._sessions[next(iter(self._sessions))]
+
+
+def _for_people(credential: Credential) -> Credential:
+    """``credential``, unless it holds no role on any namespace (a worker's): then
+    ``PermissionDenied``."""
+    if not credential.allows_somewhere(Role.READ):
+        raise PermissionDenied(
+            f"{credential.name} is a worker credential: the console needs read, write or admin "
+            "on a namespace"
+        )
+    return credential
