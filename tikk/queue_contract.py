@@ -16,14 +16,15 @@ it without pulling in the server's modules or any driver.
 stored by older versions match the wider ``QUEUE_NAME``. The dead letters of queue ``q`` go to
 the stream ``q.dlq`` (``dead_letter_queue``).
 
-**Kafka.** ``kafka://[user@]host:port[,host:port...][?prefix=tikk.&partitions=8&replication=1]``
+**Kafka.** ``kafka://[user@]host:port[,host:port...][?prefix=tikk.&partitions=8&replication=1&min_insync=N]``
 (``KafkaQueueUrl``), plus the password, TLS and ``sasl=`` options of ``tikk.urls``: a user logs
 in with SASL (SCRAM-SHA-256 unless ``sasl=`` says otherwise), over TLS when TLS is asked for.
 Queue ``q`` is the topic ``<prefix>q``, its dead letters ``<prefix>q.dlq``, and its workers
 form the consumer group ``<prefix>workers.q``. Either side creates a missing
-topic with ``partitions`` partitions and ``replication`` replicas. A record's key is the task
-key, its value the serialised delivery, and its headers the W3C trace context (``TRACE_KEYS``,
-so that any traced Kafka consumer continues the trace).
+topic with ``partitions`` partitions, ``replication`` replicas and ``min_insync`` of them that
+must hold a record before it is acknowledged (default: 2 from 3 replicas on, else 1). A
+record's key is the task key, its value the serialised delivery, and its headers the W3C
+trace context (``TRACE_KEYS``, so that any traced Kafka consumer continues the trace).
 
 **Embedded queue.** ``local://PATH``: a SQLite file holding the table of
 ``LOCAL_QUEUE_SCHEMA``; ``LocalQueueSql`` has every statement either side runs on it. A message
@@ -64,7 +65,7 @@ TOPIC_CHARS = re.compile(r"[A-Za-z0-9._-]*")
 # The W3C trace-context keys: Kafka record headers, and the keys of a delivery's trace context.
 TRACE_KEYS = ("traceparent", "tracestate")
 
-KAFKA_URL_OPTIONS = ("prefix", "partitions", "replication")
+KAFKA_URL_OPTIONS = ("prefix", "partitions", "replication", "min_insync")
 
 
 def dead_letter_queue(queue: str) -> str:
@@ -110,6 +111,13 @@ def trace_carrier(headers: Mapping[str, str], carried: Mapping[str, str]) -> dic
     return found or {k: carried[k] for k in TRACE_KEYS if k in carried}
 
 
+def default_min_insync(replication: int) -> int:
+    """The ``min.insync.replicas`` of a topic of ``replication`` replicas when the URL names
+    none: 2 from 3 replicas on, else 1 (with 2 replicas, 2 would stop writes at any one
+    broker's loss)."""
+    return 2 if replication >= 3 else 1
+
+
 @dataclass(frozen=True)
 class KafkaQueueUrl:
     """Where the queues live and how their topics are made, parsed from the queue URL; the
@@ -119,6 +127,10 @@ class KafkaQueueUrl:
     prefix: str = "tikk."
     partitions: int = 8
     replication: int = 1
+    # Replicas that must hold a record before the producer (acks=all) is told it is written:
+    # the topic's ``min.insync.replicas``. Default: 2 once there are 3 replicas (a write
+    # survives the loss of any one broker, and one broker's loss never stops writes), else 1.
+    min_insync: int = 0
     credentials: Credentials | None = None
     tls: TlsFiles | None = None
     sasl: str = ""
@@ -139,11 +151,16 @@ class KafkaQueueUrl:
         prefix = options.get("prefix", cls.prefix)
         if not TOPIC_CHARS.fullmatch(prefix):
             raise _bad(url, "prefix may contain only A-Z a-z 0-9 . _ -")
+        replication = _positive(url, options, "replication", cls.replication)
+        min_insync = _positive(url, options, "min_insync", default_min_insync(replication))
+        if min_insync > replication:
+            raise _bad(url, f"min_insync={min_insync} is more than replication={replication}")
         return cls(
             bootstrap_servers=_brokers(url, parts.netloc),
             prefix=prefix,
             partitions=_positive(url, options, "partitions", cls.partitions),
-            replication=_positive(url, options, "replication", cls.replication),
+            replication=replication,
+            min_insync=min_insync,
             credentials=secured.credentials,
             tls=secured.tls,
             sasl=secured.sasl or ("SCRAM-SHA-256" if secured.credentials else ""),

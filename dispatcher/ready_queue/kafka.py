@@ -6,7 +6,8 @@ message's key is the task key (``namespace/task_id``), so the deliveries of one 
 order on one partition; its value is a serialised ``tikk.v1.Delivery`` (``tikk.delivery_codec``),
 or a ``DeadLetterRecord`` on a dead-letter topic.
 
-Topics are created with ``partitions`` partitions and ``replication`` replicas by ``prepare``
+Topics are created with ``partitions`` partitions, ``replication`` replicas and the URL's
+``min_insync`` as their ``min.insync.replicas`` by ``prepare``
 (both topics of a queue, before the server accepts a task of it), and on first use as well
 for tasks accepted before that existed. Broker-side auto-creation stays off, because a
 mistyped queue name would otherwise become a topic nobody consumes. ``replication`` defaults
@@ -20,7 +21,8 @@ group (``<prefix>workers.<queue>``) committed, or minus the log start where it c
 nothing; the oldest waiting message is fetched to read its timestamp.
 
 Durability: ``acks=all`` with the idempotent producer, so a publish that returned is on every
-in-sync replica and an internally retried batch is not written twice. A batch is sent whole
+in-sync replica (at least ``min_insync`` of them: with 3 replicas, 2) and an internally
+retried batch is not written twice. A batch is sent whole
 before any acknowledgement is awaited: it costs about one round trip, not one per message.
 
 ``start`` logs in (``tikk.drivers.kafka.check_login``: credentials or a certificate the

@@ -90,6 +90,8 @@ def test_both_sides_parse_the_queue_url_alike(
         "kafka://k1:1?partitions=0",
         "kafka://k1:1?partitions=many",
         "kafka://k1:1?replication=-1",
+        "kafka://k1:1?replication=2&min_insync=3",
+        "kafka://k1:1?min_insync=0",
         "kafka://k1:1?prefix=bad/prefix",
         "kafka://k1:1?colour=blue",
         "kafka://k1:1?prefix=a.&prefix=b.",
@@ -104,6 +106,23 @@ def test_bad_queue_urls_are_refused_by_both_sides(url: str) -> None:
         with pytest.raises(InvalidArgument) as err:
             parse(url)
         assert err.value.field == "queue_url"
+
+
+@pytest.mark.parametrize(
+    ("query", "min_insync"),
+    [
+        ("", 1),
+        ("?replication=2", 1),
+        ("?replication=3", 2),
+        ("?replication=5", 2),
+        ("?replication=3&min_insync=3", 3),
+        ("?replication=5&min_insync=3", 3),
+    ],
+)
+def test_a_topic_is_acknowledged_by_a_majority_once_it_has_three_replicas(
+    query: str, min_insync: int
+) -> None:
+    assert KafkaQueueUrl.from_url(f"kafka://k1:1{query}").min_insync == min_insync
 
 
 # Names: the producer writes where the consumer reads.

@@ -225,12 +225,16 @@ class TopicRefusal:
 async def create_topics(
     admin: Any, config: KafkaQueueUrl, topics: Iterable[str]
 ) -> list[TopicRefusal]:
-    """Create ``topics`` through the started admin client ``admin``, with the partitions and
-    replication of ``config``. A topic that exists already (another dispatcher or a worker
-    created it first) is a success. Returns the topics the broker refused, by name; every
-    other one exists when this returns. Raises the driver's errors (``KafkaError``,
-    ``OSError``): each side translates them where it calls."""
-    new = [NewTopic(name, config.partitions, config.replication) for name in topics]
+    """Create ``topics`` through the started admin client ``admin``, with the partitions,
+    replication and ``min.insync.replicas`` of ``config``. A topic that exists already
+    (another dispatcher or a worker created it first) is a success. Returns the topics the
+    broker refused, by name; every other one exists when this returns. Raises the driver's
+    errors (``KafkaError``, ``OSError``): each side translates them where it calls."""
+    settings = {"min.insync.replicas": str(config.min_insync or 1)}
+    new = [
+        NewTopic(name, config.partitions, config.replication, topic_configs=settings)
+        for name in topics
+    ]
     try:
         response = await admin.create_topics(new)
     except AttributeError as exc:
