@@ -135,18 +135,19 @@ def _run_bench_console(args: argparse.Namespace) -> int:
 
 
 def _run_stack(args: argparse.Namespace) -> int:
-    from devtools import stack
+    from devtools import stack, stack_launch
 
     try:
         if args.action == "up":
-            stack.up(args.services or None, fresh=args.fresh, plain=args.plain)
+            count = args.nodes or 1
+            stack_launch.up(args.services or None, fresh=args.fresh, plain=args.plain, count=count)
             print("\nbackend URLs for tikk (passwords are in the files named):")
-            for name, url in stack.urls().items():
+            for name, url in stack.urls(count=count).items():
                 print(f"  --{name.removesuffix('_url').replace('_', '-')} {url}")
         elif args.action == "down":
-            stack.down()
+            stack_launch.down(args.nodes)
         else:
-            return EXIT_OK if stack.status() else EXIT_REFUSED
+            return EXIT_OK if stack_launch.status(args.nodes or 1) else EXIT_REFUSED
     except stack.StackError as exc:
         print(f"{PROG} stack: {exc}", file=sys.stderr)
         return EXIT_REFUSED
@@ -176,6 +177,13 @@ def _stack_command(sub: Any) -> None:
         "--plain",
         action="store_true",
         help="start the services without authentication or TLS (default: both on)",
+    )
+    p.add_argument(
+        "--nodes",
+        type=int,
+        choices=[1, 3],
+        help="nodes of each service: 1 (the default stack) or 3 (the replicated one, on "
+        "127.0.0.11-33); down without it stops both",
     )
     p.set_defaults(func=_run_stack)
 

@@ -144,8 +144,12 @@ def test_the_developer_tools_run_as_python_m_devtools(tmp_path: Path) -> None:
     assert [line.split()[:2] for line in status.stdout.splitlines()[1:]] == [
         ["zookeeper", "down"], ["kafka", "down"], ["cassandra", "down"],
     ]  # fmt: skip
+    replicated = _devtools("stack", "status", "--nodes", "3", stack_dir=tmp_path)
+    assert replicated.returncode == 1, replicated.stderr
+    rows = [line.split()[:3] for line in replicated.stdout.splitlines()[1:]]
+    assert rows[0] == ["zookeeper-1", "down", "127.0.0.31"] and len(rows) == 9
     down = _devtools("stack", "down", stack_dir=tmp_path)
-    assert down.returncode == 0 and "zookeeper  stopped" in down.stdout, down.stderr
+    assert down.returncode == 0 and "stopped" not in down.stdout, down.stderr
     usage = _devtools("bench-schedules", "--shards", "many", stack_dir=tmp_path)
     assert usage.returncode == 2 and "python -m devtools bench-schedules" in usage.stderr
     passed_on = _devtools("faults", "--mode", "soak", stack_dir=tmp_path)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from devtools import stack
+from devtools import stack, stack_launch
 from tikk.urls import BackendUrl
 
 
@@ -47,7 +47,7 @@ def test_authenticated_urls_name_the_files_under_the_stack_dir(stack_dir: Path) 
 
 def test_a_kafka_cluster_id_never_reads_as_an_option() -> None:
     # One plain base64 id in 64 starts with '-'; 2,000 draws would show about 31 of them.
-    ids = [stack._kafka_cluster_id() for _ in range(2000)]
+    ids = [stack_launch.new_cluster_id() for _ in range(2000)]
     assert not [i for i in ids if i.startswith("-")]
     assert all(len(i) == 22 for i in ids)
     assert len(set(ids)) == len(ids)
