@@ -117,9 +117,9 @@ def urls(kind: str | None = None, count: int = 1) -> dict[str, str]:
 def login(url: str, kind: str | None = None) -> str:
     """``url`` of a service of this stack (``cassandra://``, ``kafka://``, ``zk://``, with no
     user) with the stack's login added when the stack (``kind``, default the variant the
-    one-node stack started in last) is authenticated: the user, the password file and the CA
-    to trust."""
-    if (kind or variant()) == PLAIN:
+    stack whose nodes the URL names started in last) is authenticated: the user, the
+    password file and the CA to trust."""
+    if (kind or variant(_stack_of(url))) == PLAIN:
         return url
     scheme, _, rest = url.partition("://")
     service = {"cassandra": "cassandra", "kafka": "kafka", "zk": "zookeeper"}[scheme]
@@ -345,6 +345,14 @@ def append(target: Path, template: Path, **values: object) -> None:
         text = text.replace(f"@{key}@", str(value))
     with open(target, "a") as f:
         f.write("\n" + text)
+
+
+def _stack_of(url: str) -> int:
+    """How many nodes of each service the stack whose nodes ``url`` names has."""
+    location = url.partition("://")[2].partition("/")[0].partition("?")[0]
+    hosts = {part.rpartition(":")[0] for part in location.split(",")}
+    replicated = {n.host for name in SERVICE_NAMES for n in nodes(name, REPLICAS)}
+    return REPLICAS if hosts & replicated else 1
 
 
 # The one-node stack's URLs as it was started last.

@@ -509,6 +509,14 @@ def up(
     (topology_dir(count) / "variant").write_text(kind + "\n")
 
 
+def start_node(node: Service) -> None:
+    """Start one node again (after a crash, say) in the variant its stack runs in, and wait
+    until it answers."""
+    start, ready, timeout_s = _STARTERS[node.name]
+    start(node, variant(_count(node)) == AUTH)
+    _wait(node, ready, timeout_s)
+
+
 def _wait(node: Service, ready: Callable[[Service], bool], timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -1,8 +1,10 @@
 """``python -m devtools.faults --mode ci``, ``--mode soak --duration 60m``, ``--mode storm``
-(``--duration`` optional, 5 minutes by default) or ``--mode storm-ci`` (a two-minute storm).
+(``--duration`` optional, 5 minutes by default) or ``--mode storm-ci`` (a two-minute storm);
+on the replicated stack ``--mode replicated-ci``, ``replicated`` and ``replicated-storm``.
 
-Runs against the stack of ``devtools.stack`` (``python -m devtools stack up``; its ports and
-folder follow ``TIKK_STACK_PORT_OFFSET`` and ``TIKK_STACK_DIR``). Exit codes: 0 no violation,
+Runs against the stack of ``devtools.stack`` (``python -m devtools stack up``, with
+``--nodes 3`` for the replicated modes; its ports and folder follow
+``TIKK_STACK_PORT_OFFSET`` and ``TIKK_STACK_DIR``). Exit codes: 0 no violation,
 1 violations found, 2 bad usage, 3 the run could not be carried out (or hit its hard timeout).
 """
 
@@ -13,8 +15,10 @@ import logging
 import random
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from devtools.faults import modes
 from devtools.faults.checker import check
@@ -30,11 +34,12 @@ EXIT_PASSED, EXIT_VIOLATIONS, EXIT_USAGE, EXIT_NOT_RUN = 0, 1, 2, 3
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m devtools.faults", description=__doc__)
-    p.add_argument("--mode", choices=["ci", "soak", "storm", "storm-ci"], default="ci")
+    p.add_argument("--mode", choices=[*_MODES, *_SIZED], default="ci")
     p.add_argument(
         "--duration",
         type=parse_duration_ms,
-        help="soak (required) and storm (default 5m) only, e.g. 30m or 1h",
+        help="soak (required), storm, replicated and replicated-storm (default 5m) only, "
+        "e.g. 30m or 1h",
     )
     p.add_argument("--seed", type=int, help="repeat a run's plan (default: random)")
     p.add_argument("--rate", type=float, help="tasks created per second (default: the mode's)")
@@ -65,17 +70,30 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# The modes of a fixed length, and those that take --duration.
+_MODES: dict[str, Callable[[], Mode[Any]]] = {
+    "ci": modes.ci,
+    "storm-ci": modes.storm_ci,
+    "replicated-ci": modes.replicated_ci,
+}
+_SIZED: dict[str, Callable[[float], Mode[Any]]] = {
+    "soak": modes.soak,
+    "storm": modes.storm,
+    "replicated": modes.replicated,
+    "replicated-storm": modes.replicated_storm,
+}
+
+
 def _base_mode(name: str, duration_ms: int | None) -> Mode[FaultSchedule]:
-    """The mode called ``name``, ``duration_ms`` long where it takes a length."""
-    if name == "soak":
-        if duration_ms is None:
-            raise ValueError("--mode soak needs --duration (e.g. 60m)")
-        return modes.soak(duration_ms / 1000)
-    if name == "storm":
-        return modes.storm() if duration_ms is None else modes.storm(duration_ms / 1000)
-    if duration_ms is not None:
-        raise ValueError(f"--duration is for --mode soak or storm; {name} has a fixed length")
-    return modes.storm_ci() if name == "storm-ci" else modes.ci()
+    """The mode called ``name``, ``duration_ms`` long where it takes a length (five minutes
+    unless it is a soak, which needs one)."""
+    if name in _MODES:
+        if duration_ms is not None:
+            raise ValueError(f"--duration is not for --mode {name}: it has a fixed length")
+        return _MODES[name]()
+    if duration_ms is None and name == "soak":
+        raise ValueError("--mode soak needs --duration (e.g. 60m)")
+    return _SIZED[name](300.0 if duration_ms is None else duration_ms / 1000)
 
 
 def mode_of(args: argparse.Namespace) -> Mode[FaultSchedule]:

@@ -142,6 +142,8 @@ class ClusterConfig:
     workers: int = 2
     # Serve TLS with a development PKI under the workdir; workers and clients trust its CA.
     tls: bool = False
+    # Replicas of the keyspace and the topics: 3 on the replicated stack.
+    replicas: int = 1
 
     @property
     def keyspace(self) -> str:
@@ -181,12 +183,22 @@ class ClusterConfig:
         """The backend options every ``tikk`` process of the cluster is started with."""
         cassandra = login(f"cassandra://{self.cassandra}/{self.keyspace}")
         return [
-            "--store", cassandra, "--history", cassandra,
-            "--queue", login(f"kafka://{self.kafka}?prefix={self.topic_prefix}&partitions=4"),
-            "--ownership", login(f"zk://{self.zookeeper}{self.chroot}"),
-            "--session-timeout", f"{self.session_timeout_s}s",
-            "--shards", str(self.shards),
-        ]  # fmt: skip
+            "--store",
+            cassandra,
+            "--history",
+            cassandra,
+            "--queue",
+            login(
+                f"kafka://{self.kafka}?prefix={self.topic_prefix}&partitions=4"
+                f"&replication={self.replicas}"
+            ),
+            "--ownership",
+            login(f"zk://{self.zookeeper}{self.chroot}"),
+            "--session-timeout",
+            f"{self.session_timeout_s}s",
+            "--shards",
+            str(self.shards),
+        ]
 
 
 class Member:
@@ -312,7 +324,16 @@ class Cluster:
 
     def migrate(self, timeout_s: float = 180.0) -> None:
         """Create the run's keyspace and schema (``tikk migrate``)."""
-        args = [sys.executable, "-m", "server.cli", "migrate", *self.config.backend_args()]
+        replication = f"{{'class': 'SimpleStrategy', 'replication_factor': {self.config.replicas}}}"
+        args = [
+            sys.executable,
+            "-m",
+            "server.cli",
+            "migrate",
+            *self.config.backend_args(),
+            "--replication",
+            replication,
+        ]
         done = subprocess.run(
             args,
             cwd=self.config.code_dir,

@@ -1,7 +1,13 @@
 """The suite's modes: ``ci`` (a few minutes, every process kind killed three times),
 ``soak`` (a given duration, about 21 kills of each process kind per hour, and Kafka and
 Cassandra stopped for 30 s a few times an hour), and ``storm`` / ``storm-ci`` (a fault of a
-random kind every 10-15 s under a heavier workload, for a few minutes or for two)."""
+random kind every 10-15 s under a heavier workload, for a few minutes or for two).
+
+On the replicated stack (``devtools.stack`` with three nodes of each service, tikk's
+keyspace and topics at three replicas): ``replicated-ci`` (a node of each service killed once,
+and a dispatcher and a worker, while tasks fire), ``replicated`` (every kind of node fault
+twice, spread over five minutes) and ``replicated-storm`` (a fault of a random kind, node
+faults among them, every 10-15 s)."""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 from devtools.faults.nemesis import FaultSchedule, FaultSpec
+from devtools.faults.records import NODE_FAULTS, FaultKind
 from devtools.faults.storm import StormSpec
 from devtools.faults.workload import WorkloadSpec
 
@@ -28,6 +35,8 @@ class Mode(Generic[Faults_co]):
     drain_s: float
     timeout_s: float
     after_ms: int = 5_000
+    # Nodes of each service: 1 (the one-node stack) or 3 (the replicated one).
+    nodes: int = 1
 
     def without_service_faults(self) -> Mode[Faults_co]:
         """The same run with Kafka and Cassandra left alone."""
@@ -110,3 +119,86 @@ def storm_ci() -> Mode[StormSpec]:
     """A two-minute storm for CI: seven to eleven faults, every kind at least once (the kinds
     are dealt from a deck of seven); about three minutes in all on the 2-core machine."""
     return replace(storm(120.0), name="storm-ci", drain_s=60.0, timeout_s=600.0)
+
+
+# The replicated stack's faults of each kind; Kafka and Cassandra are never stopped whole.
+_EVERY_NODE_FAULT = tuple(sorted(NODE_FAULTS))
+_PROCESS_FAULTS = (
+    FaultKind.KILL_SERVER,
+    FaultKind.KILL_DISPATCHER,
+    FaultKind.KILL_WORKER,
+    FaultKind.PAUSE_DISPATCHER,
+    FaultKind.PAUSE_QUEUE,
+)
+# Creates per second on the replicated stack: three Cassandra nodes, three brokers and three
+# ZooKeeper servers share the two cores with tikk, and a write costs Cassandra about four
+# times its work at one replica.
+REPLICATED_RATE_PER_S = 20.0
+
+
+def replicated_ci() -> Mode[FaultSpec]:
+    """The CI smoke on the replicated stack: a Cassandra node, the Kafka broker leading a
+    partition of the workload's topic and the ZooKeeper leader each killed once, and a
+    dispatcher and a worker, while tasks fire; about three minutes."""
+    return Mode(
+        name="replicated-ci",
+        workload=WorkloadSpec(rate_per_s=REPLICATED_RATE_PER_S, duration_s=90.0),
+        faults=FaultSpec(
+            server_kills=0,
+            dispatcher_kills=1,
+            worker_kills=1,
+            dispatcher_pauses=0,
+            kafka_stops=0,
+            cassandra_stops=0,
+            first_at_s=10.0,
+            last_at_s=75.0,
+            node_faults=(
+                (FaultKind.KILL_CASSANDRA_NODE, 1),
+                (FaultKind.KILL_KAFKA_LEADER, 1),
+                (FaultKind.KILL_ZOOKEEPER_LEADER, 1),
+            ),
+        ),
+        drain_s=45.0,
+        timeout_s=600.0,
+        nodes=3,
+    )
+
+
+def replicated(duration_s: float = 300.0) -> Mode[FaultSpec]:
+    """Every node fault twice and every process kill twice, spread over ``duration_s``."""
+    return Mode(
+        name="replicated",
+        workload=WorkloadSpec(rate_per_s=REPLICATED_RATE_PER_S, duration_s=duration_s),
+        faults=FaultSpec(
+            server_kills=2,
+            dispatcher_kills=2,
+            worker_kills=2,
+            dispatcher_pauses=1,
+            kafka_stops=0,
+            cassandra_stops=0,
+            first_at_s=15.0,
+            last_at_s=max(30.0, duration_s - 30.0),
+            node_faults=tuple((kind, 2) for kind in _EVERY_NODE_FAULT),
+        ),
+        drain_s=90.0,
+        timeout_s=duration_s + 900.0,
+        nodes=3,
+    )
+
+
+def replicated_storm(duration_s: float = 300.0) -> Mode[StormSpec]:
+    """A fault every 10-15 s, node faults and tikk's process faults dealt from one deck."""
+    return Mode(
+        name="replicated-storm",
+        workload=WorkloadSpec(
+            rate_per_s=REPLICATED_RATE_PER_S * 2, duration_s=duration_s, threads=128
+        ),
+        faults=StormSpec(
+            first_at_s=10.0,
+            last_at_s=max(10.0, duration_s - 10.0),
+            kinds=_PROCESS_FAULTS + _EVERY_NODE_FAULT,
+        ),
+        drain_s=90.0,
+        timeout_s=duration_s + 900.0,
+        nodes=3,
+    )

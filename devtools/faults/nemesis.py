@@ -6,7 +6,8 @@
 * ``stop kafka|cassandra``: SIGSTOP of the service's JVM, then SIGCONT; the window ends when
   it answers again;
 * ``pause queue``: an operator pauses the workload's queue (``UpdateQueue``), then resumes
-  it: what came due meanwhile is held by the dispatchers and released after, late but whole.
+  it: what came due meanwhile is held by the dispatchers and released after, late but whole;
+* on the replicated stack, one node of a service killed or stopped (``devtools.faults.nodes``).
 
 Faults are planned up front (seeded, so a run can be repeated) by a mode's schedule: a
 ``FaultSpec`` spreads given numbers of each kind evenly over a span, a ``storm.StormSpec``
@@ -23,7 +24,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Protocol, Self
 
+from devtools import stack
 from devtools.faults.cluster import Cluster
+from devtools.faults.nodes import NodeFaults, planned_targets
 from devtools.faults.records import FaultKind, FaultWindow
 from devtools.faults.services import ServiceStopper
 from devtools.faults.worker_app import QUEUE
@@ -71,12 +74,27 @@ class Holds(Protocol):
     def cassandra_stop_s(self) -> float: ...
     @property
     def queue_pause_s(self) -> float: ...
+    @property
+    def node_down_s(self) -> tuple[float, float]: ...
+    @property
+    def node_stop_s(self) -> float: ...
+
+
+_NODE_KILLS = (
+    FaultKind.KILL_CASSANDRA_NODE,
+    FaultKind.KILL_KAFKA_LEADER,
+    FaultKind.KILL_ZOOKEEPER_LEADER,
+)
 
 
 def hold_for(kind: FaultKind, holds: Holds, rng: random.Random) -> float:
     """How long a fault of ``kind`` lasts (a kill's time down is drawn from ``rng``)."""
     if kind.is_kill:
         return rng.uniform(*holds.kill_down_s)
+    if kind in _NODE_KILLS:
+        return rng.uniform(*holds.node_down_s)
+    if kind.is_node_fault:
+        return holds.node_stop_s
     if kind is FaultKind.PAUSE_DISPATCHER:
         return holds.pause_s
     if kind is FaultKind.STOP_KAFKA:
@@ -105,13 +123,17 @@ class FaultSpec:
     cassandra_stop_s: float = 30.0
     queue_pauses: int = 0
     queue_pause_s: float = 12.0
+    # On the replicated stack: how many times a node of each kind is hit.
+    node_faults: tuple[tuple[FaultKind, int], ...] = ()
+    node_down_s: tuple[float, float] = (5.0, 10.0)
+    node_stop_s: float = 10.0
 
     @property
     def service_faults(self) -> bool:
-        return self.kafka_stops + self.cassandra_stops > 0
+        return self.kafka_stops + self.cassandra_stops + sum(n for _, n in self.node_faults) > 0
 
     def without_service_faults(self) -> FaultSpec:
-        return replace(self, kafka_stops=0, cassandra_stops=0)
+        return replace(self, kafka_stops=0, cassandra_stops=0, node_faults=())
 
     def plan(self, rng: random.Random, cluster_roles: dict[str, list[str]]) -> list[PlannedFault]:
         return plan_faults(self, rng, cluster_roles)
@@ -126,7 +148,7 @@ def targets(kind: FaultKind, cluster_roles: dict[str, list[str]]) -> list[str]:
         FaultKind.STOP_KAFKA: ["kafka"],
         FaultKind.STOP_CASSANDRA: ["cassandra"],
         FaultKind.PAUSE_QUEUE: [QUEUE],
-    }[kind]
+    }.get(kind) or planned_targets(kind)
 
 
 def plan_faults(
@@ -142,6 +164,7 @@ def plan_faults(
         + [FaultKind.STOP_KAFKA] * spec.kafka_stops
         + [FaultKind.STOP_CASSANDRA] * spec.cassandra_stops
         + [FaultKind.PAUSE_QUEUE] * spec.queue_pauses
+        + [kind for kind, count in spec.node_faults for _ in range(count)]
     )
     rng.shuffle(kinds)
     step = (spec.last_at_s - spec.first_at_s) / max(1, len(kinds))
@@ -164,9 +187,12 @@ def _now_ms() -> int:
 class Nemesis:
     """Carries out planned faults against a cluster and the stack's services."""
 
-    def __init__(self, cluster: Cluster, services: ServiceStopper) -> None:
+    def __init__(
+        self, cluster: Cluster, services: ServiceStopper, nodes: NodeFaults | None = None
+    ) -> None:
         self.cluster = cluster
         self.services = services
+        self.nodes = nodes
         self.windows: list[FaultWindow] = []
         self._paused: set[str] = set()
         self._held_queues: set[str] = set()
@@ -196,6 +222,9 @@ class Nemesis:
     def inflict(self, fault: PlannedFault) -> FaultWindow:
         """Carry out one fault and wait until what it hit is back."""
         began = _now_ms()
+        if fault.kind.is_node_fault:
+            target, pid = self._hit_node(fault)
+            return FaultWindow(fault.kind, target, began, _now_ms(), pid)
         if fault.kind.is_kill:
             pid = self.cluster.kill9(fault.target)
             time.sleep(fault.hold_s)
@@ -220,9 +249,25 @@ class Nemesis:
             self.services.resume(fault.target)
         return FaultWindow(fault.kind, fault.target, began, _now_ms(), pid)
 
+    def _hit_node(self, fault: PlannedFault) -> tuple[str, int]:
+        """Kill or stop one node, then start or continue it and wait until it answers;
+        the node's label and pid."""
+        if self.nodes is None:
+            raise RuntimeError(f"{fault.kind} needs the replicated stack")
+        node: stack.Service = self.nodes.resolve(fault.kind, fault.target)
+        if fault.kind in _NODE_KILLS:
+            pid = self.nodes.kill(node)
+            time.sleep(fault.hold_s)
+            self.nodes.start(node)
+        else:
+            pid = self.services.stop(node.label, fault.hold_s)
+            time.sleep(fault.hold_s)
+            self.services.resume(node.label)
+        return node.label, pid
+
     def restore(self) -> list[str]:
         """Continue paused processes and stopped services (waiting until the services
-        answer); returns what had to be restored."""
+        answer), start killed nodes again; returns what had to be restored."""
         restored = []
         for role in list(self._paused):
             self.cluster.resume(role)
@@ -232,4 +277,5 @@ class Nemesis:
             self.cluster.pause_queue(queue, False)
             restored.append(f"queue {queue}")
         self._held_queues.clear()
-        return restored + self.services.restore()
+        restored += self.services.restore()
+        return restored + (self.nodes.restore() if self.nodes is not None else [])

@@ -49,10 +49,37 @@ class FaultKind(StrEnum):
     STOP_CASSANDRA = "stop cassandra"
     # An operator pauses the workload's queue, then resumes it (``tikk queues pause``).
     PAUSE_QUEUE = "pause queue"
+    # One node of the replicated stack (``devtools.faults.nodes``): killed with -9 and
+    # started again, or stopped (SIGSTOP) and continued. The Kafka broker killed leads a
+    # partition of the workload's topic, the ZooKeeper server killed leads the ensemble.
+    KILL_CASSANDRA_NODE = "kill cassandra node"
+    STOP_CASSANDRA_NODE = "stop cassandra node"
+    KILL_KAFKA_LEADER = "kill kafka leader"
+    STOP_KAFKA_BROKER = "stop kafka broker"
+    KILL_ZOOKEEPER_LEADER = "kill zookeeper leader"
 
     @property
     def is_kill(self) -> bool:
-        return self.value.startswith("kill ")
+        """Whether a tikk process is killed (and started again)."""
+        return self in (FaultKind.KILL_SERVER, FaultKind.KILL_DISPATCHER, FaultKind.KILL_WORKER)
+
+    @property
+    def is_node_fault(self) -> bool:
+        """Whether one node of the replicated stack's services is hit."""
+        return self in NODE_FAULTS
+
+
+NODE_FAULTS = frozenset(
+    {
+        FaultKind.KILL_CASSANDRA_NODE,
+        FaultKind.STOP_CASSANDRA_NODE,
+        FaultKind.KILL_KAFKA_LEADER,
+        FaultKind.STOP_KAFKA_BROKER,
+        FaultKind.KILL_ZOOKEEPER_LEADER,
+    }
+)
+# What hits the one-node stack (every kind but the node faults).
+ONE_NODE_FAULTS = tuple(k for k in FaultKind if k not in NODE_FAULTS)
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,12 @@ def _kafka_options(address: str) -> dict[str, Any]:
 
 
 def zookeeper_answers(address: str) -> bool:
-    """ZooKeeper serves requests (``srvr`` reports a mode only then)."""
+    """ZooKeeper serves requests (``srvr`` reports a mode only then): one server of
+    ``host:port[,host:port...]`` does."""
+    return any(_zookeeper_server_answers(one) for one in address.split(","))
+
+
+def _zookeeper_server_answers(address: str) -> bool:
     try:
         with socket.create_connection(_split(address), timeout=_PROBE_TIMEOUT_S) as sock:
             sock.settimeout(_PROBE_TIMEOUT_S)
@@ -131,8 +136,9 @@ class ServiceStopper:
         self._stopped: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
 
     def stop(self, name: str, planned_s: float) -> int:
-        """Stop service ``name``; returns its pid. A guard continues it after
-        ``planned_s`` plus a margin whatever becomes of this process."""
+        """Stop service ``name`` (``kafka``, or one node of the replicated stack such as
+        ``kafka-2``); returns its pid. A guard continues it after ``planned_s`` plus a
+        margin whatever becomes of this process."""
         pid = self._service(name).pid()
         if pid is None:
             raise RuntimeError(f"{name} is not running under {stack.stack_dir()}")
@@ -154,7 +160,9 @@ class ServiceStopper:
             os.kill(pid, signal.SIGCONT)
         guard.kill()
         guard.wait(5)
-        wait_answering(name, self._addresses[name], timeout_s)
+        node = self._service(name)
+        address = self._addresses[name] if not node.index else _node_address(node)
+        wait_answering(node.name, address, timeout_s)
 
     def restore(self) -> list[str]:
         """Continue every service still stopped and wait for each; returns their names.
@@ -170,7 +178,15 @@ class ServiceStopper:
 
     @staticmethod
     def _service(name: str) -> stack.Service:
-        return {"kafka": stack.KAFKA, "cassandra": stack.CASSANDRA}[name]
+        if name in ("kafka", "cassandra"):
+            return stack.Service(name)
+        node, _, index = name.rpartition("-")
+        return stack.Service(node, int(index))
+
+
+def _node_address(node: stack.Service) -> str:
+    port = {"cassandra": stack.CQL_PORT, "kafka": stack.KAFKA_PORT, "zookeeper": stack.ZK_PORT}
+    return f"{node.host}:{port[node.name]}"
 
 
 def drop_cassandra_keyspace(address: str, keyspace: str) -> None:

@@ -17,9 +17,10 @@ import random
 from dataclasses import dataclass, replace
 
 from devtools.faults.nemesis import PlannedFault, hold_for, targets
-from devtools.faults.records import FaultKind
+from devtools.faults.records import NODE_FAULTS, ONE_NODE_FAULTS, FaultKind
 
-SERVICE_STOPS = frozenset({FaultKind.STOP_KAFKA, FaultKind.STOP_CASSANDRA})
+# What hits the stack's services (the JVMs of ``devtools.stack``), not tikk's processes.
+SERVICE_STOPS = frozenset({FaultKind.STOP_KAFKA, FaultKind.STOP_CASSANDRA} | NODE_FAULTS)
 
 
 @dataclass(frozen=True)
@@ -31,12 +32,14 @@ class StormSpec:
     first_at_s: float
     last_at_s: float
     every_s: tuple[float, float] = (10.0, 15.0)
-    kinds: tuple[FaultKind, ...] = tuple(FaultKind)
+    kinds: tuple[FaultKind, ...] = ONE_NODE_FAULTS
     kill_down_s: tuple[float, float] = (1.0, 4.0)
     pause_s: float = 9.0
     kafka_stop_s: float = 8.0
     cassandra_stop_s: float = 10.0
     queue_pause_s: float = 8.0
+    node_down_s: tuple[float, float] = (4.0, 8.0)
+    node_stop_s: float = 8.0
 
     @property
     def service_faults(self) -> bool:

@@ -39,6 +39,7 @@ from devtools.faults.cluster import (
 )
 from devtools.faults.modes import Mode
 from devtools.faults.nemesis import FaultSchedule, Nemesis
+from devtools.faults.nodes import NodeFaults
 from devtools.faults.readback import TERMINAL, StartLog, StateReader, still_expected
 from devtools.faults.records import (
     WARM_UP_ID,
@@ -50,6 +51,7 @@ from devtools.faults.records import (
 )
 from devtools.faults.report import RunInfo, render
 from devtools.faults.services import ServiceStopper
+from devtools.faults.worker_app import QUEUE
 from devtools.faults.workload import Workload, create_now, create_request, plan_tasks
 
 log = logging.getLogger("devtools.faults")
@@ -76,13 +78,10 @@ class SuiteResult:
         return self.check.failed or self.info.incomplete is not None
 
 
-def stack_addresses() -> dict[str, str]:
-    """Where ``devtools.stack`` runs the services (ports follow its environment settings)."""
-    return {
-        "cassandra": f"127.0.0.1:{stack.CQL_PORT}",
-        "kafka": f"127.0.0.1:{stack.KAFKA_PORT}",
-        "zookeeper": f"127.0.0.1:{stack.ZK_PORT}",
-    }
+def stack_addresses(nodes: int = 1) -> dict[str, str]:
+    """Where ``devtools.stack`` runs the services with ``nodes`` nodes each: ``host:port``,
+    or every node's, comma-separated (ports follow its environment settings)."""
+    return {name: stack.addresses(name, nodes) for name in ("cassandra", "kafka", "zookeeper")}
 
 
 def _now_ms() -> int:
@@ -148,9 +147,14 @@ class Run:
             port=free_port(),
             code_dir=workdir / "code",
             tls=tls,
+            replicas=mode.nodes,
         )
         self.cluster = Cluster(self.config)
-        self.nemesis = Nemesis(self.cluster, ServiceStopper(addresses))
+        nodes = None
+        if mode.nodes > 1:
+            topic = f"{self.config.topic_prefix}{QUEUE}"
+            nodes = NodeFaults(topic, stack.login(f"kafka://{self.config.kafka}"))
+        self.nemesis = Nemesis(self.cluster, ServiceStopper(addresses), nodes)
         self.starts = StartLog(self.config.start_log)
         self.plans: list[TaskPlan] = []
         self.workload: Workload | None = None
@@ -171,10 +175,11 @@ class Run:
         one); service faults only against the services ``devtools.stack`` runs."""
         for name, address in self.addresses.items():
             svc.wait_answering(name, address, timeout_s=120)
-        if self.mode.faults.service_faults and self.addresses != stack_addresses():
+        stack_runs = stack_addresses(self.mode.nodes)
+        if self.mode.faults.service_faults and self.addresses != stack_runs:
             raise ValueError(
                 "service faults stop the JVMs of devtools.stack, but the run uses other "
-                f"addresses ({self.addresses} != {stack_addresses()}); disable them"
+                f"addresses ({self.addresses} != {stack_runs}); disable them"
             )
 
     def warm_up(self, timeout_s: float = 120.0) -> None:
@@ -328,7 +333,7 @@ def run_suite(
     start, the hard timeout before the workload). ``tls``: the cluster serves TLS."""
     began = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
-    run = Run(mode, seed, workdir, addresses or stack_addresses(), git_rev, tls=tls)
+    run = Run(mode, seed, workdir, addresses or stack_addresses(mode.nodes), git_rev, tls=tls)
     with hard_timeout(mode.timeout_s):
         try:
             run.set_up()

@@ -1,0 +1,76 @@
+"""The fault suite's modes and plans for the replicated stack (nothing is started): which
+faults each mode deals, which nodes they aim at, and that the one-node modes never plan a
+node fault."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from devtools.faults import modes
+from devtools.faults.__main__ import build_parser, mode_of
+from devtools.faults.nodes import LEADER, node_of, planned_targets
+from devtools.faults.records import NODE_FAULTS, FaultKind
+
+ROLES = {
+    "server": ["server"],
+    "dispatcher": ["dispatcher-0", "dispatcher-1"],
+    "worker": ["worker-0", "worker-1"],
+}
+
+
+def test_the_replicated_smoke_kills_a_node_of_each_service_and_two_tikk_processes() -> None:
+    mode = modes.replicated_ci()
+    plan = mode.faults.plan(random.Random(7), ROLES)
+    kinds = sorted(str(f.kind) for f in plan)
+    assert kinds == [
+        "kill cassandra node",
+        "kill dispatcher",
+        "kill kafka leader",
+        "kill worker",
+        "kill zookeeper leader",
+    ]
+    assert mode.nodes == 3 and mode.faults.service_faults
+    leaders = {f.kind: f.target for f in plan if f.kind is not FaultKind.KILL_CASSANDRA_NODE}
+    assert (
+        leaders[FaultKind.KILL_KAFKA_LEADER] == leaders[FaultKind.KILL_ZOOKEEPER_LEADER] == LEADER
+    )
+    node = next(f.target for f in plan if f.kind is FaultKind.KILL_CASSANDRA_NODE)
+    assert node_of(node).name == "cassandra" and node_of(node).index in (1, 2, 3)
+    assert all(5.0 <= f.hold_s <= 10.0 for f in plan if f.kind.is_node_fault)
+
+
+def test_a_replicated_storm_deals_every_node_fault_and_no_whole_service_stop() -> None:
+    mode = modes.replicated_storm(300.0)
+    kinds = {f.kind for f in mode.faults.plan(random.Random(3), ROLES)}
+    assert kinds >= NODE_FAULTS
+    assert not kinds & {FaultKind.STOP_KAFKA, FaultKind.STOP_CASSANDRA}
+    assert not mode.without_service_faults().faults.service_faults
+
+
+@pytest.mark.parametrize("mode", [modes.ci(), modes.storm(), modes.storm_ci(), modes.soak(600)])
+def test_the_one_node_modes_plan_no_node_fault(mode: modes.Mode[modes.FaultSchedule]) -> None:
+    planned = mode.faults.plan(random.Random(11), ROLES)
+    assert planned and not any(f.kind.is_node_fault for f in planned) and mode.nodes == 1
+
+
+def test_kill_means_a_tikk_process_and_node_faults_name_their_nodes() -> None:
+    assert {k for k in FaultKind if k.is_kill} == {
+        FaultKind.KILL_SERVER,
+        FaultKind.KILL_DISPATCHER,
+        FaultKind.KILL_WORKER,
+    }
+    assert planned_targets(FaultKind.STOP_KAFKA_BROKER) == ["kafka-1", "kafka-2", "kafka-3"]
+    with pytest.raises(ValueError, match="names no node"):
+        node_of("cassandra")
+
+
+def test_the_command_line_knows_the_replicated_modes_and_their_lengths() -> None:
+    parse = build_parser().parse_args
+    assert mode_of(parse(["--mode", "replicated-ci"])).name == "replicated-ci"
+    sized = mode_of(parse(["--mode", "replicated", "--duration", "10m"]))
+    assert sized.workload.duration_s == 600.0 and sized.nodes == 3
+    assert mode_of(parse(["--mode", "replicated-storm"])).workload.duration_s == 300.0
+    with pytest.raises(ValueError, match="fixed length"):
+        mode_of(parse(["--mode", "replicated-ci", "--duration", "1m"]))
