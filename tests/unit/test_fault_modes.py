@@ -10,6 +10,7 @@ import pytest
 
 from devtools.faults import modes
 from devtools.faults.__main__ import build_parser, mode_of
+from devtools.faults.nemesis import FaultSchedule
 from devtools.faults.nodes import LEADER, node_of, planned_targets
 from devtools.faults.records import NODE_FAULTS, FaultKind
 
@@ -50,7 +51,7 @@ def test_a_replicated_storm_deals_every_node_fault_and_no_whole_service_stop() -
 
 
 @pytest.mark.parametrize("mode", [modes.ci(), modes.storm(), modes.storm_ci(), modes.soak(600)])
-def test_the_one_node_modes_plan_no_node_fault(mode: modes.Mode[modes.FaultSchedule]) -> None:
+def test_the_one_node_modes_plan_no_node_fault(mode: modes.Mode[FaultSchedule]) -> None:
     planned = mode.faults.plan(random.Random(11), ROLES)
     assert planned and not any(f.kind.is_node_fault for f in planned) and mode.nodes == 1
 
