@@ -69,11 +69,12 @@ class NodeFaults:
             )  # fmt: skip
         # Each kill aims at the leader of the next partition, so that, over a run, every
         # broker leading a partition of the busy topic is hit.
-        leader = asyncio.run(self._kafka_leader(self._partition))
+        leader = asyncio.run(self.kafka_leader(self._partition))
         self._partition += 1
         return stack.Service("kafka", leader)
 
-    async def _kafka_leader(self, partition: int) -> int:
+    async def kafka_leader(self, partition: int) -> int:
+        """The node id (its index) of the broker leading ``partition`` of the topic."""
         from aiokafka.admin import AIOKafkaAdminClient
 
         from tikk.queue_contract import KafkaQueueUrl
