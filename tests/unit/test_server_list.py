@@ -1,6 +1,7 @@
 """The servers a client is given (``tikk.client.server_list``): one address stays as it was,
 a list of addresses or a DNS name is balanced (round robin, pings), and a list gRPC cannot
-dial is refused naming its entry; the transport's rules hold for every server of a list."""
+dial is refused naming its entry; the transport's rules hold for every server of a list, and
+the CLI refuses a bad ``--server`` as bad usage."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import re
 
 import pytest
 
+from server.cli import main
+from server.cli.client import failover_retries
+from server.cli.options import EXIT_USAGE
 from tikk.client import AsyncClient, Client, ServerList, Transport, TransportError
 from tikk.client.server_list import KEEPALIVE_OPTIONS, ROUND_ROBIN_CONFIG
 
@@ -138,3 +142,23 @@ async def test_the_clients_refuse_a_bad_list_before_any_call() -> None:
         AsyncClient("127.0.0.1:1,localhost:2")
     with Client("127.0.0.1:1,127.0.0.1:2") as client:
         assert "127.0.0.1:1,127.0.0.1:2" in repr(client)
+
+
+def test_the_cli_repeats_safe_calls_only_to_move_past_a_dead_server() -> None:
+    assert failover_retries("127.0.0.1:7070") is None  # one server: every call sent once
+    three = failover_retries("127.0.0.1:1,127.0.0.1:2,127.0.0.1:3")
+    assert three is not None and (three.attempts, three.max_backoff_s) == (3, 0.0)
+    dns = failover_retries("dns:///tikk.internal:7070")
+    assert dns is not None and dns.attempts == 3
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["task", "get", "t-1"], ["task", "import", "-"],
+     ["worker", "tests.e2e.worker_app:worker"]],
+)  # fmt: skip
+def test_a_bad_server_list_is_a_usage_error_naming_the_entry(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*argv, "--server", "127.0.0.1:7070,127.0.0.1:x"]) == EXIT_USAGE
+    assert "entry 2 '127.0.0.1:x'" in capsys.readouterr().err
