@@ -97,6 +97,13 @@ class Cluster:
         samples = (line.split() for line in text.splitlines() if line.startswith(name))
         return sum(float(fields[-1]) for fields in samples if fields[0].partition("{")[0] == name)
 
+    def failover_env(self) -> dict[str, str]:
+        """What the Go and TypeScript failover tests are given: the servers' addresses
+        (``TIKK_FAILOVER_ADDR``) and their processes (``TIKK_FAILOVER_PIDS``), which they
+        pause and kill themselves."""
+        pids = ",".join(str(self.server(i).proc.pid) for i in range(len(self.addresses)))
+        return {"TIKK_FAILOVER_ADDR": self.target, "TIKK_FAILOVER_PIDS": pids}
+
     def output(self) -> str:
         """What every process printed, for a failure's message."""
         processes = [self.dispatcher, *self.servers, *self._retired]
