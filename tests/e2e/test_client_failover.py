@@ -15,9 +15,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -104,10 +105,17 @@ def send_in_flight(pool: ThreadPoolExecutor, client: Client) -> dict[str, Future
     """Creates with and without a task id, and cancels of tasks that exist, all at once."""
     calls: dict[str, Future[object]] = {}
     for n in range(IN_FLIGHT_CALLS):
-        calls[f"with-id-{n}"] = pool.submit(client.create_task, later(f"with-id-{n}"))
-        calls[f"without-id-{n}"] = pool.submit(client.create_task, later())
-        calls[f"cancel-{n}"] = pool.submit(client.cancel_task, f"to-cancel-{n}")
-        calls[f"get-{n}"] = pool.submit(client.get_task, f"to-cancel-{n}")
+        one_round: list[tuple[str, Callable[[], object]]] = [
+            (f"with-id-{n}", partial(client.create_task, later(f"with-id-{n}"))),
+            (f"without-id-{n}", partial(client.create_task, later())),
+            (f"cancel-{n}", partial(client.cancel_task, f"to-cancel-{n}")),
+            (f"get-{n}", partial(client.get_task, f"to-cancel-{n}")),
+        ]
+        # Round robin alternates strictly: every other round in another order, so that each
+        # kind of call goes to both servers.
+        if n % 2:
+            one_round = [one_round[1], one_round[0], one_round[3], one_round[2]]
+        calls.update((name, pool.submit(call)) for name, call in one_round)
     return calls
 
 

@@ -95,22 +95,40 @@ func sendInFlight(ctx context.Context, c *Client, fault func()) map[string]error
 		})
 	}
 	for i := range inFlight {
-		send(fmt.Sprintf("with-id-%d", i), func() error {
-			_, _, err := c.CreateTask(ctx, later(fmt.Sprintf("with-id-%d", i)))
-			return err
-		})
-		send(fmt.Sprintf("without-id-%d", i), func() error {
-			_, _, err := c.CreateTask(ctx, later(""))
-			return err
-		})
-		send(fmt.Sprintf("cancel-%d", i), func() error {
-			_, err := c.CancelTask(ctx, fmt.Sprintf("to-cancel-%d", i))
-			return err
-		})
-		send(fmt.Sprintf("get-%d", i), func() error {
-			_, err := c.GetTask(ctx, fmt.Sprintf("to-cancel-%d", i))
-			return err
-		})
+		round := []func(){
+			func() {
+				send(fmt.Sprintf("with-id-%d", i), func() error {
+					_, _, err := c.CreateTask(ctx, later(fmt.Sprintf("with-id-%d", i)))
+					return err
+				})
+			},
+			func() {
+				send(fmt.Sprintf("without-id-%d", i), func() error {
+					_, _, err := c.CreateTask(ctx, later(""))
+					return err
+				})
+			},
+			func() {
+				send(fmt.Sprintf("cancel-%d", i), func() error {
+					_, err := c.CancelTask(ctx, fmt.Sprintf("to-cancel-%d", i))
+					return err
+				})
+			},
+			func() {
+				send(fmt.Sprintf("get-%d", i), func() error {
+					_, err := c.GetTask(ctx, fmt.Sprintf("to-cancel-%d", i))
+					return err
+				})
+			},
+		}
+		// Round robin alternates strictly: every other round in another order, so that each
+		// kind of call goes to both servers.
+		if i%2 == 1 {
+			round[0], round[1], round[2], round[3] = round[1], round[0], round[3], round[2]
+		}
+		for _, start := range round {
+			start()
+		}
 	}
 	fault()
 	faulted := time.Now()
