@@ -50,6 +50,7 @@ from server.ops.upcoming import UpcomingCounts
 from server.reflection import serve_reflection
 from server.transport_security import check_transport, server_credentials
 from server.wiring import Backends
+from tikk.client.server_list import PING_INTERVAL_MS
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys
 from tikk.settings import Settings
@@ -212,6 +213,11 @@ def _server_options(settings: Settings, reuse_port: bool) -> list[tuple[str, int
     # would start without error and take a share of its callers. Only the members of one
     # group share a port (their supervisor checked it was free: ``server.listen_address``).
     options.append(("grpc.so_reuseport", 1 if reuse_port else 0))
+    # Clients given several servers ping the connections of their calls to notice a server
+    # gone silent (``tikk.client.server_list``); by default gRPC would answer pings that
+    # often on a quiet call (a worker's idle result stream) with GOAWAY "too_many_pings".
+    permitted_ms = PING_INTERVAL_MS - 1_000  # slack for a ping sent a little early
+    options.append(("grpc.http2.min_ping_interval_without_data_ms", permitted_ms))
     return options
 
 

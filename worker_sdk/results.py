@@ -8,6 +8,11 @@ any error of the reader), the stream waits a short backoff (from 50 ms, doubling
 second), opens a new call and sends every unacknowledged result again: the server records a run
 once however often it arrives (results carry a ``run_id``). A new call waits for a server that
 is away (gRPC's wait-for-ready), so it opens as soon as the channel reaches the server again.
+A worker given several servers (``tikk.client.server_list``) has its new call go to another
+one at once: round robin skips a server whose connection was lost, and the channel's pings
+close the connection of one that hangs. Whichever server a result reaches first, again or
+for the first time, records it once, and the result is acknowledged (and its message
+committed) once, by the ack that settles its wait.
 Nothing is written to a call before it opened or after it ended (what ended it is its
 status). A loss is logged once (a warning) and the stream's return once (info), however many
 attempts fail in between. Only ``close`` ends the stream.

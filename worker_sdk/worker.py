@@ -221,7 +221,8 @@ class Worker:
     ) -> int:
         """Work until ``stop`` is set (or, with ``burst``, until the queues are empty and
         nothing is in flight). Returns the number of runs whose result was recorded. A server
-        that does not answer yet is asked again until it does (or ``stop`` is set).
+        that does not answer yet is asked again until it does (or ``stop`` is set); given
+        several (``tikk.client.server_list``), the result stream leaves one that is lost.
 
         ``transport`` overrides the worker's own; ``TransportError`` if its files cannot be
         read. ``queue_url`` replaces the queue URL the server hands out, which never carries a

@@ -15,7 +15,7 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 
 from server.cli.options import EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, transport
-from tikk.client import Client, ClientError, Page, TransportError
+from tikk.client import CallRetries, Client, ClientError, Page, ServerList, TransportError
 from tikk.text_rules import shown
 from tikk.v1 import tasks_pb2
 
@@ -27,15 +27,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 def client(action: Action) -> Callable[[argparse.Namespace], int]:
     """A command that runs ``action`` with a client of ``--server`` in ``--namespace`` (over
     the transport of its options, each call bounded by ``--timeout``): a refusal is exit code
-    1, an unreachable server 3, a bad transport option 2. Each call is sent once (the
-    client's retries are off): a failure is reported at once, never retried, so that a
-    script learns of an unreachable server without waiting."""
+    1, an unreachable server 3, a bad transport option or server list 2. Calls are repeated
+    only to move past a dead server (``failover_retries``), so that a script learns of an
+    unreachable server without waiting."""
 
     def run(args: argparse.Namespace) -> int:
         try:
             tikk = Client(
                 args.server, namespace=args.namespace, timeout=args.timeout,
-                transport=transport(args), retry=None,
+                transport=transport(args), retry=failover_retries(args.server),
             )  # fmt: skip
         except TransportError as exc:
             print(f"tikk: {exc}", file=sys.stderr)
@@ -48,6 +48,21 @@ def client(action: Action) -> Callable[[argparse.Namespace], int]:
         return EXIT_OK
 
     return run
+
+
+def failover_retries(server: str) -> CallRetries | None:
+    """How a command repeats a call. To one server, never: a failure is reported at once. To
+    several (a list, a ``dns:`` name: ``tikk.client.server_list``), a call that is safe to
+    repeat (``tikk.client.retries``) and met UNAVAILABLE, the server it went to having died
+    under it, is sent again at once, and round robin sends it to the next server: as many
+    times as there are servers (three for a DNS name), with no wait, so a command given
+    every server works while one is down, and fails as fast as before when all are.
+    ``TransportError`` for a server list that cannot be dialled."""
+    servers = ServerList.parse(server)
+    if not servers.balanced:
+        return None
+    attempts = max(3, len(servers.addresses))
+    return CallRetries(attempts=attempts, initial_backoff_s=0.0, max_backoff_s=0.0)
 
 
 def refused(exc: ClientError) -> int:

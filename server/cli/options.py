@@ -264,11 +264,23 @@ def otel_option(p: argparse.ArgumentParser) -> None:
 
 
 def client_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--server", default=DEFAULT_SERVER, help="address of a tikk server")
+    server_option(p)
     p.add_argument("--namespace", default="", help="namespace (default: 'default')")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds per call")
     transport_options(p)
+
+
+def server_option(p: argparse.ArgumentParser) -> None:
+    """``--server``: one server, or several to balance calls over (``tikk.client.server_list``)."""
+    p.add_argument(
+        "--server",
+        default=DEFAULT_SERVER,
+        metavar="ADDRESS",
+        help="HOST:PORT of a tikk server; or several, calls spread over them and a server "
+        "that is down skipped: a comma-separated list of IP:PORT, or dns:///NAME:PORT "
+        "(every address of the name) (default: $TIKK_SERVER, else 127.0.0.1:7070)",
+    )
 
 
 def transport_options(p: argparse.ArgumentParser) -> None:

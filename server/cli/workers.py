@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server.cli.options import (
-    DEFAULT_SERVER,
     EXIT_IMPORT,
     EXIT_OK,
     EXIT_REFUSED,
@@ -23,6 +22,7 @@ from server.cli.options import (
     metrics_option,
     otel_option,
     parse_duration_ms,
+    server_option,
     transport,
     transport_options,
 )
@@ -163,7 +163,7 @@ def _worker_queue(args: argparse.Namespace) -> argparse.Namespace:
 def worker_command(sub: Any) -> None:
     p = sub.add_parser("worker", help="run a worker_sdk.Worker")
     p.add_argument("target", metavar="MODULE:ATTR")
-    p.add_argument("--server", default=DEFAULT_SERVER)
+    server_option(p)
     transport_options(p)
     p.add_argument("--burst", action="store_true", help="exit once the queues are empty")
     _failover_options(p)

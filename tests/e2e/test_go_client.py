@@ -1,5 +1,6 @@
-"""The Go client (clients/go) against real processes: ``tikk dev`` with a worker, and a
-``tikk server --auth`` serving TLS with a token made by ``tikk auth``. The Go tests skip
+"""The Go client (clients/go) against real processes: ``tikk dev`` with a worker, a
+``tikk server --auth`` serving TLS with a token made by ``tikk auth``, and two ``tikk server``
+processes on one data directory, which the failover test pauses and kills. The Go tests skip
 without their servers; this runs them with the servers' addresses and checks that each one
 ran and passed (``go test -json``), none skipped.
 
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.auth_stack import AuthStack, Token
+from tests.e2e.cluster import Cluster
 from tests.e2e.conftest import ROOT, Stack
 from tests.services import in_ci
 
@@ -38,6 +40,7 @@ SERVER_TESTS = (
     "TestHistoryAfterATaskRan",
     "TestScheduleAndItsPreview",
     "TestTLSWithAToken",
+    "TestFailoverBetweenTwoRealServers",
 )
 UNIT_TESTS = (
     "TestIsLoopback",
@@ -45,6 +48,12 @@ UNIT_TESTS = (
     "TestAnUnreachableServerIsUnavailable",
     "TestImportKeepsAtMostWindowBatchesUnanswered",
     "TestStoppingAnImportEarlyEndsItsStream",
+    "TestOneAddressIsDialledAsGiven",
+    "TestAListOfAddressesIsBalanced",
+    "TestAListGRPCCannotDialIsRefusedNamingTheEntry",
+    "TestATokenGoesInClearOnlyToAListOfLoopbackServers",
+    "TestTLSToSeveralHostsNeedsTheNameTheirCertificatesShare",
+    "TestOnlyCallsSafeToRepeatAreRepeated",
 )
 # The whole go test run: the first one downloads and compiles gRPC on a small machine.
 GO_TEST_TIMEOUT = 900
@@ -76,6 +85,16 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
     address = auth.start_server(*auth.tls_args())
     yield TlsServer(address, auth.pki().ca_cert, token)
     auth.close()
+
+
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two ``tikk server`` processes on one data directory, for the failover test, which
+    pauses and kills the second."""
+    cluster = Cluster(tmp_path_factory.mktemp("go-failover"), dispatcher=False)
+    cluster.start()
+    yield cluster
+    cluster.close()
 
 
 def go_test(
@@ -110,7 +129,7 @@ def output_of(done: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_the_go_client_passes_its_tests_against_real_servers(
-    stack: Stack, tls_server: TlsServer
+    stack: Stack, tls_server: TlsServer, two_servers: Cluster
 ) -> None:
     go = go_binary()
     env = {
@@ -118,6 +137,7 @@ def test_the_go_client_passes_its_tests_against_real_servers(
         "TIKK_TLS_ADDR": tls_server.address,
         "TIKK_CA": str(tls_server.ca_file),
         "TIKK_TOKEN": tls_server.token,
+        **two_servers.failover_env(),
     }
     done, outcomes = go_test(go, env)
     assert done.returncode == 0, output_of(done)

@@ -1,6 +1,8 @@
 """The TypeScript client (``clients/typescript``) against real processes: its node tests run
-with ``tikk dev`` and a worker on plaintext loopback (the ``stack`` fixture), and with a
-``tikk dev --auth`` serving TLS whose token comes from the real ``tikk auth create``.
+with ``tikk dev`` and a worker on plaintext loopback (the ``stack`` fixture), with a
+``tikk dev --auth`` serving TLS whose token comes from the real ``tikk auth create``, and with
+two ``tikk server`` processes on one data directory, which the failover test pauses and
+kills.
 
 The node tests skip themselves without a server, so this test reads their TAP report and
 requires every expected test to have run and passed, none skipped.
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.auth_stack import LISTENING, AuthStack
+from tests.e2e.cluster import Cluster
 from tests.e2e.conftest import ROOT, Process, Stack
 from tests.services import in_ci
 
@@ -42,6 +45,10 @@ EXPECTED = (
     "TLS with a token creates, gets and imports",
     "TLS without a token is UNAUTHENTICATED, unary and streaming",
     "a token is not sent in clear to a remote address",
+    "one address is dialled as given, a list and a DNS name are balanced",
+    "a list gRPC cannot dial is refused naming the entry",
+    "a token goes in clear only to loopback servers, TLS to several hosts needs their name",
+    "calls on a killed server move to the other only when safe",
 )
 _TAP_LINE = re.compile(r"^\s*(not ok|ok) \d+ - (.*?)(?: # (SKIP|TODO)\b.*)?$")
 
@@ -81,6 +88,16 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsServer]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """Two ``tikk server`` processes on one data directory, for the failover test, which
+    pauses and kills the second."""
+    cluster = Cluster(tmp_path_factory.mktemp("ts-failover"), dispatcher=False)
+    cluster.start()
+    yield cluster
+    cluster.close()
+
+
 def tap_outcomes(tap: str) -> dict[str, str]:
     """Each test of a TAP report by name: "ok", "not ok", "SKIP" or "TODO"."""
     outcomes: dict[str, str] = {}
@@ -91,8 +108,11 @@ def tap_outcomes(tap: str) -> dict[str, str]:
     return outcomes
 
 
-def run_node_tests(stack: Stack, tls: TlsServer, tap: Path) -> subprocess.CompletedProcess[str]:
+def run_node_tests(
+    stack: Stack, tls: TlsServer, two: Cluster, tap: Path
+) -> subprocess.CompletedProcess[str]:
     env = {
+        **two.failover_env(),
         **os.environ,
         "TIKK_ADDR": stack.address,
         "TIKK_TLS_ADDR": tls.address,
@@ -115,11 +135,11 @@ def run_node_tests(stack: Stack, tls: TlsServer, tap: Path) -> subprocess.Comple
 
 
 def test_the_typescript_client_against_real_servers(
-    stack: Stack, tls_server: TlsServer, tmp_path: Path
+    stack: Stack, tls_server: TlsServer, two_servers: Cluster, tmp_path: Path
 ) -> None:
     require_node_modules()
     tap = tmp_path / "node-tests.tap"
-    done = run_node_tests(stack, tls_server, tap)
+    done = run_node_tests(stack, tls_server, two_servers, tap)
     report = f"{done.stdout[-8000:]}\n{done.stderr[-4000:]}"
     assert done.returncode == 0, report
     outcomes = tap_outcomes(tap.read_text())

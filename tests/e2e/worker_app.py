@@ -28,6 +28,7 @@ def _log(ctx: TaskContext, event: str) -> None:
         "due_ms": int(ctx.due_time.timestamp() * 1000),
         "fired_ms": int(ctx.fired_time.timestamp() * 1000),
         "worker": ctx.worker_id,
+        "run_id": ctx.run_id,
     }
     with open(os.environ["TIKK_E2E_LOG"], "a", encoding="utf-8") as f:
         f.write(json.dumps(line) + "\n")

@@ -13,9 +13,11 @@ asyncio (``AsyncClient``)::
 
 Arguments are Python values (``specs``); single objects come back as their tikk.v1 messages
 (``Task``, ``Run``, ``Schedule``), composite answers as small dataclasses (``results``), and
-failures as the ``errors`` tree; a call that is safe to repeat is repeated after UNAVAILABLE
-(``retries``: ``retry=CallRetries(...)``, ``retry=None`` for never). Listings (``listings``)
-walk every page lazily, or fetch one ``Page`` at a time::
+failures as the ``errors`` tree. A client reaches one server or several, calls balanced over
+them (``server_list``: ``Client("10.0.0.1:7070,10.0.0.2:7070")``); a call that is safe to
+repeat is repeated after UNAVAILABLE, on another server when there are several (``retries``:
+``retry=CallRetries(...)``, ``retry=None`` for never). Listings (``listings``) walk every page
+lazily, or fetch one ``Page`` at a time::
 
     first = tikk.list_tasks("email", page_size=50).page()
     more = tikk.list_tasks("email", page_size=50).page(first.next_page_token)
@@ -39,6 +41,7 @@ from tikk.client.errors import (
 from tikk.client.listings import AsyncListing, Listing
 from tikk.client.results import Backfilled, ImportResult, Page, TaskCreated
 from tikk.client.retries import CallRetries
+from tikk.client.server_list import ServerList
 from tikk.client.specs import (
     Recurrence,
     RetryOptions,
@@ -71,6 +74,7 @@ __all__ = [
     "ResourceExhaustedError",
     "RetryOptions",
     "ScheduleDefinition",
+    "ServerList",
     "TaskCreated",
     "TaskSelection",
     "TaskSpec",

@@ -27,8 +27,9 @@ from tikk.client.retries import (
     CallRetries,
     safe_to_repeat,
 )
+from tikk.client.server_list import ServerList
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
-from tikk.client.transport import Transport, TransportError
+from tikk.client.transport import Transport, TransportError, dial_aio
 from tikk.v1 import admin_pb2, bulk_pb2, history_pb2, schedules_pb2, tasks_pb2
 
 R = TypeVar("R")
@@ -36,11 +37,11 @@ T = TypeVar("T")
 
 
 class AsyncClient:
-    """An asyncio client of one tikk server, in one namespace, over one channel; the options
-    are those of ``Client``, and ``retry`` repeats the same calls as there (waiting with
-    ``CallRetries.async_sleep``). Create it inside the event loop that uses it. Listings and
-    imports are async iterators: ``async for task in client.list_tasks("q")``; a listing's
-    ``await listing.page(token)`` fetches one page."""
+    """An asyncio client of tikk (one server or several), in one namespace, over one
+    channel; the options are those of ``Client``, and ``retry`` repeats the same calls as
+    there (waiting with ``CallRetries.async_sleep``). Create it inside the event loop that
+    uses it. Listings and imports are async iterators: ``async for task in
+    client.list_tasks("q")``; a listing's ``await listing.page(token)`` fetches one page."""
 
     def __init__(
         self,
@@ -59,12 +60,10 @@ class AsyncClient:
         self._target = target
         self._metadata, self._timeout = tuple(metadata), timeout
         self._retry = NO_CALL_RETRIES if retry is None else retry
-        if transport is not None:
-            self._channel = transport.aio_channel(target, options)
-        elif credentials is None:
-            self._channel = grpc.aio.insecure_channel(target, options=options)
+        if transport is None:
+            self._channel = dial_aio(ServerList.parse(target), credentials, options)
         else:
-            self._channel = grpc.aio.secure_channel(target, credentials, options=options)
+            self._channel = transport.aio_channel(target, options)
         self._stubs = stubs(self._channel)
         self._calls = Calls(namespace)
 

@@ -29,6 +29,11 @@ after a lost answer fails, or moves the version again), ``RecountNamespaceUsage`
 that reads every task: not one to repeat on a backend that is struggling), and the
 ``ImportTasks`` stream, which ``ImportInterrupted`` lets the caller resume.
 
+A client given several servers (``tikk.client.server_list``) sends a repeat to another one:
+round robin passes over a server whose connection was lost (or, through the channel's pings,
+one that hangs). Which calls are repeated stays the same: a server that died after taking a
+create without an id may have stored it, and another server would store it again.
+
 The waits grow exponentially with full jitter (each a uniform draw below its ceiling), and
 the whole call, waits included, stays within its timeout: a wait that would end past it is
 not begun, and the last UNAVAILABLE is raised. Time is injected (``sleep``, ``async_sleep``,

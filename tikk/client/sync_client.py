@@ -26,8 +26,9 @@ from tikk.client.retries import (
     CallRetries,
     safe_to_repeat,
 )
+from tikk.client.server_list import ServerList
 from tikk.client.specs import Recurrence, ScheduleDefinition, TaskSelection, TaskSpec
-from tikk.client.transport import Transport, TransportError
+from tikk.client.transport import Transport, TransportError, dial
 from tikk.v1 import admin_pb2, bulk_pb2, history_pb2, schedules_pb2, tasks_pb2
 
 R = TypeVar("R")
@@ -35,9 +36,14 @@ T = TypeVar("T")
 
 
 class Client:
-    """A blocking client of one tikk server, in one namespace, over one channel.
+    """A blocking client of tikk, in one namespace, over one channel.
 
-    ``transport`` says how to reach the server: TLS, a client certificate, a bearer token
+    ``target`` is a server's ``host:port``, or several servers, calls balanced over them
+    (``tikk.client.server_list``: ``"10.0.0.1:7070,10.0.0.2:7070"`` or
+    ``"dns:///tikk.internal:7070"``): a call goes to the next server whose connection is
+    ready, so one that is down is skipped, and a call that was on a server when it died is
+    sent again to another if ``retry`` says it is safe. ``transport`` says how to reach the
+    servers: TLS, a client certificate, a bearer token
     (``tikk.client.Transport``); without it the channel is plaintext, or made secure by
     ``credentials`` (``grpc.ssl_channel_credentials(...)``). ``metadata`` is sent with every
     call; ``timeout`` (seconds) bounds each unary call and each page of a listing, not an
@@ -75,12 +81,10 @@ class Client:
         self._target = target
         self._metadata, self._timeout = tuple(metadata), timeout
         self._retry = NO_CALL_RETRIES if retry is None else retry
-        if transport is not None:
-            self._channel = transport.channel(target, options)
-        elif credentials is None:
-            self._channel = grpc.insecure_channel(target, options=options)
+        if transport is None:
+            self._channel = dial(ServerList.parse(target), credentials, options)
         else:
-            self._channel = grpc.secure_channel(target, credentials, options=options)
+            self._channel = transport.channel(target, options)
         self._stubs = stubs(self._channel)
         self._calls = Calls(namespace)
 

@@ -5,10 +5,13 @@ the CLI, the Python client, the worker SDK and the benchmarks connect the same w
     transport = Transport(ca_file="ca.pem", token=os.environ["TIKK_TOKEN"])
     with Client("tikk.example:7070", transport=transport) as tikk: ...
 
-The token travels in the metadata of every call as ``authorization: Bearer <token>``. It is
-added by a client interceptor rather than gRPC call credentials, because those refuse
-plaintext channels and the embedded server on loopback serves plaintext. A token is never sent
-in clear to anything but a loopback address: such a transport refuses to open a channel.
+A target names one server or several (``tikk.client.server_list``: ``host:port``, a
+comma-separated list of addresses, ``dns:///name:port``); with several, calls are balanced
+over them (round_robin). The token travels in the metadata of every call as
+``authorization: Bearer <token>``. It is added by a client interceptor rather than gRPC call
+credentials, because those refuse plaintext channels and the embedded server on loopback
+serves plaintext. A token is never sent in clear to anything but a loopback address: a
+transport refuses to open a channel to a list of servers with one address that is not.
 
 Files are read when a channel opens; a file that cannot be read raises ``TransportError``
 naming the file (never its content). grpc only: the worker SDK imports this module.
@@ -23,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
+
+from tikk.client.server_list import ServerList, TransportError
 
 # The interceptor bases are generic in the type stubs only.
 if TYPE_CHECKING:
@@ -44,13 +49,19 @@ else:
     _AioStreamUnary = grpc.aio.StreamUnaryClientInterceptor
     _AioStreamStream = grpc.aio.StreamStreamClientInterceptor
 
+# TransportError is defined with the server list (a list gRPC cannot dial is its first
+# cause), and is this module's too.
+__all__ = [
+    "AUTHORIZATION",
+    "Transport",
+    "TransportError",
+    "dial",
+    "dial_aio",
+    "is_loopback_address",
+    "sendable_token",
+]
 AUTHORIZATION = "authorization"
 _LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
-
-
-class TransportError(ValueError):
-    """A transport is described wrongly (a certificate without its key, a token over
-    plaintext to another host) or one of its files cannot be read."""
 
 
 def is_loopback_address(address: str) -> bool:
@@ -127,38 +138,70 @@ class Transport:
         )
 
     def channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.Channel:
-        """A blocking channel to ``target``."""
-        credentials, options = self._prepare(target, options)
-        if credentials is None:
-            channel = grpc.insecure_channel(target, options=options)
-        else:
-            channel = grpc.secure_channel(target, credentials, options=options)
+        """A blocking channel to the server or servers ``target`` names."""
+        servers, options = self._prepare(target, options)
+        channel = dial(servers, self.credentials(), options)
         if not self.token:
             return channel
         return grpc.intercept_channel(channel, _BearerToken(self.token))
 
     def aio_channel(self, target: str, options: Sequence[tuple[str, Any]] = ()) -> grpc.aio.Channel:
-        """An asyncio channel to ``target``; open it inside the event loop that uses it."""
-        credentials, options = self._prepare(target, options)
+        """An asyncio channel to the server or servers ``target`` names; open it inside the
+        event loop that uses it."""
+        servers, options = self._prepare(target, options)
         interceptors = list(_aio_token_interceptors(self.token)) if self.token else None
-        if credentials is None:
-            return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
-        return grpc.aio.secure_channel(
-            target, credentials, options=options, interceptors=interceptors
-        )
+        return dial_aio(servers, self.credentials(), options, interceptors)
 
     def _prepare(
         self, target: str, options: Sequence[tuple[str, Any]]
-    ) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, Any]]]:
-        if self.token and not self.secure and not is_loopback_address(target):
+    ) -> tuple[ServerList, list[tuple[str, Any]]]:
+        """The servers of ``target``, checked against this transport's rules (a token in
+        clear only to loopback, every server of a list; one TLS name for a list), and the
+        channel's options with this transport's (the servers add theirs when dialled)."""
+        servers = ServerList.parse(target)
+        in_clear = self.token and not self.secure
+        for address in servers.addresses if in_clear else ():
+            if not is_loopback_address(address):
+                raise TransportError(
+                    f"a token is sent over TLS only (or to a loopback address); {address} is "
+                    "neither: give a CA (--tls-ca) or --tls"
+                )
+        if self.secure and not self.server_name and len(servers.hosts) > 1:
             raise TransportError(
-                f"a token is sent over TLS only (or to a loopback address); {target} is "
-                "neither: give a CA (--tls-ca) or --tls"
+                f"the servers of {target} are checked against one name over TLS, and they are "
+                "on different hosts: give the name their certificates share (--tls-server-name)"
             )
         options = list(options)
         if self.server_name and self.secure:
             options.append(("grpc.ssl_target_name_override", self.server_name))
-        return self.credentials(), options
+        return servers, options
+
+
+def dial(
+    servers: ServerList,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.Channel:
+    """A blocking channel to ``servers``: plaintext, or over ``credentials``."""
+    chosen = servers.channel_options(options)
+    if credentials is None:
+        return grpc.insecure_channel(servers.target, options=chosen)
+    return grpc.secure_channel(servers.target, credentials, options=chosen)
+
+
+def dial_aio(
+    servers: ServerList,
+    credentials: grpc.ChannelCredentials | None,
+    options: Sequence[tuple[str, Any]] = (),
+    interceptors: Sequence[Any] | None = None,
+) -> grpc.aio.Channel:
+    """An asyncio channel to ``servers``: plaintext, or over ``credentials``."""
+    chosen = servers.channel_options(options)
+    if credentials is None:
+        return grpc.aio.insecure_channel(servers.target, options=chosen, interceptors=interceptors)
+    return grpc.aio.secure_channel(
+        servers.target, credentials, options=chosen, interceptors=interceptors
+    )
 
 
 def _read(path: str, what: str) -> bytes:

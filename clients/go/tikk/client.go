@@ -32,7 +32,7 @@ import (
 	"github.com/tikk-scheduler/tikk/clients/go/tikkv1"
 )
 
-// Client calls one tikk server. It is safe for concurrent use.
+// Client calls a tikk server, or several (see Dial). It is safe for concurrent use.
 type Client struct {
 	conn      *grpc.ClientConn
 	namespace string
@@ -78,17 +78,24 @@ func WithDialOptions(opts ...grpc.DialOption) Option {
 }
 
 // Dial connects to the tikk server at addr ("host:port") and waits until the connection is
-// ready or ctx ends; an unreachable server is then a codes.Unavailable status error.
+// ready or ctx ends; an unreachable server is then a codes.Unavailable status error. addr may
+// name several servers, calls balanced over them (servers.go): "10.0.0.1:7070,10.0.0.2:7070"
+// or "dns:///tikk.internal:7070"; Dial then waits for one of them, and a list it cannot dial
+// is an error naming the entry.
 func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	o := options{}
 	for _, opt := range opts {
 		opt(&o)
 	}
-	dial, err := o.dialOptions(addr)
+	servers, err := parseServers(addr)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(addr, append(dial, o.dial...)...)
+	dial, err := o.dialOptions(servers)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(servers.target, append(dial, o.dial...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -105,8 +112,11 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	}, nil
 }
 
-func (o *options) dialOptions(addr string) ([]grpc.DialOption, error) {
-	var dial []grpc.DialOption
+func (o *options) dialOptions(s servers) ([]grpc.DialOption, error) {
+	dial := s.dialOptions(o.serverName == "")
+	if o.tls && o.serverName == "" && s.hosts() > 1 {
+		return nil, fmt.Errorf("tikk: the servers of %s are checked against one name over TLS, and they are on different hosts: give the name their certificates share (WithTLS serverName)", strings.Join(s.addresses, ","))
+	}
 	if o.tls {
 		cfg := &tls.Config{ServerName: o.serverName, MinVersion: tls.VersionTLS12}
 		creds := credentials.NewTLS(cfg)
@@ -121,8 +131,10 @@ func (o *options) dialOptions(addr string) ([]grpc.DialOption, error) {
 		dial = append(dial, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
 	if o.token != "" {
-		if !o.tls && !IsLoopback(addr) {
-			return nil, fmt.Errorf("tikk: a token is sent only over TLS or to a loopback address, not to %s", addr)
+		for _, addr := range s.addresses {
+			if !o.tls && !IsLoopback(addr) {
+				return nil, fmt.Errorf("tikk: a token is sent only over TLS or to a loopback address, not to %s", addr)
+			}
 		}
 		if strings.ContainsAny(o.token, " \r\n\t") {
 			return nil, fmt.Errorf("tikk: the token holds white space")

@@ -39,9 +39,18 @@ func TestATokenGoesInClearOnlyToLoopback(t *testing.T) {
 		t.Fatal("a token over plaintext to another host was accepted")
 	}
 	o := options{token: "secret"}
-	if _, err := o.dialOptions("127.0.0.1:7070"); err != nil {
+	if _, err := o.dialOptions(mustServers(t, "127.0.0.1:7070")); err != nil {
 		t.Fatalf("a token over plaintext to loopback was refused: %v", err)
 	}
+}
+
+func mustServers(t *testing.T, addr string) servers {
+	t.Helper()
+	s, err := parseServers(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func TestAnUnreachableServerIsUnavailable(t *testing.T) {

@@ -12,6 +12,7 @@ import { once } from "node:events";
 import * as grpc from "@grpc/grpc-js";
 
 import { Duration } from "./gen/google/protobuf/duration";
+import { Servers, hostCount, parseServers, serverOptions } from "./servers";
 import { HistoryServiceClient, ListTaskRunsRequest, Run } from "./gen/tikk/v1/history";
 import {
   CreateScheduleRequest,
@@ -161,19 +162,27 @@ export class TikkClient {
   private readonly schedules: ScheduleServiceClient;
   private readonly token: string;
   private readonly timeoutMs: number;
+  private readonly servers: Servers;
 
-  /** Opens a channel to `address` (`host:port`); it connects at the first call. */
+  /** Opens a channel to `address` (`host:port`), or to several servers, calls balanced over
+   * them (`./servers`: `"10.0.0.1:7070,10.0.0.2:7070"`, `"dns:///tikk.internal:7070"`); it
+   * connects at the first call. A list it cannot dial is a `TypeError` naming the entry. */
   constructor(address: string, options: TikkClientOptions = {}) {
     this.namespace = options.namespace ?? "";
     this.token = options.token ?? "";
     this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.servers = parseServers(address);
     if (this.token && !/^[!-~]+$/.test(this.token)) {
       throw new TypeError("a token is one line of printable ASCII without spaces");
     }
-    if (this.token && !options.tls && !isLoopback(address)) {
-      throw new TypeError(`a token is sent over TLS only (or to a loopback address); ${address} is neither`);
+    const inClear = this.token && !options.tls ? this.servers.addresses : [];
+    for (const server of inClear.filter((server) => !isLoopback(server))) {
+      throw new TypeError(`a token is sent over TLS only (or to a loopback address); ${server} is neither`);
     }
-    const channelOptions: grpc.ChannelOptions = {};
+    if (options.tls && !options.tls.serverName && hostCount(this.servers) > 1) {
+      throw new TypeError(`the servers of ${address} are checked against one name over TLS, and they are on different hosts: give the name their certificates share (tls.serverName)`);
+    }
+    const channelOptions = serverOptions(this.servers, options.tls?.serverName ?? "");
     let credentials = grpc.credentials.createInsecure();
     if (options.tls) {
       const ca = options.tls.ca;
@@ -183,11 +192,12 @@ export class TikkClient {
         channelOptions["grpc.default_authority"] = options.tls.serverName;
       }
     }
-    this.channel = new grpc.Channel(address, credentials, channelOptions);
+    const target = this.servers.target;
+    this.channel = new grpc.Channel(target, credentials, channelOptions);
     const shared = { channelOverride: this.channel };
-    this.tasks = new TaskServiceClient(address, credentials, shared);
-    this.history = new HistoryServiceClient(address, credentials, shared);
-    this.schedules = new ScheduleServiceClient(address, credentials, shared);
+    this.tasks = new TaskServiceClient(target, credentials, shared);
+    this.history = new HistoryServiceClient(target, credentials, shared);
+    this.schedules = new ScheduleServiceClient(target, credentials, shared);
   }
 
   /** Closes the channel; calls in progress are cancelled. */
@@ -196,16 +206,18 @@ export class TikkClient {
   }
 
   /** Creates a task. With a `taskId` the create is idempotent: sent again, it returns the
-   * task made the first time with `created: false`. */
+   * task made the first time with `created: false`; so only then is it sent again to another
+   * server after UNAVAILABLE. */
   async createTask(input: TaskInput): Promise<{ task: Task; created: boolean }> {
-    const answer = await this.unary(this.tasks.createTask.bind(this.tasks), this.taskRequest(input));
+    const create = this.tasks.createTask.bind(this.tasks);
+    const answer = await this.unary(create, this.taskRequest(input), Boolean(input.taskId));
     return { task: answer.task!, created: answer.created };
   }
 
   /** The task `taskId` (NOT_FOUND when there is none). */
   getTask(taskId: string): Promise<Task> {
     const request = GetTaskRequest.fromPartial({ namespace: this.namespace, taskId });
-    return this.unary(this.tasks.getTask.bind(this.tasks), request);
+    return this.unary(this.tasks.getTask.bind(this.tasks), request, true);
   }
 
   /** Cancels a task not dispatched yet; a dispatched one is FAILED_PRECONDITION unless
@@ -216,7 +228,7 @@ export class TikkClient {
       taskId,
       stopRunning: options.stopRunning ?? false,
     });
-    return this.unary(this.tasks.cancelTask.bind(this.tasks), request);
+    return this.unary(this.tasks.cancelTask.bind(this.tasks), request, true);
   }
 
   /** One page of the tasks of `queue` (or of a `labelSelector` such as `team=a`), optionally
@@ -236,7 +248,7 @@ export class TikkClient {
       pageSize: query.pageSize ?? 0,
       pageToken: query.pageToken ?? "",
     });
-    const answer = await this.unary(this.tasks.listTasks.bind(this.tasks), request);
+    const answer = await this.unary(this.tasks.listTasks.bind(this.tasks), request, true);
     return { items: answer.tasks, nextPageToken: answer.nextPageToken };
   }
 
@@ -251,7 +263,7 @@ export class TikkClient {
       pageSize: page.pageSize ?? 0,
       pageToken: page.pageToken ?? "",
     });
-    const answer = await this.unary(this.history.listTaskRuns.bind(this.history), request);
+    const answer = await this.unary(this.history.listTaskRuns.bind(this.history), request, true);
     return { items: answer.runs, nextPageToken: answer.nextPageToken };
   }
 
@@ -275,7 +287,8 @@ export class TikkClient {
       paused: input.paused ?? false,
     });
     const request = CreateScheduleRequest.fromPartial({ schedule });
-    return this.unary(this.schedules.createSchedule.bind(this.schedules), request);
+    const create = this.schedules.createSchedule.bind(this.schedules);
+    return this.unary(create, request, Boolean(input.scheduleId));
   }
 
   /** The next fire times of schedule `scheduleId` (`count` of them, default the server's),
@@ -290,7 +303,8 @@ export class TikkClient {
       untilTime: options.until,
       count: options.count ?? 0,
     });
-    const answer = await this.unary(this.schedules.previewSchedule.bind(this.schedules), request);
+    const preview = this.schedules.previewSchedule.bind(this.schedules);
+    const answer = await this.unary(preview, request, true);
     return answer.occurrences;
   }
 
@@ -365,12 +379,25 @@ export class TikkClient {
     return md;
   }
 
-  private unary<Req, Res>(method: UnaryMethod<Req, Res>, request: Req): Promise<Res> {
-    return new Promise((resolve, reject) => {
-      method(request, this.metadata(), { deadline: Date.now() + this.timeoutMs }, (err, res) =>
-        err ? reject(TikkError.from(err)) : resolve(res),
-      );
-    });
+  /** One call within `timeoutMs`. With several servers, a call that is `repeatable` (safe to
+   * send again: reads, cancels, creates under an id of the caller's) and ends UNAVAILABLE is
+   * sent again after a short jittered wait, which round robin gives to another server; once
+   * per server (three times for a DNS name), all within the same deadline. */
+  private async unary<Req, Res>(method: UnaryMethod<Req, Res>, request: Req, repeatable = false): Promise<Res> {
+    const deadline = Date.now() + this.timeoutMs;
+    const attempts = repeatable && this.servers.balanced ? Math.max(3, this.servers.addresses.length) : 1;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await new Promise<Res>((resolve, reject) => {
+          method(request, this.metadata(), { deadline }, (err, res) => (err ? reject(TikkError.from(err)) : resolve(res)));
+        });
+      } catch (err) {
+        const wait = Math.random() * 50 * 2 ** attempt;
+        const again = err instanceof TikkError && err.code === grpc.status.UNAVAILABLE && attempt < attempts;
+        if (!again || Date.now() + wait >= deadline) throw err;
+        await new Promise((r) => setTimeout(r, wait));
+      }
+    }
   }
 }
 
