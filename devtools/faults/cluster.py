@@ -49,6 +49,13 @@ _DIE_WITH_PARENT = (
     "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
 )
 SERVER = "server"
+
+
+def server_roles(count: int) -> list[str]:
+    """The roles of ``count`` servers: ``server`` alone, else ``server-0``, ``server-1``..."""
+    return [SERVER] if count == 1 else [f"{SERVER}-{i}" for i in range(count)]
+
+
 # What the processes import: tikk's packages, and this suite's worker (always the tree's).
 PACKAGES = ("tikk", "history", "dispatcher", "server", "worker_sdk")
 SUITE_PACKAGE = "devtools"
@@ -117,12 +124,13 @@ def _extract_revision(dest: Path, git_rev: str) -> None:
         tar.extractall(dest, filter="data")
 
 
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_ports(count: int) -> tuple[int, ...]:
+    """``count`` different TCP ports on loopback that nothing listens on right now."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return tuple(int(s.getsockname()[1]) for s in sockets)
 
 
 @dataclass(frozen=True)
@@ -134,7 +142,9 @@ class ClusterConfig:
     zookeeper: str
     tag: str
     workdir: Path
-    port: int
+    # One port per server (all on loopback); several servers stand behind one list of
+    # addresses, which the workers and the suite's clients are given.
+    ports: tuple[int, ...]
     code_dir: Path = ROOT
     shards: int = 32
     session_timeout_s: int = 4
@@ -159,7 +169,8 @@ class ClusterConfig:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """Every server's address, comma-separated (``tikk.client.server_list``)."""
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
 
     @property
     def pki(self) -> DevPki:
@@ -304,13 +315,16 @@ class Cluster:
         backend = config.backend_args()
         # Servers and dispatchers check and sign delivery tokens with one keys file.
         keys = ["--delivery-keys", str(config.workdir / "delivery-keys")]
-        server = ["server", *backend, *keys, "--listen", config.address]
+        server = ["server", *backend, *keys]
         worker = ["worker", "devtools.faults.worker_app:worker", "--server", config.address]
         if config.tls:
             make_dev_pki(config.pki.ca_cert.parent)
             server += config.serve_tls_args()
             worker += ["--tls-ca", str(config.pki.ca_cert)]
-        self.members = {SERVER: Member(SERVER, server, config)}
+        self.members = {
+            role: Member(role, [*server, "--listen", f"127.0.0.1:{port}"], config)
+            for role, port in zip(server_roles(len(config.ports)), config.ports, strict=True)
+        }
         self.crashes: list[Crash] = []
         for i in range(config.dispatchers):
             role = f"dispatcher-{i}"
@@ -348,7 +362,8 @@ class Cluster:
     def start(self) -> None:
         """Migrate, then start the server, the dispatchers and the workers, in that order."""
         self.migrate()
-        self.restart(SERVER)
+        for role in self.roles("server"):
+            self.restart(role)
         for role in self.roles("dispatcher"):
             self.restart(role)
         for role in self.roles("worker"):

@@ -37,6 +37,8 @@ class Mode(Generic[Faults_co]):
     after_ms: int = 5_000
     # Nodes of each service: 1 (the one-node stack) or 3 (the replicated one).
     nodes: int = 1
+    # tikk servers, all given to the workers and the suite's clients as one list.
+    servers: int = 1
 
     def without_service_faults(self) -> Mode[Faults_co]:
         """The same run with Kafka and Cassandra left alone."""
@@ -161,6 +163,7 @@ def replicated_ci() -> Mode[FaultSpec]:
         drain_s=45.0,
         timeout_s=600.0,
         nodes=3,
+        servers=2,
     )
 
 
@@ -183,6 +186,7 @@ def replicated(duration_s: float = 300.0) -> Mode[FaultSpec]:
         drain_s=90.0,
         timeout_s=duration_s + 900.0,
         nodes=3,
+        servers=2,
     )
 
 
@@ -201,4 +205,5 @@ def replicated_storm(duration_s: float = 300.0) -> Mode[StormSpec]:
         drain_s=90.0,
         timeout_s=duration_s + 900.0,
         nodes=3,
+        servers=2,
     )

@@ -34,7 +34,7 @@ from devtools.faults.cluster import (
     Cluster,
     ClusterConfig,
     describe_code,
-    free_port,
+    free_ports,
     snapshot_code,
 )
 from devtools.faults.modes import Mode
@@ -144,7 +144,7 @@ class Run:
             zookeeper=addresses["zookeeper"],
             tag=uuid.uuid4().hex[:8],
             workdir=workdir,
-            port=free_port(),
+            ports=free_ports(mode.servers),
             code_dir=workdir / "code",
             tls=tls,
             replicas=mode.nodes,
