@@ -39,6 +39,13 @@ class TestKeyspace:
             self._session.session.execute(f"TRUNCATE {self.name}.{table}")
         return url
 
+    def reconnect(self) -> None:
+        """Forget the session (after the node restarted: the driver would wait out its
+        reconnection backoff); the next ``fresh`` opens a new one."""
+        if self._session is not None:
+            self._session.shutdown()
+            self._session = None
+
     def drop(self) -> None:
         if self._session is not None:
             self._session.session.execute(f"DROP KEYSPACE IF EXISTS {self.name}")

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from devtools import stack, stack_launch
+from tests.contract import cassandra_keyspace
 from tests.services import CASSANDRA, require, with_login
 from tikk.drivers.cassandra import CassandraConfig
 
@@ -48,30 +49,33 @@ def _session(address: str) -> Any:
     return cluster.connect()
 
 
-def test_a_node_killed_with_minus_9_comes_back_with_its_keyspaces_and_rows() -> None:
+def test_a_node_killed_with_minus_9_comes_back_with_its_keyspaces_and_rows(
+    keyspace: cassandra_keyspace.TestKeyspace,
+) -> None:
     address = require("cassandra", CASSANDRA)
     if address != f"127.0.0.1:{stack.CQL_PORT}" or stack.CASSANDRA.pid() is None:
         pytest.skip("the tests' Cassandra is not the stack's JVM: nothing of ours to kill")
-    keyspace = f"crash_{uuid.uuid4().hex[:12]}"
+    crashed = f"crash_{uuid.uuid4().hex[:12]}"
     session = _session(address)
     try:
         session.execute(
-            f"CREATE KEYSPACE {keyspace} WITH replication = "
+            f"CREATE KEYSPACE {crashed} WITH replication = "
             "{'class': 'SimpleStrategy', 'replication_factor': 1}"
         )
-        session.execute(f"CREATE TABLE {keyspace}.t (k int PRIMARY KEY, v text)")
+        session.execute(f"CREATE TABLE {crashed}.t (k int PRIMARY KEY, v text)")
         for k in range(50):
-            session.execute(f"INSERT INTO {keyspace}.t (k, v) VALUES (%s, 'x')", (k,))
+            session.execute(f"INSERT INTO {crashed}.t (k, v) VALUES (%s, 'x')", (k,))
     finally:
         session.cluster.shutdown()
     time.sleep(_SYNC_S + 0.5)  # the writes of the last second may be lost (not synced yet)
     stack.CASSANDRA.kill()
     stack_launch.up(["cassandra"], count=1, plain=stack.variant() == stack.PLAIN)
+    keyspace.reconnect()  # the other tests' session saw the node die
     again = _session(address)
     try:
-        rows = again.execute(f"SELECT count(*) FROM {keyspace}.t").one()[0]
-        again.execute(f"INSERT INTO {keyspace}.t (k, v) VALUES (99, 'after')")
-        again.execute(f"DROP KEYSPACE {keyspace}")
+        rows = again.execute(f"SELECT count(*) FROM {crashed}.t").one()[0]
+        again.execute(f"INSERT INTO {crashed}.t (k, v) VALUES (99, 'after')")
+        again.execute(f"DROP KEYSPACE {crashed}")
     finally:
         again.cluster.shutdown()
     assert rows == 50
