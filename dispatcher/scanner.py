@@ -29,7 +29,6 @@ while the other queues' tasks go out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
@@ -37,16 +36,17 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from dispatcher.ownership import Ownership
+from dispatcher.pacing import FIRE_BATCHES_IN_FLIGHT, FireBatches, Wakeup, run_loops
 from dispatcher.queue_backoff import QueueBackoffs
 from dispatcher.queue_gates import QueueGates
 from dispatcher.schedule_steps import ScheduleStepper
-from dispatcher.shard_state import ShardState, row_key, shard_gauges
+from dispatcher.shard_state import ShardState, row_key, shard_gauges, write_cursors
 from dispatcher.stats import DispatchStats
 from tikk.buckets import second_of
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys
 from tikk.errors import BackendUnavailable
-from tikk.model import Cursor, Delivery, DueEntry
+from tikk.model import Delivery, DueEntry
 from tikk.ready_queue import ReadyQueue
 from tikk.settings import DispatchSettings
 from tikk.start_expiry import StartExpiry
@@ -92,6 +92,8 @@ class Dispatcher:
         self._held: list[tuple[int, int, DueEntry]] = []
         self._seq = itertools.count()
         self._last_flush_ms = 0
+        self._fire_wakeup = Wakeup()
+        self._batches = FireBatches(FIRE_BATCHES_IN_FLIGHT, self._settings.error_backoff_ms)
         self._backoff = QueueBackoffs(
             self._settings.error_backoff_ms, self._settings.max_queue_backoff_ms
         )
@@ -104,17 +106,16 @@ class Dispatcher:
         self.stats = DispatchStats()
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Tick until ``stop`` is set, sleeping until the next due instant or poll."""
-        while not stop.is_set():
-            now = self._clock.now_ms()
-            try:
-                wake = await self.tick(now)
-            except BackendUnavailable as exc:
-                log.warning("dispatch tick failed, retrying: %s", exc)
-                wake = now + self._settings.error_backoff_ms
-            delay = max(0, wake - self._clock.now_ms()) / 1000
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
+        """Read and fire until ``stop`` is set, in two loops apart (``dispatcher.pacing``)."""
+        await run_loops(
+            self._read_step,
+            self._fire_step,
+            fire_wakeup=self._fire_wakeup,
+            clock=self._clock,
+            stop=stop,
+            error_backoff_ms=self._settings.error_backoff_ms,
+        )
+        await self._batches.drain()
         await self.close(self._clock.now_ms())
 
     async def close(self, now_ms: int) -> None:
@@ -123,36 +124,45 @@ class Dispatcher:
         self.stats.log_reads(now_ms, 0)
 
     async def tick(self, now_ms: int) -> int:
-        """One step at instant ``now_ms`` (read before any store access, which the sweep
-        relies on): sync ownership, scan, fire what is due, move the cursors. Returns the
-        instant of the next step."""
+        """A read step, then a fire step, at instant ``now_ms`` (how tests and tools drive
+        the dispatcher, with a manual clock). Returns the instant of the next step."""
+        next_read = await self._read_step(now_ms, fire=True)
+        return min(self._held[0][0], next_read) if self._held else next_read
+
+    async def _read_step(self, now_ms: int, *, fire: bool = False) -> int:
+        """Sync ownership, read what is due to be read (``now_ms`` is taken before any store
+        access, which the sweep relies on), ``fire`` (a tick), write the cursors back."""
         await self._sync_ownership(self._ownership.owned())
         if self.gates is not None:
             await self._release(self.gates, now_ms)
         # Shards are scanned concurrently: each read is a small, independent partition slice.
-        # Ticks come as often as tasks fall due (a thousand a second under load); most find
-        # nothing to read on most shards, and those are not visited at all.
+        # Most steps find nothing to read on most shards, and those are not visited at all.
         due = [shard for shard, st in self._shards.items() if self._scan_due(st, now_ms)]
         await asyncio.gather(*(self._scan(shard, now_ms) for shard in due))
-        await self._fire(now_ms)
+        if fire:
+            await self._fire(now_ms)
         await self._flush_cursors(now_ms)
         self.stats.log_reads(now_ms, self._settings.reads_log_interval_ms)
-        next_poll = now_ms + self._settings.poll_interval_ms
-        return min(self._held[0][0], next_poll) if self._held else next_poll
+        return now_ms + self._settings.poll_interval_ms
+
+    async def _fire_step(self, now_ms: int) -> int:
+        """Start a batch of what is due; returns when the earliest held row falls due."""
+        if now_ms < self._batches.paused_until:
+            return self._batches.paused_until
+        if batch := self._pop_due(now_ms):
+            await self._batches.launch(self._fire(now_ms, batch), now_ms)
+        return self._held[0][0] if self._held else now_ms + self._settings.poll_interval_ms
 
     async def _release(self, gates: QueueGates, now_ms: int) -> None:
         """Parked rows of queues that may dispatch again fire now (``queue_gates``)."""
         await gates.refresh({shard: st.epoch for shard, st in self._shards.items()}, now_ms)
         for entry in await gates.release(now_ms):
             if entry.shard in self._shards:
-                heapq.heappush(self._held, (now_ms, next(self._seq), entry))
+                self._push(now_ms, entry)
 
     @property
     def held(self) -> int:
         return len(self._held)
-
-    def _is_released(self, entry: DueEntry) -> bool:
-        return self.gates is not None and self.gates.is_released(entry)
 
     async def _sync_ownership(self, owned: Mapping[int, int]) -> None:
         for shard in [s for s, st in self._shards.items() if owned.get(s) != st.epoch]:
@@ -241,19 +251,25 @@ class Dispatcher:
             self.stats.handed_off_skipped += 1
             return
         st.unacked[key] = row.second
-        heapq.heappush(self._held, (row.due_ms, next(self._seq), row))
+        self._push(row.due_ms, row)
+
+    def _push(self, fire_at_ms: int, entry: DueEntry) -> None:
+        heapq.heappush(self._held, (fire_at_ms, next(self._seq), entry))
+        if self._held[0][0] == fire_at_ms:  # the earliest now: the fire loop may sleep past it
+            self._fire_wakeup.set()
 
     def _pop_due(self, now_ms: int) -> list[DueEntry]:
         batch: list[DueEntry] = []
         while self._held and self._held[0][0] <= now_ms:
             _, _, entry = heapq.heappop(self._held)
             st = self._shards.get(entry.shard)
-            if st is not None and (row_key(entry) in st.unacked or self._is_released(entry)):
+            gated = self.gates is not None and self.gates.is_released(entry)
+            if st is not None and (row_key(entry) in st.unacked or gated):
                 batch.append(entry)
         return batch
 
-    async def _fire(self, now_ms: int) -> None:
-        batch = self._pop_due(now_ms)
+    async def _fire(self, now_ms: int, popped: list[DueEntry] | None = None) -> None:
+        batch = self._pop_due(now_ms) if popped is None else popped
         ticks = [e for e in batch if e.is_tick]
         if ticks:
             batch = [e for e in batch if not e.is_tick]
@@ -375,7 +391,7 @@ class Dispatcher:
     def _hold_again(self, entries: list[DueEntry], fire_at_ms: int) -> None:
         """Put popped rows back: they are still unacknowledged and must go out later."""
         for entry in entries:
-            heapq.heappush(self._held, (max(entry.due_ms, fire_at_ms), next(self._seq), entry))
+            self._push(max(entry.due_ms, fire_at_ms), entry)
 
     async def _admit(self, gates: QueueGates, batch: list[DueEntry], now_ms: int) -> list[DueEntry]:
         """The rows that may go out now; the rest were parked and no longer hold the cursor."""
@@ -430,21 +446,5 @@ class Dispatcher:
         if self._telemetry.metering:
             gauges = shard_gauges(self._shards, now_ms)
             self._telemetry.report_shards(gauges, self._store.shard_count)
-        moves = {
-            shard: Cursor(st.cursor, st.epoch)
-            for shard, st in self._shards.items()
-            if st.cursor > st.flushed_cursor
-        }
-        if not moves:
-            return
-        # One write for every owned shard: cheap even when it is a consensus round.
-        refused = await self._store.advance_cursors(moves)
-        self._last_flush_ms = now_ms
-        if refused:  # once: a shard fenced at its epoch is not owned again until that changes
-            log.warning("%d shard(s) taken over by a newer owner; dropping them", len(refused))
-        for shard, move in moves.items():
-            if shard in refused:
-                self._fenced[shard] = move.epoch
-                del self._shards[shard]
-            else:
-                self._shards[shard].flushed_cursor = move.second
+        if await write_cursors(self._store, self._shards, self._fenced):
+            self._last_flush_ms = now_ms

@@ -3,11 +3,15 @@ the rows it has seen after the cursor (see ``dispatcher.scanner`` for the rules)
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from tikk.buckets import second_of
 from tikk.model import Cursor, DueEntry
+from tikk.store.tasks import TaskStore
 from tikk.telemetry import ShardGauge
+
+log = logging.getLogger("tikk.dispatcher")
 
 # An instant before any other: "never" for the times of the last rescan and sweep.
 NEVER = -(2**62)
@@ -70,3 +74,29 @@ def shard_gauges(shards: dict[int, ShardState], now_ms: int) -> dict[int, ShardG
         )
         for shard, st in shards.items()
     }
+
+
+async def write_cursors(
+    store: TaskStore, shards: dict[int, ShardState], fenced: dict[int, int]
+) -> bool:
+    """Persist the cursor of every owned shard that moved, in one write (cheap even when it is
+    a consensus round). A shard whose epoch the store refused was taken over by a newer owner:
+    it leaves ``shards`` and its epoch goes into ``fenced``, so it is not taken again at that
+    epoch. Returns whether anything was written."""
+    moves = {
+        shard: Cursor(st.cursor, st.epoch)
+        for shard, st in shards.items()
+        if st.cursor > st.flushed_cursor
+    }
+    if not moves:
+        return False
+    refused = await store.advance_cursors(moves)
+    if refused:
+        log.warning("%d shard(s) taken over by a newer owner; dropping them", len(refused))
+    for shard, move in moves.items():
+        if shard in refused:
+            fenced[shard] = move.epoch
+            del shards[shard]
+        else:
+            shards[shard].flushed_cursor = move.second
+    return True
