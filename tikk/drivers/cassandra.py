@@ -31,6 +31,17 @@ from tikk.urls import BackendUrl, Credentials, TlsFiles
 # The longest TTL Cassandra accepts (20 years): every TTL tikk writes is capped to it.
 MAX_TTL_S = 630_720_000
 
+# A statement that may be sent twice goes to a second coordinator when the first has not
+# answered within this (a node that stopped answering holds its requests for the whole
+# request timeout otherwise); past what a busy healthy node takes, so it rarely doubles one.
+SPECULATE_AFTER_S = 1.0
+# Idle connections are pinged this often and dropped after as long unanswered, so a node that
+# stopped answering is marked down, and conditional writes leave it, within about two.
+HEARTBEAT_S = 5
+# A conditional statement (a lightweight transaction) or a counter's increment must not be
+# sent twice: the second would see the first's effect (``[applied] = False``) or add again.
+_NOT_IDEMPOTENT = re.compile(r"\bIF\b|\b(\w+)\s*=\s*\1\s*[-+]", re.IGNORECASE)
+
 try:
     from cassandra import AuthenticationFailed, ConsistencyLevel, DriverException
     from cassandra.auth import PlainTextAuthProvider
@@ -41,7 +52,11 @@ try:
         NoHostAvailable,
         Session,
     )
-    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+    from cassandra.policies import (
+        ConstantSpeculativeExecutionPolicy,
+        DCAwareRoundRobinPolicy,
+        TokenAwarePolicy,
+    )
     from cassandra.query import BatchStatement, BatchType, PreparedStatement
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
     raise ImportError(
@@ -103,6 +118,9 @@ class CassandraSession:
             serial_consistency_level=ConsistencyLevel.LOCAL_SERIAL,
             request_timeout=15.0,
             row_factory=_RowTypes().rows,
+            speculative_execution_policy=ConstantSpeculativeExecutionPolicy(
+                SPECULATE_AFTER_S, max_attempts=1
+            ),
         )
         login = config.credentials
         self._cluster = Cluster(
@@ -112,6 +130,8 @@ class CassandraSession:
             protocol_version=5,
             auth_provider=None if login is None else PlainTextAuthProvider(*astuple(login)),
             ssl_context=None if config.tls is None else config.tls.context("cassandra"),
+            idle_heartbeat_interval=HEARTBEAT_S,
+            idle_heartbeat_timeout=HEARTBEAT_S,
         )
         self._session: Session | None = None
         self._prepared: dict[str, PreparedStatement] = {}
@@ -161,6 +181,7 @@ class CassandraSession:
                 statement = self.session.prepare(qualify_tables(cql, self.config.keyspace))
             except DriverException as exc:
                 raise BackendUnavailable(f"cassandra: {exc}") from exc
+            statement.is_idempotent = is_idempotent(cql)
             self._prepared[cql] = statement
         return statement
 
@@ -175,6 +196,7 @@ class CassandraSession:
         batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
         for cql, params in items:
             batch.add(self.prepare(cql), params)
+        batch.is_idempotent = all(is_idempotent(cql) for cql, _ in items)
         await self._run(batch)
 
     async def execute_conditional_batch(self, items: Sequence[tuple[str, Sequence[Any]]]) -> bool:
@@ -209,6 +231,7 @@ class CassandraSession:
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
         for row in rows:
             batch.add(self.prepare(row.cql), row.params)
+        batch.is_idempotent = all(is_idempotent(row.cql) for row in rows)
         return batch
 
     async def execute_many(self, statements: Sequence[Any], window: int = 256) -> list[list[Any]]:
@@ -232,6 +255,12 @@ class CassandraSession:
         """Blocking shutdown of the driver's connections and threads."""
         self._session = None
         self._cluster.shutdown()
+
+
+def is_idempotent(cql: str) -> bool:
+    """Whether ``cql`` may be sent twice to the effect of once (so retried on another node, or
+    sent there speculatively): a read or a write of values, not a condition or an increment."""
+    return _NOT_IDEMPOTENT.search(cql) is None
 
 
 def _refusal(exc: NoHostAvailable, config: CassandraConfig) -> str:
