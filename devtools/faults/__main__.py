@@ -1,6 +1,7 @@
 """``python -m devtools.faults --mode ci``, ``--mode soak --duration 60m``, ``--mode storm``
 (``--duration`` optional, 5 minutes by default) or ``--mode storm-ci`` (a two-minute storm);
-on the replicated stack ``--mode replicated-ci``, ``replicated`` and ``replicated-storm``.
+on the replicated stack ``--mode replicated-ci``, ``replicated``, ``replicated-storm`` and
+``replicated-rolling``.
 
 Runs against the stack of ``devtools.stack`` (``python -m devtools stack up``, with
 ``--nodes 3`` for the replicated modes; its ports and folder follow
@@ -38,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--duration",
         type=parse_duration_ms,
-        help="soak (required), storm, replicated and replicated-storm (default 5m) only, "
+        help="soak (required), storm, replicated and replicated-storm (default 5m), "
+        "replicated-rolling (default 4m) only, "
         "e.g. 30m or 1h",
     )
     p.add_argument("--seed", type=int, help="repeat a run's plan (default: random)")
@@ -76,11 +78,12 @@ _MODES: dict[str, Callable[[], Mode[Any]]] = {
     "storm-ci": modes.storm_ci,
     "replicated-ci": modes.replicated_ci,
 }
-_SIZED: dict[str, Callable[[float], Mode[Any]]] = {
+_SIZED: dict[str, Callable[..., Mode[Any]]] = {
     "soak": modes.soak,
     "storm": modes.storm,
     "replicated": modes.replicated,
     "replicated-storm": modes.replicated_storm,
+    "replicated-rolling": modes.replicated_rolling,
 }
 
 
@@ -93,7 +96,8 @@ def _base_mode(name: str, duration_ms: int | None) -> Mode[FaultSchedule]:
         return _MODES[name]()
     if duration_ms is None and name == "soak":
         raise ValueError("--mode soak needs --duration (e.g. 60m)")
-    return _SIZED[name](300.0 if duration_ms is None else duration_ms / 1000)
+    # Each of the others has a length of its own by default.
+    return _SIZED[name]() if duration_ms is None else _SIZED[name](duration_ms / 1000)
 
 
 def mode_of(args: argparse.Namespace) -> Mode[FaultSchedule]:

@@ -39,6 +39,7 @@ from devtools.faults.worker_app import LOG_ENV
 from devtools.stack import login
 from server.certs import DevPki, make_dev_pki
 from tikk.client.transport import Transport
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession, Migration, run_migrations
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,6 +213,19 @@ class ClusterConfig:
         ]
 
 
+# What a rolling run's live migration adds: a column to the busiest table (the change that
+# breaks a statement reading ``SELECT *`` or a row type cached by its columns) and a table.
+LIVE_MIGRATION = Migration(
+    "faults",
+    1,
+    "a column and a table added while tikk serves",
+    (
+        "ALTER TABLE tasks ADD IF NOT EXISTS faults_note text",
+        "CREATE TABLE IF NOT EXISTS faults_notes (id text PRIMARY KEY, note text)",
+    ),
+)
+
+
 class Member:
     """One role of the cluster (``server``, ``dispatcher-0``, ``worker-1`` ...): the process
     that plays it now, restartable; each incarnation logs to a file of its own."""
@@ -290,6 +304,19 @@ class Member:
         self._close_output()
         return pid
 
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM, as a supervisor stopping it does, and wait until it has exited (killed if
+        it has not within ``timeout_s``); returns its pid."""
+        pid = self.pid
+        self.signal(signal.SIGTERM)
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                return self.kill9()
+        self._close_output()
+        return pid
+
     def pause(self) -> None:
         self.signal(signal.SIGSTOP)
 
@@ -338,7 +365,7 @@ class Cluster:
 
     def migrate(self, timeout_s: float = 180.0) -> None:
         """Create the run's keyspace and schema (``tikk migrate``)."""
-        replication = f"{{'class': 'SimpleStrategy', 'replication_factor': {self.config.replicas}}}"
+        replication = self.replication()
         args = [
             sys.executable,
             "-m",
@@ -386,6 +413,24 @@ class Cluster:
 
     def kill9(self, role: str) -> int:
         return self.members[role].kill9()
+
+    def terminate(self, role: str) -> int:
+        return self.members[role].terminate()
+
+    def migrate_live(self) -> list[str]:
+        """Apply ``LIVE_MIGRATION`` to the run's keyspace while tikk serves it, as an
+        operator's ``tikk migrate`` of a new version does; the steps applied."""
+        url = login(f"cassandra://{self.config.cassandra}/{self.config.keyspace}")
+        session = CassandraSession(CassandraConfig.from_url(url))
+        session.connect()
+        try:
+            applied = run_migrations(session, [LIVE_MIGRATION], self.replication())
+        finally:
+            session.shutdown()
+        return [f"{m.component} {m.version}" for m in applied]
+
+    def replication(self) -> str:
+        return f"{{'class': 'SimpleStrategy', 'replication_factor': {self.config.replicas}}}"
 
     def pause(self, role: str) -> None:
         self.members[role].pause()

@@ -6,8 +6,9 @@ random kind every 10-15 s under a heavier workload, for a few minutes or for two
 On the replicated stack (``devtools.stack`` with three nodes of each service, tikk's
 keyspace and topics at three replicas): ``replicated-ci`` (a node of each service killed once,
 and a dispatcher and a worker, while tasks fire), ``replicated`` (every kind of node fault
-twice, spread over five minutes) and ``replicated-storm`` (a fault of a random kind, node
-faults among them, every 10-15 s)."""
+twice, spread over five minutes), ``replicated-storm`` (a fault of a random kind, node
+faults among them, every 10-15 s) and ``replicated-rolling`` (every node and process restarted
+in turn, and a live schema migration)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from typing import Generic, TypeVar
 
 from devtools.faults.nemesis import FaultSchedule, FaultSpec
 from devtools.faults.records import NODE_FAULTS, FaultKind
+from devtools.faults.rolling import RollingSpec
 from devtools.faults.storm import StormSpec
 from devtools.faults.workload import WorkloadSpec
 
@@ -203,6 +205,21 @@ def replicated_storm(duration_s: float = 300.0) -> Mode[StormSpec]:
             kinds=_PROCESS_FAULTS + _EVERY_NODE_FAULT,
         ),
         drain_s=90.0,
+        timeout_s=duration_s + 900.0,
+        nodes=3,
+        servers=2,
+    )
+
+
+def replicated_rolling(duration_s: float = 240.0) -> Mode[RollingSpec]:
+    """Every node and every tikk process restarted in turn, and a schema step applied to the
+    live keyspace, while tasks fire (``devtools.faults.rolling``): about four minutes of
+    restarts, so the workload lasts as long."""
+    return Mode(
+        name="replicated-rolling",
+        workload=WorkloadSpec(rate_per_s=REPLICATED_RATE_PER_S, duration_s=duration_s),
+        faults=RollingSpec(first_at_s=10.0),
+        drain_s=60.0,
         timeout_s=duration_s + 900.0,
         nodes=3,
         servers=2,

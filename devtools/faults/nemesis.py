@@ -26,8 +26,8 @@ from typing import Protocol, Self
 
 from devtools import stack
 from devtools.faults.cluster import Cluster
-from devtools.faults.nodes import NodeFaults, planned_targets
-from devtools.faults.records import FaultKind, FaultWindow
+from devtools.faults.nodes import NodeFaults, node_of, planned_targets
+from devtools.faults.records import ROLLING_STEPS, FaultKind, FaultWindow
 from devtools.faults.services import ServiceStopper
 from devtools.faults.worker_app import QUEUE
 
@@ -222,6 +222,9 @@ class Nemesis:
     def inflict(self, fault: PlannedFault) -> FaultWindow:
         """Carry out one fault and wait until what it hit is back."""
         began = _now_ms()
+        if fault.kind in ROLLING_STEPS:
+            target, pid = self._roll(fault)
+            return FaultWindow(fault.kind, target, began, _now_ms(), pid)
         if fault.kind.is_node_fault:
             target, pid = self._hit_node(fault)
             return FaultWindow(fault.kind, target, began, _now_ms(), pid)
@@ -263,6 +266,25 @@ class Nemesis:
             pid = self.services.stop(node.label, fault.hold_s)
             time.sleep(fault.hold_s)
             self.services.resume(node.label)
+        return node.label, pid
+
+    def _roll(self, fault: PlannedFault) -> tuple[str, int]:
+        """One step of a rolling restart (``devtools.faults.rolling``), waiting until what
+        it restarted answers; what it hit and the pid stopped (0 for the migration)."""
+        if fault.kind is FaultKind.RESTART_PROCESS:
+            pid = self.cluster.terminate(fault.target)
+            self.cluster.restart(fault.target)
+            return fault.target, pid
+        if fault.kind is FaultKind.MIGRATE_SCHEMA:
+            applied = self.cluster.migrate_live()
+            log.info("applied to the live keyspace: %s", ", ".join(applied) or "nothing")
+            return fault.target, 0
+        if self.nodes is None:
+            raise RuntimeError(f"{fault.kind} needs the replicated stack")
+        node = node_of(fault.target)
+        pid = node.pid() or 0
+        node.stop()
+        self.nodes.start(node)
         return node.label, pid
 
     def restore(self) -> list[str]:

@@ -57,6 +57,11 @@ class FaultKind(StrEnum):
     KILL_KAFKA_LEADER = "kill kafka leader"
     STOP_KAFKA_BROKER = "stop kafka broker"
     KILL_ZOOKEEPER_LEADER = "kill zookeeper leader"
+    # A rolling restart (``devtools.faults.rolling``): one node or one tikk process sent
+    # SIGTERM and started again, and a schema step applied to the live keyspace.
+    RESTART_NODE = "restart node"
+    RESTART_PROCESS = "restart process"
+    MIGRATE_SCHEMA = "migrate schema"
 
     @property
     def is_kill(self) -> bool:
@@ -78,8 +83,11 @@ NODE_FAULTS = frozenset(
         FaultKind.KILL_ZOOKEEPER_LEADER,
     }
 )
-# What hits the one-node stack (every kind but the node faults).
-ONE_NODE_FAULTS = tuple(k for k in FaultKind if k not in NODE_FAULTS)
+ROLLING_STEPS = frozenset(
+    {FaultKind.RESTART_NODE, FaultKind.RESTART_PROCESS, FaultKind.MIGRATE_SCHEMA}
+)
+# What hits the one-node stack (every kind of fault but the node faults).
+ONE_NODE_FAULTS = tuple(k for k in FaultKind if k not in NODE_FAULTS | ROLLING_STEPS)
 
 
 @dataclass(frozen=True)

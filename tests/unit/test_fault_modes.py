@@ -75,3 +75,22 @@ def test_the_command_line_knows_the_replicated_modes_and_their_lengths() -> None
     assert mode_of(parse(["--mode", "replicated-storm"])).workload.duration_s == 300.0
     with pytest.raises(ValueError, match="fixed length"):
         mode_of(parse(["--mode", "replicated-ci", "--duration", "1m"]))
+
+
+def test_a_rolling_restart_restarts_every_node_then_migrates_then_every_process() -> None:
+    mode = mode_of(build_parser().parse_args(["--mode", "replicated-rolling"]))
+    plan = mode.faults.plan(random.Random(1), ROLES)
+    steps = [(str(f.kind), f.target) for f in plan]
+    nodes = [t for k, t in steps if k == "restart node"]
+    assert sorted(nodes) == sorted(
+        f"{name}-{i}" for name in ("cassandra", "kafka", "zookeeper") for i in (1, 2, 3)
+    )
+    processes = [t for k, t in steps if k == "restart process"]
+    assert processes == ["server", "dispatcher-0", "dispatcher-1", "worker-0", "worker-1"]
+    # One node at a time, the schema step between the nodes and tikk's processes.
+    assert steps.index(("migrate schema", "cassandra")) == len(nodes)
+    assert [f.at_s for f in plan] == sorted(f.at_s for f in plan)
+    assert mode.nodes == 3 and mode.servers == 2 and mode.workload.duration_s == 240.0
+    args = build_parser().parse_args(["--mode", "replicated-rolling", "--no-service-faults"])
+    only_tikk = mode_of(args).faults.plan(random.Random(1), ROLES)
+    assert {f.kind for f in only_tikk} == {FaultKind.RESTART_PROCESS}
