@@ -144,6 +144,9 @@ class CassandraRunHistory:
     async def start(self) -> None:
         await self._db.start()
 
+    async def ping(self) -> None:
+        await self._db.ping("history")
+
     async def append(self, record: RunRecord) -> None:
         await self.append_many([record])
 

@@ -213,5 +213,8 @@ class SqliteRunHistory:
 
         await self._db.run(file_by_recorded_time)
 
+    async def ping(self) -> None:
+        await self._db.ping()
+
     async def close(self) -> None:
         await self._db.close()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks the deployment files: the alert rules (deploy/prometheus) with promtool's check and
 # unit tests; the Helm chart (deploy/helm/tikk) with `helm lint --strict`, and
-# its manifests, rendered with the default values and with the other branches of the values,
-# against the Kubernetes API's JSON schemas with kubeconform -strict; the compose stack
+# its manifests, rendered with the default values, with the other branches of the values and
+# with the chart's values for the replicated deployment (values-replicated.yaml), against the
+# Kubernetes API's JSON schemas with kubeconform -strict; the compose stack
 # (deploy/compose) parsed, with the services it must run, and its shell scripts' syntax.
 #
 # Everything comes from package registries, nothing from a web site: helm, kubeconform and
@@ -180,7 +181,10 @@ backends:
   tls: {enabled: false}
 serviceMonitor: {enabled: false}
 YAML
-VARIANTS=("" "-f $VALUES/existing-secrets.yaml" "-f $VALUES/two-workers.yaml")
+# The replicated deployment the chart ships values for: three nodes of each backend, three
+# servers and dispatchers kept apart.
+VARIANTS=("" "-f $VALUES/existing-secrets.yaml" "-f $VALUES/two-workers.yaml"
+  "-f $CHART/values-replicated.yaml")
 
 say "helm lint --strict $CHART"
 for variant in "${VARIANTS[@]}"; do

@@ -30,6 +30,7 @@ from server.web.console.routes import Console
 from server.web.console.sessions import ConsoleSessions
 from server.web.console.stats import MetricWindows
 from server.web.listener import HttpSite, metrics_app, start_http
+from server.web.readiness import Check, Readiness
 from server.wiring import Backends, Drivers, open_backends, open_ownership
 from tikk.clock import Clock, SystemClock
 from tikk.delivery_tokens import DeliveryKeys, keys_for
@@ -89,12 +90,14 @@ async def run_dispatcher(
     drivers: Drivers | None = None,
     keys: DeliveryKeys | None = None,
     lock_store: bool = True,
+    readiness: Readiness | None = None,
 ) -> None:
     """Dispatch until ``stop``. Backends of its own (SQLite connections of its own), on the
     driver sessions of a server in the same process if given (``drivers``). Deliveries are
     signed with ``keys``, by default those of ``settings.security.delivery_keys_file``.
     ``lock_store``: hold the store's owner lock meanwhile (``store_owner``); False when the
-    caller holds it."""
+    caller holds it. ``readiness`` (a ``--metrics`` listener's): judged by the backends and
+    the ownership session while they are open."""
     clock = clock or SystemClock()
     grace_s = settings.late_write_grace_ms // 1000  # one grace for servers and dispatchers
     dispatch = dispatch or dataclasses.replace(settings.dispatch, late_write_grace_s=grace_s)
@@ -108,7 +111,7 @@ async def run_dispatcher(
             try:
                 await _dispatch(
                     backends, ownership, stop, clock, dispatch=dispatch, telemetry=telemetry,
-                    keys=keys,
+                    keys=keys, readiness=readiness or Readiness(),
                 )  # fmt: skip
             finally:
                 await ownership.close()
@@ -125,6 +128,7 @@ async def _dispatch(
     dispatch: DispatchSettings,
     telemetry: Telemetry | None,
     keys: DeliveryKeys,
+    readiness: Readiness,
 ) -> None:
     store, queue, history = backends.store, backends.queue, backends.history
     stepper = ScheduleStepper(backends.schedules, store, history, clock, telemetry)
@@ -133,7 +137,21 @@ async def _dispatch(
         schedules=stepper, expiry=StartTimeouts(store, history, queue, telemetry), keys=keys,
         holds=backends.queue_holds,
     )  # fmt: skip
-    await dispatcher.run(stop)
+    readiness.watch({**backend_checks(backends), "ownership": ownership.ping})
+    try:
+        await dispatcher.run(stop)
+    finally:
+        readiness.unwatch()
+
+
+def backend_checks(backends: Backends) -> dict[str, Check]:
+    """What a server's or dispatcher's readiness asks: that its task store, run history and
+    ready queue each answer a ping."""
+    return {
+        "store": backends.store.ping,
+        "history": backends.history.ping,
+        "queue": backends.queue.ping,
+    }
 
 
 async def serve(
@@ -189,7 +207,9 @@ async def _start_http(
     view = None
     if settings.security.auth and backends.credentials is not None:
         view = CredentialView(backends.credentials)
-    app = metrics_app(metrics, view)
+    readiness = Readiness()
+    readiness.watch(backend_checks(backends))
+    app = metrics_app(metrics, readiness, view)
     windows = MetricWindows(metrics, clock)
     tls = settings.security.tls
     console = Console(api.ops, ConsoleSessions(view), windows, clock, secure_cookie=bool(tls))

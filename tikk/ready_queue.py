@@ -85,6 +85,13 @@ class ReadyQueue(Protocol):
         """
         ...
 
+    async def ping(self) -> None:
+        """Ask the backend the cheapest question that proves it answers now, as a readiness
+        probe does (the embedded queue reads its file; Kafka answers a metadata request
+        naming no topic). Publishes and creates nothing; idempotent. Raises
+        ``BackendUnavailable`` when it does not answer (the caller bounds the wait)."""
+        ...
+
     async def close(self) -> None:
         """Flush and release connections; idempotent, and safe whether or not ``start`` ran
         or succeeded."""

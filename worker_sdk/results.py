@@ -18,7 +18,8 @@ status). A loss is logged once (a warning) and the stream's return once (info), 
 attempts fail in between. Only ``close`` ends the stream.
 
 ``waiting_s`` says how long results have been waiting while the server acknowledged nothing,
-so that a worker that cannot report can stop taking work (see ``worker_sdk.worker``).
+so that a worker that cannot report can stop taking work (see ``worker_sdk.worker``);
+``connected`` whether a call is open now.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ class ResultStream:
         self._last_ack = clock()
         self._batched = True  # until a server says it has no ReportResultBatches
         self._lost_at: float | None = None  # when the stream was lost, until a call opens
+        self._call_open = False  # a call is open now: opened, and not yet ended
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="tikk-result-stream")
@@ -118,6 +120,10 @@ class ResultStream:
         self._outbox.append(result)
         self._queued.set()
         return await future
+
+    def connected(self) -> bool:
+        """Whether a result call to a server is open now (what a worker's readiness asks)."""
+        return self._call_open
 
     def waiting_s(self) -> float:
         """How long results have been waiting with no acknowledgement (of any result) arriving;
@@ -161,6 +167,7 @@ class ResultStream:
                     continue
                 self._lost(_describe(exc))
             finally:
+                self._call_open = False
                 call.cancel()
             await asyncio.sleep(self._backoff.next())
 
@@ -180,6 +187,7 @@ class ResultStream:
                 len(self._pending),
             )
             self._lost_at = None
+        self._call_open = True
         return True
 
     def _unbatch(self) -> None:

@@ -108,6 +108,9 @@ class Worker:
     bearer token; ``run`` may override it.
     """
 
+    # The result stream of the current ``run`` (None between runs): what ``reporting`` asks.
+    _results: ResultStream | None = None
+
     def __init__(
         self,
         queues: Sequence[str],
@@ -210,6 +213,14 @@ class Worker:
     def handler_names(self) -> list[str]:
         return sorted(self._handlers)
 
+    def reporting(self) -> bool:
+        """Whether results reach a server now: ``run`` has a result call open and the server
+        acknowledged within ``report_timeout_s`` (what ``tikk worker``'s ``/readyz`` asks)."""
+        results = self._results
+        if results is None or not results.connected():
+            return False
+        return results.waiting_s() <= self.report_timeout_s
+
     async def run(
         self,
         server: str,
@@ -238,18 +249,31 @@ class Worker:
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
             url = queue_url or config.queue_url
             intake = Intake(url, self.queues, visibility_ms, self.group_timing, self._wall_clock)
-            out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
-            out.results.start()
-            out.commits.start()
-            watch = asyncio.create_task(self.cancels.watch(stub))
             try:
-                await self._loop(intake, out, stop, burst, visibility_ms)
+                async with self._outbound(stub) as out:
+                    watch = asyncio.create_task(self.cancels.watch(stub))
+                    try:
+                        await self._loop(intake, out, stop, burst, visibility_ms)
+                    finally:
+                        watch.cancel()
             finally:
-                watch.cancel()
-                await out.commits.close()  # before the consumers they go to close
-                await out.results.close()
-                await intake.close()
+                await intake.close()  # after the commits that go to its consumers
         return self.completed
+
+    @contextlib.asynccontextmanager
+    async def _outbound(self, stub: Any) -> AsyncIterator[_Outbound]:
+        """The result stream and the commit batches of one ``run``, started; on the way out
+        the last commits go first, then the stream closes."""
+        out = _Outbound(ResultStream(stub, clock=self._clock), CommitBatcher())
+        out.results.start()
+        out.commits.start()
+        self._results = out.results
+        try:
+            yield out
+        finally:
+            await out.commits.close()
+            self._results = None
+            await out.results.close()
 
     async def _loop(
         self,

@@ -17,11 +17,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Protocol
 
+from tikk.errors import BackendUnavailable
+
 
 class Ownership(Protocol):
     def owned(self) -> Mapping[int, int]:
         """Shard → fencing epoch of every shard this process owns right now. Cheap; called on
         every dispatcher tick. Never blocks."""
+        ...
+
+    async def ping(self) -> None:
+        """Return if this member is connected to its coordination service now (a ZooKeeper
+        session CONNECTED, whether or not it owns a shard yet); raise ``BackendUnavailable``
+        naming the state otherwise (suspended, lost, stopped). Cheap: reads local state,
+        asks the server nothing."""
         ...
 
     async def start(self) -> None:
@@ -39,6 +48,7 @@ class SingleOwner:
 
     def __init__(self, shard_count: int, epoch: int) -> None:
         self._owned = dict.fromkeys(range(shard_count), epoch)
+        self._closed = False
 
     def owned(self) -> Mapping[int, int]:
         return self._owned
@@ -46,5 +56,10 @@ class SingleOwner:
     async def start(self) -> None:
         return None
 
+    async def ping(self) -> None:
+        if self._closed:
+            raise BackendUnavailable("the single owner is closed")
+
     async def close(self) -> None:
         self._owned = {}
+        self._closed = True

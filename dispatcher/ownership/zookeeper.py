@@ -182,6 +182,11 @@ class ZkOwnership:
     def owned(self) -> Mapping[int, int]:
         return self._owned
 
+    async def ping(self) -> None:
+        state = self._state
+        if state not in (ZkState.SYNCING, ZkState.ACTIVE):
+            raise BackendUnavailable(f"ZooKeeper session at {self._hosts} is {state.value}")
+
     async def start(self) -> None:
         """Connect (raising ``BackendUnavailable`` if no server answers within the session
         timeout) and start the worker thread; a no-op when already started."""

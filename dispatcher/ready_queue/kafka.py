@@ -177,6 +177,12 @@ class KafkaReadyQueue:
                     found = await self._measure(admin, await self._probe_client(), names)
         return with_idle({b.queue: b for b in found}, names)
 
+    async def ping(self) -> None:
+        # A metadata request naming no topic: the brokers answer with themselves only.
+        with _unavailable("ping"):
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                await (await self._admin_client()).describe_topics([])
+
     async def close(self) -> None:
         async with self._start_lock:
             self._closed = True

@@ -103,6 +103,9 @@ class LocalReadyQueue:
         }
         return with_idle(found, self._queues | set(queues))
 
+    async def ping(self) -> None:
+        await self._runner().ping()
+
     async def close(self) -> None:
         self._bell.close()
         if self._db is not None:

@@ -25,6 +25,7 @@ from tikk.telemetry import open_telemetry
 def _run_dispatcher(args: argparse.Namespace) -> int:
     from server.runtime import install_stop_signals, run_dispatcher
     from server.web.listener import metrics_listener
+    from server.web.readiness import Readiness
 
     telemetry = open_telemetry(args.otel, "tikk-dispatcher")
     metrics = prometheus_sink(args, telemetry)
@@ -33,8 +34,9 @@ def _run_dispatcher(args: argparse.Namespace) -> int:
         stop = asyncio.Event()
         install_stop_signals(stop)
         print("tikk dispatcher running", flush=True)
-        async with metrics_listener(args.metrics, metrics):
-            await run_dispatcher(settings(args), stop, telemetry=telemetry)
+        readiness = Readiness()
+        async with metrics_listener(args.metrics, metrics, readiness):
+            await run_dispatcher(settings(args), stop, telemetry=telemetry, readiness=readiness)
 
     return run_process("dispatcher", main, telemetry)
 

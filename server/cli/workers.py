@@ -26,11 +26,12 @@ from server.cli.options import (
     transport,
     transport_options,
 )
-from tikk.errors import TikkError
+from tikk.errors import BackendUnavailable, TikkError
 from tikk.metric_sinks import OtelMetrics, PrometheusMetrics
 from tikk.telemetry import Telemetry, open_telemetry
 
 if TYPE_CHECKING:
+    from server.web.readiness import Readiness
     from tikk.client.transport import Transport
     from worker_sdk import Worker
 
@@ -105,7 +106,7 @@ def _run_worker(args: argparse.Namespace) -> int:
 
         stop = asyncio.Event()
         install_stop_signals(stop)
-        async with metrics_listener(args.metrics, metrics):
+        async with metrics_listener(args.metrics, metrics, worker_readiness(worker)):
             done: int = await worker.run(
                 args.server, burst=args.burst, stop=stop, queue_url=queue_url
             )
@@ -120,6 +121,19 @@ def _run_worker(args: argparse.Namespace) -> int:
         telemetry.shutdown()
     print(f"tikk worker finished {done} runs", flush=True)
     return EXIT_OK
+
+
+def worker_readiness(worker: Worker) -> Readiness:
+    """A worker is ready while its results reach a server (``Worker.reporting``)."""
+    from server.web.readiness import Readiness
+
+    async def server() -> None:
+        if not worker.reporting():
+            raise BackendUnavailable("no result stream open to a server, or none acknowledging")
+
+    readiness = Readiness()
+    readiness.watch({"server": server})
+    return readiness
 
 
 def _apply_worker_flags(worker: Worker, args: argparse.Namespace) -> None:

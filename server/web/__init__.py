@@ -1,1 +1,2 @@
-"""What a server offers over HTTP: ``/metrics`` and ``/healthz`` (``listener``)."""
+"""What a server offers over HTTP: ``/metrics``, ``/healthz`` and ``/readyz`` (``listener``,
+``readiness``)."""

@@ -1,13 +1,16 @@
 """The HTTP listener of a tikk process (aiohttp): where Prometheus scrapes ``/metrics`` and
-probes ask ``/healthz``.
+probes ask ``/healthz`` (the process is alive) and ``/readyz`` (it can do its work: its
+backends answer, ``server.web.readiness``).
 
 A server serves it on ``--http HOST:PORT`` (``tikk dev`` by default), over the same TLS as its
 gRPC port and under the same exposure rule (``server.transport_security``); dispatchers and
-workers serve ``/metrics`` alone on ``--metrics HOST:PORT``. Under ``--processes N`` only the
-first member listens, and its ``/metrics`` adds up every member's (``tikk.metric_sinks``).
+workers serve ``/metrics`` and the probes alone on ``--metrics HOST:PORT``. Under
+``--processes N`` only the first member listens, and its ``/metrics`` adds up every member's
+(``tikk.metric_sinks``).
 
 With ``--auth`` a scrape presents a token as every gRPC call does (``Authorization: Bearer``,
-any role): metric labels name queues and handlers.
+any role): metric labels name queues and handlers. The probes need none (a kubelet has no
+token): they say only whether each backend answers.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from aiohttp import web
 
 from server.auth.authenticator import CredentialView
 from server.listen_address import address_taken
+from server.web.readiness import Readiness
 from tikk.errors import BackendUnavailable, Unauthenticated
 from tikk.metric_sinks import PrometheusMetrics
 from tikk.settings import Tls
@@ -79,9 +83,12 @@ def _tls_context(tls: Tls) -> ssl.SSLContext:
     return context
 
 
-def metrics_app(metrics: PrometheusMetrics, view: CredentialView | None = None) -> web.Application:
-    """``/metrics`` and ``/healthz``; with ``view``, a scrape needs a valid token. A server
-    adds the console's routes (``server.web.console``)."""
+def metrics_app(
+    metrics: PrometheusMetrics, readiness: Readiness, view: CredentialView | None = None
+) -> web.Application:
+    """``/metrics``, ``/healthz`` and ``/readyz`` (200 or 503, with each backend's state as
+    JSON, from ``readiness``); with ``view``, a scrape needs a valid token. A server adds the
+    console's routes (``server.web.console``)."""
     app = web.Application(client_max_size=64 * 1024)
 
     async def scrape(request: web.Request) -> web.Response:
@@ -93,8 +100,13 @@ def metrics_app(metrics: PrometheusMetrics, view: CredentialView | None = None) 
     async def healthy(request: web.Request) -> web.Response:
         return web.Response(text="ok\n")
 
+    async def ready(request: web.Request) -> web.Response:
+        report = await readiness.report()
+        return web.json_response(dict(report.states), status=200 if report.ready else 503)
+
     app.router.add_get("/metrics", scrape if view is None else _token_required(view, scrape))
     app.router.add_get("/healthz", healthy)
+    app.router.add_get("/readyz", ready)
     return app
 
 
@@ -117,13 +129,17 @@ def _token_required(view: CredentialView, handler: _Route) -> _Route:
 
 
 @contextlib.asynccontextmanager
-async def metrics_listener(address: str, metrics: PrometheusMetrics | None) -> AsyncIterator[None]:
-    """``--metrics HOST:PORT`` of a dispatcher or worker: ``/metrics`` and ``/healthz`` while
-    the block runs (nothing when ``metrics`` is None). Its URL is printed on stdout."""
+async def metrics_listener(
+    address: str, metrics: PrometheusMetrics | None, readiness: Readiness
+) -> AsyncIterator[None]:
+    """``--metrics HOST:PORT`` of a dispatcher or worker: ``/metrics``, ``/healthz`` and
+    ``/readyz`` (judged by ``readiness``, whose checks the process sets once its backends
+    are open) while the block runs (nothing when ``metrics`` is None). Its URL is printed
+    on stdout."""
     if metrics is None:
         yield
         return
-    site = await start_http(address, metrics_app(metrics))
+    site = await start_http(address, metrics_app(metrics, readiness))
     print(f"  metrics {site.url(address.rpartition(':')[0])}metrics", flush=True)
     try:
         yield

@@ -136,6 +136,16 @@ async def test_epochs_are_positive_integers(make_owner: Callable[[], Ownership])
     assert all(isinstance(e, int) and e > 0 for e in owner.owned().values())
 
 
+async def test_ping_answers_while_started_and_is_unavailable_once_closed(
+    make_owner: Callable[[], Ownership],
+) -> None:
+    owner = await started_alone(make_owner)
+    await owner.ping()
+    await owner.close()
+    with pytest.raises(BackendUnavailable):
+        await owner.ping()
+
+
 async def test_stop_empties_owned_and_is_idempotent(make_owner: Callable[[], Ownership]) -> None:
     owner = await started_alone(make_owner)
     await owner.close()
@@ -372,11 +382,14 @@ async def test_suspended_empties_owned_at_once_and_same_session_reverifies(
     proxy.cut()
     took = await seconds_until(lambda: a.owned() == {}, 0.5, "owned() empty on SUSPENDED")
     assert a.state is ZkState.SUSPENDED
+    with pytest.raises(BackendUnavailable, match="suspended"):
+        await a.ping()  # what a dispatcher's /readyz asks
     print(f"owned() empty {took * 1000:.0f} ms after the link was cut")
     await asyncio.sleep(0.5)  # time passes while SUSPENDED: nothing is owned again meanwhile
     assert a.owned() == {}
     proxy.restore()
     await seconds_until(lambda: a.state is ZkState.ACTIVE, SOON_S, "reconnected and verified")
+    await a.ping()
     # The same session kept the same owner nodes: same epochs, nothing moved.
     assert dict(a.owned()) == before
 

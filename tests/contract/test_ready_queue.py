@@ -8,6 +8,7 @@ counting in ``test_kafka_queue.py``.
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from server.wiring import READY_QUEUES, Drivers, build
 from tests.contract.conftest import QueuePair
 from tests.factories import T0, make_task
 from tikk.clock import ManualClock
+from tikk.errors import BackendUnavailable
 from tikk.model import Delivery
 from tikk.ready_queue import QueueBacklog, ReadyQueue
 from tikk.v1 import worker_pb2
@@ -43,6 +45,36 @@ async def fetch_until(
 
 def fired(messages: list[Message]) -> list[int]:
     return [m.delivery.fired_time.ToMilliseconds() for m in messages]
+
+
+async def test_ping_answers_while_started_and_is_unavailable_once_closed(
+    queue_pair: QueuePair,
+) -> None:
+    await queue_pair.producer.ping()
+    await queue_pair.producer.ping()  # idempotent, and it made no queue
+    assert await queue_pair.producer.backlog() == []
+    other = another_producer(queue_pair)
+    await other.start()
+    await other.ping()
+    await other.close()
+    with pytest.raises(BackendUnavailable):
+        await other.ping()
+
+
+async def test_a_kafka_queue_whose_brokers_do_not_answer_starts_and_its_ping_says_so() -> None:
+    # A port nobody listens on: the queue starts anyway (a server must start during a Kafka
+    # outage), and its ping names what failed.
+    from dispatcher.ready_queue.kafka import KafkaReadyQueue
+
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    queue = KafkaReadyQueue.from_url(f"kafka://127.0.0.1:{port}")
+    await queue.start()
+    try:
+        with pytest.raises(BackendUnavailable, match="kafka: ping failed"):
+            await asyncio.wait_for(queue.ping(), 30)
+    finally:
+        await queue.close()
 
 
 async def test_published_deliveries_arrive_intact(queue_pair: QueuePair) -> None:

@@ -8,9 +8,20 @@ import pytest
 
 from history.run_history import RunHistory
 from tests.factories import T0, make_run
-from tikk.errors import InvalidArgument, NotFound
+from tikk.errors import BackendUnavailable, InvalidArgument, NotFound
 from tikk.model import RunQuery, RunStatus
 from tikk.schedules.model import OccurrenceQuery, OccurrenceRecord, Outcome
+
+
+async def test_ping_answers_while_open_and_is_unavailable_once_closed(
+    history: RunHistory,
+) -> None:
+    await history.ping()
+    await history.ping()  # idempotent, and it wrote nothing a listing would see
+    assert (await history.list_for_task("default", "t", 10, "")).items == []
+    await history.close()  # the fixture closes it again: close is idempotent
+    with pytest.raises(BackendUnavailable):
+        await history.ping()
 
 
 async def test_append_then_get(history: RunHistory) -> None:

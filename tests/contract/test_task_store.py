@@ -13,13 +13,23 @@ from tikk.buckets import second_of
 from tikk.clock import ManualClock
 from tikk.errors import (
     AlreadyExists,
+    BackendUnavailable,
     CancelUnsettled,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
     StaleOwner,
 )
-from tikk.model import START_TIMEOUT, Cursor, DeadLetter, RetryAt, Succeed, Task, TaskState
+from tikk.model import (
+    START_TIMEOUT,
+    Cursor,
+    DeadLetter,
+    Page,
+    RetryAt,
+    Succeed,
+    Task,
+    TaskState,
+)
 from tikk.store.cassandra.tasks import CassandraTaskStore
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.store.tasks import TaskStore, advance_cursor
@@ -31,6 +41,15 @@ START = (second_of(T0) - 120, "")
 async def read_all(store: TaskStore, shard: int, until_ms: int) -> list[str]:
     rows = await store.read_due(shard, START, second_of(until_ms), 10_000)
     return [r.task_id for r in rows]
+
+
+async def test_ping_answers_while_open_and_is_unavailable_once_closed(store: TaskStore) -> None:
+    await store.ping()
+    await store.ping()  # idempotent, and it wrote nothing a read would see
+    assert await store.list_tasks("default", "q", None, 10, "") == Page([])
+    await store.close()  # the fixture closes it again: close is idempotent
+    with pytest.raises(BackendUnavailable):
+        await store.ping()
 
 
 async def test_create_then_get_round_trips(store: TaskStore) -> None:

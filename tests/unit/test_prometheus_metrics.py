@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from server.auth.authenticator import CredentialView
 from server.web.listener import HttpSite, metrics_app, start_http
+from server.web.readiness import Readiness
 from tests.factories import make_task
 from tikk import metric_catalog
 from tikk.credentials import Credential, Grant, issue_secret, new_credential_id
@@ -112,13 +113,19 @@ async def _token(store: SqliteCredentialStore) -> str:
     return issued.token
 
 
+async def answers() -> None:
+    return None
+
+
 async def test_with_auth_a_scrape_needs_a_valid_token(
     credentials: SqliteCredentialStore,
 ) -> None:
     metrics = PrometheusMetrics()
     Telemetry([metrics]).retried("q")
+    readiness = Readiness()
+    readiness.watch({"store": answers})
     site: HttpSite = await start_http(
-        "127.0.0.1:0", metrics_app(metrics, CredentialView(credentials))
+        "127.0.0.1:0", metrics_app(metrics, readiness, CredentialView(credentials))
     )
     try:
         url = site.url("127.0.0.1")
@@ -127,6 +134,7 @@ async def test_with_auth_a_scrape_needs_a_valid_token(
         wrong = await asyncio.to_thread(scrape, url + "metrics", "tikk_x_y")
         sent = await asyncio.to_thread(scrape, url + "metrics", token)
         health = await asyncio.to_thread(scrape, url + "healthz")
+        ready = await asyncio.to_thread(scrape, url + "readyz")
     finally:
         await site.stop()
     assert unsent[0] == 401 and "Bearer" in unsent[1]
@@ -134,13 +142,16 @@ async def test_with_auth_a_scrape_needs_a_valid_token(
     assert sent[0] == 200
     assert samples(sent[1])[at("tikk_retries_total", queue="q")] == 1
     assert health == (200, "ok\n")
+    assert ready == (200, '{"store": "ok"}')  # a probe, like a kubelet's, needs no token
 
 
 async def test_an_address_in_use_is_refused_naming_it() -> None:
-    first = await start_http("127.0.0.1:0", metrics_app(PrometheusMetrics()))
+    first = await start_http("127.0.0.1:0", metrics_app(PrometheusMetrics(), Readiness()))
     try:
         with pytest.raises(Exception, match=f"cannot listen on 127.0.0.1:{first.port}"):
-            await start_http(f"127.0.0.1:{first.port}", metrics_app(PrometheusMetrics()))
+            await start_http(
+                f"127.0.0.1:{first.port}", metrics_app(PrometheusMetrics(), Readiness())
+            )
     finally:
         await first.stop()
 

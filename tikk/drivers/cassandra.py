@@ -28,6 +28,8 @@ from tikk.drivers.cassandra_batches import PartitionRow, packed
 from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
 from tikk.urls import BackendUrl, Credentials, TlsFiles
 
+# What ``ping`` reads: one row of one partition of a table every migrated keyspace has.
+_PING = "SELECT version FROM schema_migrations WHERE component = ? LIMIT 1"
 # The longest TTL Cassandra accepts (20 years): every TTL tikk writes is capped to it.
 MAX_TTL_S = 630_720_000
 
@@ -184,6 +186,13 @@ class CassandraSession:
             statement.is_idempotent = is_idempotent(cql)
             self._prepared[cql] = statement
         return statement
+
+    async def ping(self, component: str) -> None:
+        """Read one row of ``component``'s schema steps at the session's consistency: the
+        cheapest read that needs the keyspace's replicas (a quorum of them at QUORUM),
+        not only the node that coordinates it. ``BackendUnavailable`` if they do not
+        answer."""
+        await self.execute(_PING, [component])
 
     async def execute(self, cql: str, params: Sequence[Any] = ()) -> list[Any]:
         return await self._run(self.bind(cql, params))

@@ -69,6 +69,11 @@ class SqliteRunner:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, work)
 
+    async def ping(self) -> None:
+        """A query that reads no table, on the connection's thread: ``BackendUnavailable``
+        if the file is not open or its thread does not get to it."""
+        await self.run(lambda conn: conn.execute("SELECT 1").fetchone())
+
     def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._conn is None:
             raise BackendUnavailable("sqlite store is closed")

@@ -258,6 +258,14 @@ class TaskStore(Protocol):
         """
         ...
 
+    async def ping(self) -> None:
+        """Ask the backend the cheapest question that proves it answers now, as a readiness
+        probe does (on Cassandra a one-row read at the configured consistency, so a quorum
+        of the row's replicas must answer). Reads nothing of tasks, writes nothing;
+        idempotent. Raises ``BackendUnavailable`` when it does not answer (the caller bounds
+        the wait)."""
+        ...
+
     async def start(self) -> None:
         """Open connections and files (nothing is opened by the constructor). A backend
         sharing a driver session with others starts it if none has yet."""

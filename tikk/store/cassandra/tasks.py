@@ -154,6 +154,9 @@ class CassandraTaskStore:
     async def start(self) -> None:
         await self._db.start()
 
+    async def ping(self) -> None:
+        await self._db.ping("store")
+
     async def create(self, task: Task) -> tuple[Task, bool]:
         [outcome] = await self.create_many([task])
         if isinstance(outcome, TikkError):

@@ -366,6 +366,9 @@ class SqliteTaskStore:
     async def start(self) -> None:
         await self._db.start()
 
+    async def ping(self) -> None:
+        await self._db.ping()
+
     async def close(self) -> None:
         await self._db.close()
 

@@ -98,6 +98,7 @@ cassandra://{{ .user }}@{{ .hosts }}/{{ .keyspace }}?password_file=/etc/tikk/sec
 {{- define "tikk.queueUrl" -}}
 {{- with .root.Values.backends.kafka -}}
 kafka://{{ $.user }}@{{ .bootstrap }}?partitions={{ .partitions }}&replication={{ .replication }}&sasl={{ .sasl }}&password_file=/etc/tikk/secrets/kafka-password
+{{- with .minInsync }}&min_insync={{ . }}{{ end }}
 {{- end }}
 {{- include "tikk.backendTls" .root }}
 {{- end }}
@@ -121,4 +122,35 @@ zk://{{ .user }}@{{ .hosts }}{{ .chroot }}?password_file=/etc/tikk/secrets/zooke
   mountPath: /tmp
 - name: data
   mountPath: /var/lib/tikk
+{{- end }}
+
+{{/*
+The affinity of a component's pods, (dict "root" $ "component" "server"): its `affinity`
+value as given, else with `antiAffinity` "soft" or "hard" its pods kept off one another's
+nodes (preferred, or required), so that one node's loss takes at most one of them.
+*/}}
+{{- define "tikk.affinity" -}}
+{{- $values := index .root.Values .component }}
+{{- if $values.affinity }}
+affinity:
+  {{- toYaml $values.affinity | nindent 2 }}
+{{- else if eq (default "" $values.antiAffinity) "hard" }}
+affinity:
+  podAntiAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      - topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "tikk.componentSelector" . | nindent 12 }}
+{{- else if eq (default "" $values.antiAffinity) "soft" }}
+affinity:
+  podAntiAffinity:
+    preferredDuringSchedulingIgnoredDuringExecution:
+      - weight: 100
+        podAffinityTerm:
+          topologyKey: kubernetes.io/hostname
+          labelSelector:
+            matchLabels:
+              {{- include "tikk.componentSelector" . | nindent 14 }}
+{{- end }}
 {{- end }}
