@@ -95,7 +95,8 @@ def cassandra_ceiling(
 ) -> CeilingResult:
     """Write ``n`` tasks into a scratch keyspace (dropped afterwards) with the bare driver."""
     from devtools.stack import login
-    from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
+    from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+    from tikk.drivers.cassandra_schema import run_migrations
     from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
     keyspace = f"tikk_ceiling_{uuid.uuid4().hex[:8]}"

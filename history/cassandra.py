@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from history.run_history import OCCURRENCE_COLUMNS, RUN_COLUMNS, run_from_row, run_values
-from tikk.drivers.cassandra import MAX_TTL_S, CassandraSession, Migration
+from tikk.drivers.cassandra import MAX_TTL_S, CassandraSession
 from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
+from tikk.drivers.cassandra_schema import Migration
 from tikk.errors import NotFound
 from tikk.model import Page, RunQuery, RunRecord
 from tikk.paging import decode_token, encode_token

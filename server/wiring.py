@@ -313,7 +313,8 @@ def migrate(settings: Settings, replication: str, now_ms: int) -> list[str]:
     the shards' cursors at ``now_ms`` (blocking). SQLite files create their tables when
     opened. Returns the steps applied."""
     from history.cassandra import HISTORY_MIGRATIONS
-    from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
+    from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+    from tikk.drivers.cassandra_schema import run_migrations
     from tikk.store.cassandra.schema import STORE_MIGRATIONS, init_cursors, record_shard_count
 
     applied: list[str] = []

@@ -39,7 +39,8 @@ from devtools.faults.worker_app import LOG_ENV
 from devtools.stack import login
 from server.certs import DevPki, make_dev_pki
 from tikk.client.transport import Transport
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession, Migration, run_migrations
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra_schema import Migration, run_migrations
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]

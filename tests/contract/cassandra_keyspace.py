@@ -7,7 +7,8 @@ import os
 
 from history.cassandra import HISTORY_MIGRATIONS
 from tests.services import CASSANDRA, require, with_login
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra_schema import run_migrations
 from tikk.store.cassandra.schema import STORE_MIGRATIONS
 
 REPLICATION = "{'class': 'SimpleStrategy', 'replication_factor': 1}"

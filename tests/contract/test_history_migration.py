@@ -15,12 +15,8 @@ from history.run_history import RUN_COLUMNS, run_values
 from tests.contract.cassandra_keyspace import REPLICATION
 from tests.factories import T0, make_run
 from tests.services import CASSANDRA, require, with_login
-from tikk.drivers.cassandra import (
-    CassandraConfig,
-    CassandraSession,
-    qualify_tables,
-    run_migrations,
-)
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession, qualify_tables
+from tikk.drivers.cassandra_schema import run_migrations
 from tikk.model import RunQuery
 
 HOUR = 3_600_000

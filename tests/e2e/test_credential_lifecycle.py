@@ -17,7 +17,8 @@ from tests.e2e.auth_stack import LISTENING, AuthStack, Token, bearer, code_of, t
 from tests.e2e.conftest import Process
 from tests.services import CASSANDRA, require, with_login
 from tests.waiting import eventually
-from tikk.drivers.cassandra import CassandraConfig, CassandraSession, run_migrations
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession
+from tikk.drivers.cassandra_schema import run_migrations
 from tikk.store.cassandra.schema import STORE_MIGRATIONS
 from tikk.v1 import tasks_pb2, tasks_pb2_grpc
 

@@ -1,5 +1,5 @@
-"""A Cassandra session for asyncio: prepared statements only, driver errors translated once;
-and the migration runner that creates and upgrades a keyspace's tables.
+"""A Cassandra session for asyncio: prepared statements only, driver errors translated once
+(the migration runner is ``tikk.drivers.cassandra_schema``).
 
 URL: ``cassandra://[user@]host[:port][,host[:port]]/keyspace?consistency=LOCAL_QUORUM&dc=dc1``
 plus the password and TLS options of ``tikk.urls`` (``password_file=``, ``tls_ca=``, ...): the
@@ -17,7 +17,6 @@ import asyncio
 import re
 import ssl
 import threading
-import time
 from collections import namedtuple
 from collections.abc import Iterable, Sequence
 from dataclasses import astuple, dataclass
@@ -397,63 +396,3 @@ def qualify_tables(cql: str, keyspace: str) -> str:
     """Statements name bare tables; the keyspace comes from configuration. Qualifying them
     (rather than a session-wide USE) is what Cassandra recommends for prepared statements."""
     return _TABLE.sub(lambda m: f"{m.group(1)} {keyspace}.{m.group(2)}", cql)
-
-
-@dataclass(frozen=True)
-class Migration:
-    """One numbered schema step of a component: idempotent CQL statements, each of the form
-    ``CREATE TABLE IF NOT EXISTS t ...`` or ``ALTER TABLE t ...`` on a bare table name."""
-
-    component: str
-    version: int
-    description: str
-    statements: Sequence[str]
-
-
-def run_migrations(
-    session: CassandraSession, migrations: Sequence[Migration], replication: str
-) -> list[Migration]:
-    """Apply the steps not yet recorded in ``schema_migrations``; blocking. Returns the steps
-    applied now. A step interrupted half-way is simply run again.
-
-    DDL cannot be a prepared statement, so this is the one place that runs CQL text; it
-    only ever runs the components' constant statements (plus the keyspace name from
-    configuration, checked to be an identifier).
-    """
-    ks = session.config.keyspace
-    if not ks.replace("_", "").isalnum():
-        raise InvalidArgument("keyspace", f"keyspace name {ks!r} must be alphanumeric/underscore")
-    _ensure_keyspace(session, replication)
-    done = {
-        (r.component, r.version)
-        for r in session.session.execute(f"SELECT component, version FROM {ks}.schema_migrations")
-    }
-    applied = []
-    for m in sorted(migrations, key=lambda m: (m.component, m.version)):
-        if (m.component, m.version) in done:
-            continue
-        for statement in m.statements:
-            session.session.execute(_qualified_ddl(statement, ks))
-        session.session.execute(
-            f"INSERT INTO {ks}.schema_migrations (component, version, description, applied_ms)"
-            " VALUES (%s, %s, %s, %s)",
-            (m.component, m.version, m.description, time.time_ns() // 1_000_000),
-        )
-        applied.append(m)
-    return applied
-
-
-def _ensure_keyspace(session: CassandraSession, replication: str) -> None:
-    ks = session.config.keyspace
-    session.session.execute(f"CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {replication}")
-    session.session.execute(
-        f"CREATE TABLE IF NOT EXISTS {ks}.schema_migrations ("
-        "component text, version int, description text, applied_ms bigint,"
-        " PRIMARY KEY (component, version))"
-    )
-
-
-def _qualified_ddl(statement: str, keyspace: str) -> str:
-    if not statement.startswith(("CREATE TABLE IF NOT EXISTS ", "ALTER TABLE ")):
-        raise ValueError(f"migration statement of unknown form: {statement[:40]!r}")
-    return qualify_tables(statement, keyspace)

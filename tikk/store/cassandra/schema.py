@@ -1,10 +1,11 @@
 """The task and schedule stores' Cassandra schema (``tikk migrate``): numbered steps, each
-applied once by ``tikk.drivers.cassandra.run_migrations``; and what ``migrate`` writes besides
-tables (the shard count, the shards' cursors)."""
+applied once by ``tikk.drivers.cassandra_schema.run_migrations``; and what ``migrate``
+writes besides tables (the shard count, the shards' cursors)."""
 
 from __future__ import annotations
 
-from tikk.drivers.cassandra import CassandraSession, Migration
+from tikk.drivers.cassandra import CassandraSession
+from tikk.drivers.cassandra_schema import Migration
 from tikk.store.tasks import check_shard_count
 
 # Rows of the due index expire this long after their due time: long past any cursor.
