@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PROTOS := $(wildcard proto/tikk/v1/*.proto)
 
-.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit browser deploy-check clients-deps clients-check
+.PHONY: demo test check lint proto proto-check venv stack-up stack-down audit browser deploy-check clients-deps clients-check image
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +71,12 @@ browser:
 # helm and kubeconform built into .tools/ (once), then the chart and compose checks.
 deploy-check: venv
 	bash scripts/deploy-check.sh
+
+# The container image built with buildah and started with podman (Debian's, installed when
+# missing; as root) on a Python base made with debootstrap: no Docker engine or registry.
+# Minutes, not part of `make test`: run by hand.
+image:
+	bash scripts/build-image.sh
 
 # The audit runs after the tests, so a run reports both the tests and the dependencies.
 test: check browser deploy-check stack-up
