@@ -7,7 +7,8 @@
   it answers again;
 * ``pause queue``: an operator pauses the workload's queue (``UpdateQueue``), then resumes
   it: what came due meanwhile is held by the dispatchers and released after, late but whole;
-* on the replicated stack, one node of a service killed or stopped (``devtools.faults.nodes``).
+* on the replicated stack, one node of a service killed, stopped or cut off
+  (``devtools.faults.nodes``).
 
 Faults are planned up front (seeded, so a run can be repeated) by a mode's schedule: a
 ``FaultSpec`` spreads given numbers of each kind evenly over a span, a ``storm.StormSpec``
@@ -262,6 +263,11 @@ class Nemesis:
             pid = self.nodes.kill(node)
             time.sleep(fault.hold_s)
             self.nodes.start(node)
+        elif fault.kind is FaultKind.PARTITION_NODE:
+            pid = node.pid() or 0
+            self.nodes.cut(node)
+            time.sleep(fault.hold_s)
+            self.nodes.heal(node)
         else:
             pid = self.services.stop(node.label, fault.hold_s)
             time.sleep(fault.hold_s)

@@ -9,7 +9,10 @@ what the loss of a Cassandra node, a Kafka broker or a ZooKeeper server costs ti
 * ``kill zookeeper leader``: ``kill -9`` of the ensemble's leader (the dispatchers' sessions
   must outlive the election);
 * ``stop cassandra node``, ``stop kafka broker``: SIGSTOP then SIGCONT (a node that accepts
-  connections and never answers), by ``services.ServiceStopper``.
+  connections and never answers), by ``services.ServiceStopper``;
+* ``partition node``: every packet to and from one node's loopback address dropped by
+  iptables (root only), then let through again: the node runs on, alone, and its peers and
+  clients see a silent address (no connection refused, no reset), as after a switch fails.
 
 A killed node stays down for the fault's hold, is started again by the stack's own launcher,
 and the window ends when it answers. ``restore`` starts whatever a cut-short run left down.
@@ -19,6 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shutil
+import subprocess
 from typing import Any
 
 from devtools import stack, stack_launch
@@ -45,6 +51,8 @@ def planned_targets(kind: FaultKind) -> list[str]:
     """What a fault of ``kind`` may be aimed at when it is planned."""
     if kind in (FaultKind.KILL_KAFKA_LEADER, FaultKind.KILL_ZOOKEEPER_LEADER):
         return [LEADER]
+    if kind is FaultKind.PARTITION_NODE:
+        return [label for name in stack.SERVICE_NAMES for label in node_labels(name)]
     return node_labels("kafka" if kind is FaultKind.STOP_KAFKA_BROKER else "cassandra")
 
 
@@ -56,6 +64,7 @@ class NodeFaults:
         self._topic = topic
         self._kafka_url = kafka_url
         self._down: set[str] = set()
+        self._cut: set[str] = set()
         self._partition = 0
 
     def resolve(self, kind: FaultKind, planned: str) -> stack.Service:
@@ -105,9 +114,24 @@ class NodeFaults:
         stack_launch.start_node(node)
         self._down.discard(node.label)
 
+    def cut(self, node: stack.Service) -> None:
+        """Drop every packet to and from ``node``'s address."""
+        self._cut.add(node.label)
+        _drop("-I", node.host)
+        log.info("cut %s (%s) off", node.label, node.host)
+
+    def heal(self, node: stack.Service) -> None:
+        """Let ``node``'s packets through again."""
+        _drop("-D", node.host)
+        self._cut.discard(node.label)
+
     def restore(self) -> list[str]:
-        """Start every node a fault left down; their labels."""
+        """Let through what a fault left cut off, and start every node a fault left down;
+        their labels."""
         restored = []
+        for label in sorted(self._cut):
+            self.heal(node_of(label))
+            restored.append(f"{label} reconnected")
         for label in sorted(self._down):
             try:
                 self.start(node_of(label))
@@ -115,3 +139,13 @@ class NodeFaults:
             except Exception as exc:
                 log.error("could not start %s again: %s", label, exc)
         return restored
+
+
+def _drop(action: str, address: str) -> None:
+    """Insert (``-I``) or delete (``-D``) the two iptables rules that drop every packet from
+    and to ``address`` (on loopback each packet passes INPUT once)."""
+    if shutil.which("iptables") is None or os.geteuid() != 0:
+        raise RuntimeError("partition node needs root and iptables (apt-get install iptables)")
+    for match in ("-s", "-d"):
+        rule = ["iptables", "-w", "5", action, "INPUT", match, address, "-j", "DROP"]
+        subprocess.run(rule, check=True, capture_output=True, timeout=15)

@@ -57,6 +57,9 @@ class FaultKind(StrEnum):
     KILL_KAFKA_LEADER = "kill kafka leader"
     STOP_KAFKA_BROKER = "stop kafka broker"
     KILL_ZOOKEEPER_LEADER = "kill zookeeper leader"
+    # Every packet to and from one node's loopback address dropped (iptables), then let
+    # through again: the node runs on, cut off from clients and peers alike.
+    PARTITION_NODE = "partition node"
     # A rolling restart (``devtools.faults.rolling``): one node or one tikk process sent
     # SIGTERM and started again, and a schema step applied to the live keyspace.
     RESTART_NODE = "restart node"
@@ -81,6 +84,7 @@ NODE_FAULTS = frozenset(
         FaultKind.KILL_KAFKA_LEADER,
         FaultKind.STOP_KAFKA_BROKER,
         FaultKind.KILL_ZOOKEEPER_LEADER,
+        FaultKind.PARTITION_NODE,
     }
 )
 ROLLING_STEPS = frozenset(

@@ -63,6 +63,12 @@ def test_kill_means_a_tikk_process_and_node_faults_name_their_nodes() -> None:
         FaultKind.KILL_WORKER,
     }
     assert planned_targets(FaultKind.STOP_KAFKA_BROKER) == ["kafka-1", "kafka-2", "kafka-3"]
+    cut = planned_targets(FaultKind.PARTITION_NODE)  # any node of any service
+    assert len(cut) == 9 and {node_of(label).name for label in cut} == {
+        "cassandra",
+        "kafka",
+        "zookeeper",
+    }
     with pytest.raises(ValueError, match="names no node"):
         node_of("cassandra")
 
