@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--duration",
         type=parse_duration_ms,
         help="soak (required), storm, replicated and replicated-storm (default 5m), "
-        "replicated-rolling (default 4m) only, "
+        "replicated-rolling (default 7m) only, "
         "e.g. 30m or 1h",
     )
     p.add_argument("--seed", type=int, help="repeat a run's plan (default: random)")

@@ -96,7 +96,7 @@ def test_a_rolling_restart_restarts_every_node_then_migrates_then_every_process(
     # One node at a time, the schema step between the nodes and tikk's processes.
     assert steps.index(("migrate schema", "cassandra")) == len(nodes)
     assert [f.at_s for f in plan] == sorted(f.at_s for f in plan)
-    assert mode.nodes == 3 and mode.servers == 2 and mode.workload.duration_s == 240.0
+    assert mode.nodes == 3 and mode.servers == 2 and mode.workload.duration_s == 420.0
     args = build_parser().parse_args(["--mode", "replicated-rolling", "--no-service-faults"])
     only_tikk = mode_of(args).faults.plan(random.Random(1), ROLES)
     assert {f.kind for f in only_tikk} == {FaultKind.RESTART_PROCESS}
