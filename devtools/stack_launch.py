@@ -496,8 +496,8 @@ def up(
                 shutil.rmtree(node.home, ignore_errors=True)
             start(node, not plain)
             started.append(node)
-        for node in started:
-            _wait(node, ready, timeout_s)
+        for node in started:  # the first, Cassandra's seed, first
+            _wait_or_again(node, ready, timeout_s, not plain)
         if name == "cassandra" and not plain:
             cassandra_roles(count)
         for node in started:
@@ -515,6 +515,27 @@ def start_node(node: Service) -> None:
     start, ready, timeout_s = _STARTERS[node.name]
     start(node, variant(_count(node)) == AUTH)
     _wait(node, ready, timeout_s)
+
+
+def _wait_or_again(
+    node: Service, ready: Callable[[Service], bool], timeout_s: float, auth: bool
+) -> None:
+    """Wait until ``node`` answers. A Cassandra node that was part of the ring before asks
+    the seed for it as it starts (its shadow round) and exits when the seed does not answer
+    within a few seconds: the three start together, so on a busy machine the seed may come
+    too late. Such a node is started once more, after the seed answered."""
+    try:
+        _wait(node, ready, timeout_s)
+    except StackError:
+        if node.name != "cassandra" or node.index == 1 or node.pid() is not None:
+            raise
+        print(f"{node.label:<12} found no seed answering yet; starting it again", flush=True)
+        seed = nodes(node.name, _count(node))[0]
+        if seed.pid() is not None:
+            _wait(seed, ready, timeout_s)
+        start, _, _ = _STARTERS[node.name]
+        start(node, auth)
+        _wait(node, ready, timeout_s)
 
 
 def _wait(node: Service, ready: Callable[[Service], bool], timeout_s: float) -> None:
