@@ -7,10 +7,10 @@ cursor write takes tens of milliseconds at ``LOCAL_QUORUM`` on three busy nodes,
 over every owned shard several of those, while a row already held in memory needs only its
 claim and its publish. In one loop every due row waited for the slowest read of the pass.
 
-The fire loop does not wait for a batch either (``FireBatches``): a batch's claim, publish and
-hand-off mark are four round trips in turn, each of them tens of milliseconds on such a store,
-and rows falling due meanwhile would queue behind it. Tasks have no order within a queue, so
-batches go out side by side, a few at most.
+The fire loop does not wait long for a batch either (``FireBatches``): a batch's claim, publish
+and hand-off mark are four round trips in turn, each of them tens of milliseconds on such a
+store, and rows falling due meanwhile would queue behind it. Tasks have no order within a
+queue, so a batch slower than a few milliseconds is overlapped by the next, a few at most.
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ log = logging.getLogger("tikk.dispatcher")
 # Fire batches at once: enough to cover a claim's and a publish's round trips at a few hundred
 # fires a second, few enough that a store in trouble is not flooded with claims.
 FIRE_BATCHES_IN_FLIGHT = 4
+# How long a batch in flight holds the next back (``FireBatches``).
+FIRE_PATIENCE_MS = 20
 
 # One step at instant ``now_ms``; returns the instant of the next.
 Step = Callable[[int], Awaitable[int]]
@@ -52,38 +54,57 @@ class Wakeup:
 
 
 class FireBatches:
-    """Fire batches in flight at once, at most ``most``. A batch that fails with
-    ``BackendUnavailable`` (its rows were held again) pauses new batches for ``backoff_ms``,
-    so a store or queue that is down is not asked again at every wake-up."""
+    """Fire batches in flight at once, at most ``most``. A new batch waits while the youngest
+    in flight is younger than ``patience_ms``: rows falling due meanwhile then go out together
+    when it ends (``on_done`` wakes the fire loop) or once it turns out slow. On a store that
+    answers within that (one node: a few ms) batches stay as large, and requests as few, as
+    when one tick fired at a time; on one that does not (three busy replicas) they overlap.
+    A batch that fails with ``BackendUnavailable`` (its rows were held again) pauses new
+    batches for ``backoff_ms``, so a store or queue that is down is not asked again at every
+    wake-up."""
 
-    def __init__(self, most: int, backoff_ms: int) -> None:
-        self._most = most
-        self._backoff_ms = backoff_ms
-        self._running: set[asyncio.Task[None]] = set()
-        self.paused_until = 0
+    def __init__(
+        self,
+        backoff_ms: int,
+        on_done: Callable[[], None],
+        most: int = FIRE_BATCHES_IN_FLIGHT,
+        patience_ms: int = FIRE_PATIENCE_MS,
+    ) -> None:
+        self._most, self._backoff_ms, self._patience_ms = most, backoff_ms, patience_ms
+        self._on_done = on_done
+        self._running: dict[asyncio.Task[None], int] = {}  # batch → the instant it began
+        self._paused_until = 0
 
-    async def launch(self, batch: Awaitable[None], now_ms: int) -> None:
-        """Start ``batch``, once fewer than ``most`` run (any failure but a backend's, of a
-        batch that ended, is raised here)."""
-        while len(self._running) >= self._most:
-            done, self._running = await asyncio.wait(
-                self._running, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in done:
-                task.result()
-        self._running.add(asyncio.create_task(self._guarded(batch, now_ms)))
+    def wait_ms(self, now_ms: int) -> int:
+        """How long before a new batch may begin (0: now). Any failure but a backend's, of a
+        batch that ended, is raised here."""
+        for task in [t for t in self._running if t.done()]:
+            del self._running[task]
+            task.result()
+        if now_ms < self._paused_until:
+            return self._paused_until - now_ms
+        if not self._running:
+            return 0
+        if len(self._running) >= self._most:
+            return self._patience_ms  # or sooner: a batch's end wakes the loop
+        return max(0, max(self._running.values()) + self._patience_ms - now_ms)
+
+    def launch(self, batch: Awaitable[None], now_ms: int) -> None:
+        task = asyncio.create_task(self._guarded(batch, now_ms))
+        task.add_done_callback(lambda _: self._on_done())
+        self._running[task] = now_ms
 
     async def _guarded(self, batch: Awaitable[None], now_ms: int) -> None:
         try:
             await batch
         except BackendUnavailable as exc:
             log.warning("dispatch fire failed, retrying: %s", exc)
-            self.paused_until = max(self.paused_until, now_ms + self._backoff_ms)
+            self._paused_until = max(self._paused_until, now_ms + self._backoff_ms)
 
     async def drain(self) -> None:
         """Wait for every batch in flight (at a stop, before the cursors are written)."""
         while self._running:
-            running, self._running = self._running, set()
+            running, self._running = list(self._running), {}
             for task in await asyncio.gather(*running, return_exceptions=True):
                 if isinstance(task, BaseException):
                     raise task

@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from dispatcher.ownership import Ownership
-from dispatcher.pacing import FIRE_BATCHES_IN_FLIGHT, FireBatches, Wakeup, run_loops
+from dispatcher.pacing import FireBatches, Wakeup, run_loops
 from dispatcher.queue_backoff import QueueBackoffs
 from dispatcher.queue_gates import QueueGates
 from dispatcher.schedule_steps import ScheduleStepper
@@ -93,7 +93,7 @@ class Dispatcher:
         self._seq = itertools.count()
         self._last_flush_ms = 0
         self._fire_wakeup = Wakeup()
-        self._batches = FireBatches(FIRE_BATCHES_IN_FLIGHT, self._settings.error_backoff_ms)
+        self._batches = FireBatches(self._settings.error_backoff_ms, self._fire_wakeup.set)
         self._backoff = QueueBackoffs(
             self._settings.error_backoff_ms, self._settings.max_queue_backoff_ms
         )
@@ -147,10 +147,10 @@ class Dispatcher:
 
     async def _fire_step(self, now_ms: int) -> int:
         """Start a batch of what is due; returns when the earliest held row falls due."""
-        if now_ms < self._batches.paused_until:
-            return self._batches.paused_until
+        if wait := self._batches.wait_ms(now_ms):
+            return now_ms + wait
         if batch := self._pop_due(now_ms):
-            await self._batches.launch(self._fire(now_ms, batch), now_ms)
+            self._batches.launch(self._fire(now_ms, batch), now_ms)
         return self._held[0][0] if self._held else now_ms + self._settings.poll_interval_ms
 
     async def _release(self, gates: QueueGates, now_ms: int) -> None:
