@@ -58,11 +58,16 @@ def start(processes: list[Process], *args: str) -> Process:
     return p
 
 
+def serving(data_dir: Path, *extra: str, http: str = "127.0.0.1:0") -> list[str]:
+    """The options of a ``dev`` or ``server`` process on loopback ports of its own."""
+    listen = ["--listen", "127.0.0.1:0", "--http", http]
+    return ["--data-dir", str(data_dir), *listen, "--shards", "16", *extra]
+
+
 def test_a_dev_server_on_the_embedded_default_is_ready(
     tmp_path: Path, processes: list[Process]
 ) -> None:
-    dev = start(processes, "dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0",
-                "--http", "127.0.0.1:0", "--shards", "16")  # fmt: skip
+    dev = start(processes, "dev", *serving(tmp_path))
     base = dev.wait_for(_HTTP).group(1)
     assert probe(base) == (200, {"store": "ok", "history": "ok", "queue": "ok"})
     assert probe(base, "healthz") == (200, "ok\n")
@@ -72,8 +77,7 @@ def test_a_server_whose_queue_does_not_answer_is_alive_but_not_ready(
     tmp_path: Path, processes: list[Process]
 ) -> None:
     queue = f"kafka://127.0.0.1:{closed_port()}"
-    server = start(processes, "server", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0",
-                   "--http", "127.0.0.1:0", "--queue", queue, "--shards", "16")  # fmt: skip
+    server = start(processes, "server", *serving(tmp_path, "--queue", queue))
     base = server.wait_for(_HTTP).group(1)
     status, states = probe(base)
     assert status == 503
@@ -86,14 +90,15 @@ def test_a_server_whose_queue_does_not_answer_is_alive_but_not_ready(
 def test_a_dispatcher_is_ready_with_its_owner_and_not_without_its_queue(
     tmp_path: Path, processes: list[Process]
 ) -> None:
-    ready = start(processes, "dispatcher", "--data-dir", str(tmp_path / "a"), "--shards", "16",
-                  "--metrics", "127.0.0.1:0")  # fmt: skip
+    metrics = ("--shards", "16", "--metrics", "127.0.0.1:0")
+    ready = start(processes, "dispatcher", "--data-dir", str(tmp_path / "a"), *metrics)
     base = ready.wait_for(_HTTP).group(1)
     every = {"store": "ok", "history": "ok", "queue": "ok", "ownership": "ok"}
     eventually(lambda: probe(base) == (200, every), timeout=30)
     queue = f"kafka://127.0.0.1:{closed_port()}"
-    unready = start(processes, "dispatcher", "--data-dir", str(tmp_path / "b"), "--shards", "16",
-                    "--queue", queue, "--metrics", "127.0.0.1:0")  # fmt: skip
+    unready = start(
+        processes, "dispatcher", "--data-dir", str(tmp_path / "b"), "--queue", queue, *metrics
+    )
     base = unready.wait_for(_HTTP).group(1)
 
     def queue_named() -> bool:
@@ -109,11 +114,10 @@ def test_a_dispatcher_is_ready_with_its_owner_and_not_without_its_queue(
 def test_a_worker_is_ready_while_it_reports_to_a_server_and_not_once_the_server_is_gone(
     tmp_path: Path, processes: list[Process]
 ) -> None:
-    dev = start(processes, "dev", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0",
-                "--http", "off", "--shards", "16")  # fmt: skip
+    dev = start(processes, "dev", *serving(tmp_path, http="off"))
     address = dev.wait_for(_LISTENING).group(1)
-    worker = start(processes, "worker", "tests.e2e.worker_app:worker", "--server", address,
-                   "--metrics", "127.0.0.1:0")  # fmt: skip
+    app = "tests.e2e.worker_app:worker"
+    worker = start(processes, "worker", app, "--server", address, "--metrics", "127.0.0.1:0")
     base = worker.wait_for(_HTTP).group(1)
     eventually(lambda: probe(base) == (200, {"server": "ok"}), timeout=30)
     assert dev.stop() == 0
