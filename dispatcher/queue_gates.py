@@ -103,6 +103,10 @@ class QueueGates:
         self._released: dict[RowKey, int] = {}
         self._done: list[DueEntry] = []
         self._release_ms = NEVER
+        # The dispatcher parks rows in its fire batches while its read loop releases: a
+        # lane's read must not answer over a row parked while it was in flight (it would
+        # mark the lane drained with that row unread), so the two take turns.
+        self._lanes_lock = asyncio.Lock()
         self.parked = 0
         self.released = 0
         self.skipped = 0
@@ -135,9 +139,10 @@ class QueueGates:
         for e in batch:
             (go if self._may_go(e, now_ms) else park).append(e)
         if park:
-            await self._holds.park(park)
-            for e in park:
-                self._lane(e.queue, e.shard).parked(e)
+            async with self._lanes_lock:
+                await self._holds.park(park)
+                for e in park:
+                    self._lane(e.queue, e.shard).parked(e)
             self.parked += len(park)
         return go, park
 
@@ -170,9 +175,10 @@ class QueueGates:
             return []
         self._release_ms = now_ms
         out: list[DueEntry] = []
-        for control in list(self._controls.values()):
-            if not control.paused:
-                out += await self._release_queue(control, now_ms)
+        async with self._lanes_lock:
+            for control in list(self._controls.values()):
+                if not control.paused:
+                    out += await self._release_queue(control, now_ms)
         return out
 
     async def _release_queue(self, control: QueueControl, now_ms: int) -> list[DueEntry]:

@@ -3,6 +3,7 @@ store and queue with a manual clock: what fires, in which order, when, and what 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -265,3 +266,44 @@ async def test_a_row_parked_behind_the_reads_loses_none_of_the_rows_read_before_
     for now in range(T0 + 1_000, T0 + 10_000, 1_000):
         released += await gates.release(now)
     assert released == [b, e, c]
+
+
+class _SlowReads:
+    """The hold store, with each read of parked rows held after it read until ``go`` is
+    set: a read whose answer predates a park that finishes while it is in flight."""
+
+    def __init__(self, holds: SqliteQueueHoldStore) -> None:
+        self._holds = holds
+        self.reading = asyncio.Event()
+        self.go = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._holds, name)
+
+    async def read_parked(self, *args: Any) -> list[DueEntry]:
+        rows: list[DueEntry] = await self._holds.read_parked(*args)
+        self.reading.set()
+        await self.go.wait()
+        return rows
+
+
+async def test_a_row_parked_while_a_release_reads_its_lane_is_released(rig: Rig) -> None:
+    # The dispatcher fires in batches apart from its reads (dispatcher.pacing), so a batch
+    # may park a row while a release is reading that row's lane: the read's answer, taken
+    # before the row was written, must not mark the lane drained over it.
+    await rig.holds.set_control(QueueControl("q", rate_per_s=1_000))
+    late = dataclasses.replace(make_task("late", due_ms=T0, shard_count=SHARDS).entry(), shard=0)
+    slow = _SlowReads(rig.holds)
+    gates = QueueGates(slow, SHARDS, SETTINGS)
+    await gates.refresh({0: 1}, T0)
+    releasing = asyncio.create_task(gates.release(T0))
+    await slow.reading.wait()  # the lane read (empty so far), its answer not yet used
+    admitting = asyncio.create_task(gates.admit([late], T0))  # behind the unread lane: parked
+    await asyncio.wait([admitting], timeout=1.0)  # parks at once, unless it waits for the read
+    slow.go.set()
+    assert await releasing == []
+    assert await admitting == ([], [late])
+    released: list[DueEntry] = []
+    for now in range(T0 + 100, T0 + 1_000, 100):
+        released += await gates.release(now)
+    assert released == [late]
