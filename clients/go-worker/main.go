@@ -54,7 +54,7 @@ const (
 
 func main() {
 	hostname, _ := os.Hostname()
-	server := flag.String("server", env("TIKK_SERVER", "127.0.0.1:50051"), "tikk server address (host:port)")
+	server := flag.String("server", env("TIKK_SERVER", "127.0.0.1:50051"), "tikk server address (host:port), a comma-separated list of them, or dns:///NAME:PORT")
 	queues := flag.String("queues", env("TIKK_QUEUES", "default"), "comma-separated queues to work on")
 	queueURL := flag.String("queue-url", os.Getenv("TIKK_QUEUE_URL"), "replaces the queue URL the server hands out (e.g. to name this host's password file)")
 	workerID := flag.String("worker-id", fmt.Sprintf("go-%s-%d", hostname, os.Getpid()), "worker id recorded with each run")

@@ -1,57 +1,28 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tikk-scheduler/tikk/clients/go/tikk"
 )
 
-// dial opens the channel to the server: TLS when a CA is given, and the bearer token (if
-// any) on every call, as tikk/client/transport.py does.
+// dial opens the channel to the servers without waiting for one: address is one server
+// ("host:port"), a comma-separated list of them, or "dns:///NAME:PORT", balanced round robin
+// as the Go client does (a call that fails UNAVAILABLE goes to the next server). TLS when a
+// CA is given; the bearer token (if any) on every call, and in clear only to loopback.
 func dial(address, caFile, serverName, token string) (*grpc.ClientConn, error) {
-	creds := insecure.NewCredentials()
+	var options []tikk.Option
 	if caFile != "" {
-		tlsCreds, err := credentials.NewClientTLSFromFile(caFile, serverName)
-		if err != nil {
-			return nil, fmt.Errorf("server TLS: %w", err)
-		}
-		creds = tlsCreds
+		options = append(options, tikk.WithTLS(caFile, serverName))
 	}
-	options := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 	if token != "" {
-		// Like the Python transport: a token goes in clear only to this machine.
-		if caFile == "" && !loopback(address) {
-			return nil, fmt.Errorf("a token is sent over TLS only (or to a loopback address); give -tls-ca")
-		}
-		options = append(options, grpc.WithPerRPCCredentials(bearer(token)))
+		options = append(options, tikk.WithToken(token))
 	}
-	return grpc.NewClient(address, options...)
-}
-
-// bearer sends "authorization: Bearer <token>" with every call.
-type bearer string
-
-func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
-	return map[string]string{"authorization": "Bearer " + string(b)}, nil
-}
-
-// RequireTransportSecurity is false so that a loopback server without TLS works; dial
-// refuses a token in clear to any other address.
-func (bearer) RequireTransportSecurity() bool { return false }
-
-func loopback(address string) bool {
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		host = address
-	}
-	ip := net.ParseIP(host)
-	return host == "localhost" || (ip != nil && ip.IsLoopback())
+	return tikk.Connect(address, options...)
 }
 
 // readToken reads the token from file (its first line), else from $TIKK_TOKEN.

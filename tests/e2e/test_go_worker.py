@@ -31,6 +31,7 @@ from tests.e2e.auth_stack import LISTENING, tikk
 from tests.e2e.conftest import ROOT, Process
 from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, in_ci, require, with_login
 from tests.waiting import eventually
+from tests.worker_server import free_port
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
@@ -92,9 +93,8 @@ class GoStack:
         client_token = self.credential("client", f"write:{NS}").read_text().strip()
         pki = make_dev_pki(self.tmp / "pki")
         self.ca = str(pki.ca_cert)
-        tls = ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
-        server = self.spawn(["server", *self.backend, "--listen", "127.0.0.1:0", "--auth", *tls])
-        self.address = f"127.0.0.1:{server.wait_for(LISTENING, timeout=60).group(1)}"
+        self.tls = ["--tls-cert", str(pki.server_cert), "--tls-key", str(pki.server_key)]
+        self.address = self.start_server(0)[0]
         dispatcher = self.spawn(["dispatcher", *self.backend])
         dispatcher.wait_for(re.compile("dispatcher running"), timeout=60)
         self.start_worker(1)
@@ -106,12 +106,20 @@ class GoStack:
         self.tasks: Any = tasks_pb2_grpc.TaskServiceStub(self.channel)
         self.history: Any = history_pb2_grpc.HistoryServiceStub(self.channel)
 
-    def start_worker(self, n: int) -> None:
-        """Start Go worker ``n`` (its worker id ends in ``-n``), once the last one stopped."""
+    def start_server(self, port: int) -> tuple[str, Process]:
+        """A server on ``port`` (0: any free one); its address and process."""
+        listen = ["--listen", f"127.0.0.1:{port}", "--auth", *self.tls]
+        server = self.spawn(["server", *self.backend, *listen])
+        return f"127.0.0.1:{server.wait_for(LISTENING, timeout=60).group(1)}", server
+
+    def start_worker(self, n: int, servers: str = "") -> None:
+        """Start Go worker ``n`` (its worker id ends in ``-n``), once the last one stopped,
+        on ``servers`` (``-server``; the first server's address by default)."""
         if n > 1:
             self.worker.stop()
         self.worker_id = f"go-e2e-{self.tag}-{n}"
-        args = ["-server", self.address, "-queues", QUEUE, "-worker-id", self.worker_id,
+        server = servers or self.address
+        args = ["-server", server, "-queues", QUEUE, "-worker-id", self.worker_id,
                 "-token-file", str(self.worker_token), "-tls-ca", self.ca]  # fmt: skip
         self.worker = GoWorker(self.binary, args)
         self.processes.append(self.worker)
@@ -288,3 +296,34 @@ def test_a_restarted_go_worker_runs_nothing_it_committed(go: GoStack) -> None:
     assert {r.worker_id for r in runs_of(go, "before-restart")} == {first}
     assert {r.worker_id for r in runs_of(go, "after-restart")} == {go.worker_id}
     assert go.worker_id != first
+
+
+def test_a_go_worker_given_two_servers_loses_no_result_when_either_is_killed(go: GoStack) -> None:
+    """``-server B,C`` balances over both. B is killed (``-9``) while tasks fire, started
+    again on its port, then C is killed: whichever held the worker's result stream, the
+    worker reports on the other, and every task succeeds, on time, with no result refused."""
+    ports = [free_port(), free_port()]
+    servers = {port: go.start_server(port)[1] for port in ports}
+    go.start_worker(3, ",".join(f"127.0.0.1:{port}" for port in ports))
+    due = time.time_ns() // 1_000_000 + 2_000
+    ids = [f"failover-{i}" for i in range(60)]
+    for i, task_id in enumerate(ids):  # one every 200 ms, over 12 s
+        create(go, task_id, "echo", due + i * 200)
+    _sleep_until(due + 3_000)
+    servers[ports[0]].kill9()
+    servers[ports[0]] = go.start_server(ports[0])[1]
+    _sleep_until(due + 8_000)
+    servers[ports[1]].kill9()
+    tasks = {t: eventually(partial(settled, go, t), timeout=120, every=0.5) for t in ids}
+    assert {t: task.state for t, task in tasks.items()} == dict.fromkeys(
+        ids, tasks_pb2.TASK_STATE_SUCCEEDED
+    )
+    for task_id in ids:
+        assert_echoed(go, task_id, due)
+    assert not [line for line in go.worker.lines if "refused for good" in line], go.worker.output()
+    # One of the two kills took the stream's server: the worker moved, it did not just wait.
+    assert [line for line in go.worker.lines if "result stream lost" in line], go.worker.output()
+
+
+def _sleep_until(at_ms: int) -> None:
+    time.sleep(max(0.0, at_ms / 1000 - time.time()))

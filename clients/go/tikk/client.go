@@ -87,15 +87,7 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	servers, err := parseServers(addr)
-	if err != nil {
-		return nil, err
-	}
-	dial, err := o.dialOptions(servers)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := grpc.NewClient(servers.target, append(dial, o.dial...)...)
+	conn, err := o.connect(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -110,6 +102,30 @@ func Dial(ctx context.Context, addr string, opts ...Option) (*Client, error) {
 		history:   tikkv1.NewHistoryServiceClient(conn),
 		schedules: tikkv1.NewScheduleServiceClient(conn),
 	}, nil
+}
+
+// Connect opens a connection to the servers at addr as Dial does (the same forms of addr and
+// the same options) without waiting for one of them: calls made before a server answers
+// wait for it if they ask to (grpc.WaitForReady), else fail UNAVAILABLE. For the generated
+// clients of processes that may start before their servers, such as a worker.
+func Connect(addr string, opts ...Option) (*grpc.ClientConn, error) {
+	o := options{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.connect(addr)
+}
+
+func (o *options) connect(addr string) (*grpc.ClientConn, error) {
+	servers, err := parseServers(addr)
+	if err != nil {
+		return nil, err
+	}
+	dial, err := o.dialOptions(servers)
+	if err != nil {
+		return nil, err
+	}
+	return grpc.NewClient(servers.target, append(dial, o.dial...)...)
 }
 
 func (o *options) dialOptions(s servers) ([]grpc.DialOption, error) {
