@@ -287,7 +287,7 @@ def _add_services(
         HistoryService(ops.history, ops.tasks, settings, clock), server
     )
     worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-        WorkerService(ops.results, ops.tasks, settings), server
+        WorkerService(ops.results, ops.tasks, settings, clock), server
     )
     schedules_pb2_grpc.add_ScheduleServiceServicer_to_server(
         ScheduleService(ops.schedules, settings, clock), server

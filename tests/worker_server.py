@@ -9,6 +9,7 @@ per call: finish the call cleanly or abort it after some results.
 from __future__ import annotations
 
 import socket
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -50,6 +51,8 @@ class WorkerServer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
         self.batches = batches
         self.batch_messages = 0
         self.script: list[tuple[str, int]] = []
+        self.tells_time = True  # GetWorkerConfig's server_time: this machine's clock
+        self.config_calls = 0
         self._server: grpc.aio.Server | None = None
 
     @property
@@ -75,6 +78,9 @@ class WorkerServer(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
     ) -> worker_pb2.GetWorkerConfigResponse:
         response = worker_pb2.GetWorkerConfigResponse(queue_url=self.queue_url)
         response.visibility_timeout.FromMilliseconds(60_000)
+        if self.tells_time:
+            response.server_time.FromMilliseconds(time.time_ns() // 1_000_000)
+        self.config_calls += 1
         return response
 
     async def ReportResultBatches(

@@ -21,6 +21,13 @@ exceed ``limit`` by the runs a handler's limits released while every slot was bu
 concurrency limit, the run releasing the place still holds its slot for a moment; with a rate,
 starts may fall due while the slots are busy).
 
+A delivery that arrived before it is due (the dispatcher's lead, ``worker_sdk.lead``) is
+*early*: it holds no handler slot and no place in the backlog until it is due, only a place
+among the early ones (``max_early``; the lead bounds how many arrive, this bounds memory if a
+dispatcher's lead is larger than the worker expects). Once due it takes a handler slot as soon
+as one is free, before the Worker fetches more. A worker that steps aside drops its early
+runs: their messages go to other workers, which start them at their due time.
+
 While a message is held, its lease is renewed through the consumer the message came from, even
 after the Worker moved on to a fresh one.
 """
@@ -30,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from worker_sdk.queues.consumer import Message, QueueConsumer
@@ -82,12 +90,15 @@ class InFlight:
     in flight each time (that cost grew with the limit).
     """
 
-    def __init__(self, limit: int, backlog: int | None = None) -> None:
+    def __init__(self, limit: int, backlog: int | None = None, max_early: int = 10_000) -> None:
         self.backlog = backlog_for(limit, limit if backlog is None else backlog)
         self.limit = limit
+        self.max_early = max_early
         self._runs: dict[asyncio.Task[None], Held] = {}
         self._reporting: set[asyncio.Task[None]] = set()  # handler returned, message held
         self._waiting: set[asyncio.Task[None]] = set()  # held by its handler's own limits
+        self._early: set[asyncio.Task[None]] = set()  # not due yet (or due, without a slot)
+        self._slot = asyncio.Event()  # set whenever a handler slot may have freed
         self._ended = asyncio.Event()
         self._woken = False
         self._full = False  # whether the backlog filled and has not drained to half
@@ -98,7 +109,7 @@ class InFlight:
     @property
     def running(self) -> int:
         """How many runs hold a handler slot."""
-        return len(self._runs) - len(self._reporting) - len(self._waiting)
+        return len(self._runs) - len(self._reporting) - len(self._waiting) - len(self._early)
 
     @property
     def reporting(self) -> int:
@@ -111,13 +122,14 @@ class InFlight:
         """How many messages may be fetched now: a handler slot for each, room in the backlog
         for each once its handler returns, and a place among the waiting for each in case its
         handler's limits hold it."""
-        waiting = len(self._waiting)
+        waiting, early = len(self._waiting), len(self._early)
         return max(
             0,
             min(
                 self.limit - self.running,
-                self.backlog - (len(self._runs) - waiting),
+                self.backlog - (len(self._runs) - waiting - early),
                 WAITING_PER_SLOT * self.limit - waiting,
+                self.max_early - early,
             ),
         )
 
@@ -132,7 +144,43 @@ class InFlight:
         run = asyncio.current_task()
         if run is not None and run in self._runs and run not in self._reporting:
             self._reporting.add(run)
-            self._ended.set()
+            self._freed()
+
+    @property
+    def early(self) -> int:
+        """How many runs wait for their due time (or, due, for a handler slot)."""
+        return len(self._early)
+
+    async def hold_early(self, until_due: Awaitable[None]) -> None:
+        """Called by a run (the current task) whose delivery is not due yet: it holds no
+        handler slot while ``until_due`` runs, then waits for a free one."""
+        run = asyncio.current_task()
+        if run is None or run not in self._runs:
+            await until_due
+            return
+        self._early.add(run)
+        self._freed()
+        try:
+            await until_due
+            while self.running >= self.limit:
+                self._slot.clear()
+                await self._slot.wait()
+        finally:
+            self._early.discard(run)
+
+    def drop_early(self) -> int:
+        """Cancel the runs not started yet for their due time (the worker steps aside:
+        their messages go to other workers); how many."""
+        early = list(self._early)
+        for run in early:
+            run.cancel()
+        if early:
+            log.warning("%d early deliveries dropped unstarted: others take them", len(early))
+        return len(early)
+
+    def _freed(self) -> None:
+        self._ended.set()
+        self._slot.set()
 
     def waiting(self) -> None:
         """Called by a run (the current task) that waits for its handler's limits: it holds
@@ -140,7 +188,7 @@ class InFlight:
         run = asyncio.current_task()
         if run is not None and run in self._runs:
             self._waiting.add(run)
-            self._ended.set()
+            self._freed()
 
     def admitted(self) -> None:
         """Called by a run once its handler's limits let it start (or it stopped waiting)."""
@@ -152,7 +200,8 @@ class InFlight:
         del self._runs[run]
         self._reporting.discard(run)
         self._waiting.discard(run)
-        self._ended.set()
+        self._early.discard(run)
+        self._freed()
         if self._full:
             self._note_backlog()
 

@@ -59,6 +59,7 @@ from worker_sdk.gates import HandlerGates
 from worker_sdk.handlers import HandlerOptions, HandlerSpec, handler_spec
 from worker_sdk.inflight import Held, InFlight, backlog_for
 from worker_sdk.intake import Intake, check_queues
+from worker_sdk.lead import ServerClock, probe, until_due
 from worker_sdk.middleware import Middleware, Next, RunCall
 from worker_sdk.queues.consumer import GroupTiming, Message, QueueConsumer
 from worker_sdk.reporting import may_start, report_until_settled
@@ -146,6 +147,7 @@ class Worker:
         # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
         self.telemetry = telemetry or NoTelemetry()
         self._clock, self._wall_clock = clock, wall_clock or SystemClock()
+        self.server_clock = ServerClock(self._wall_clock, clock)
         # Runs whose task is cancelled while they go on are stopped (``cancels.every_s``).
         self.cancels = CancelWatch(clock=clock)
         # How ``run`` reaches the server (TLS, client certificate, token); plaintext if None.
@@ -246,16 +248,19 @@ class Worker:
             config = await worker_config(stub, server, stop)
             if config is None:
                 return self.completed
+            self.server_clock.sample(config)
             visibility_ms = max(1000, config.visibility_timeout.ToMilliseconds())
             url = queue_url or config.queue_url
             intake = Intake(url, self.queues, visibility_ms, self.group_timing, self._wall_clock)
             try:
                 async with self._outbound(stub) as out:
                     watch = asyncio.create_task(self.cancels.watch(stub))
+                    probing = asyncio.create_task(probe(stub, self.server_clock))
                     try:
                         await self._loop(intake, out, stop, burst, visibility_ms)
                     finally:
                         watch.cancel()
+                        probing.cancel()
             finally:
                 await intake.close()  # after the commits that go to its consumers
         return self.completed
@@ -326,7 +331,7 @@ class Worker:
             await asyncio.sleep(1.0)
             return 0
         for message in messages:
-            run = asyncio.create_task(self._process(consumer, out, message, inflight.ran))
+            run = asyncio.create_task(self._process(consumer, out, message, inflight))
             inflight.add(run, Held(consumer, message))
         return len(messages)
 
@@ -343,6 +348,7 @@ class Worker:
         paused_at = self._clock()
         await out.commits.flush()  # what was acknowledged is not handed to others again
         await intake.close()
+        self._inflight.drop_early()
         while not stop.is_set() and out.results.waiting_s() > self.report_timeout_s:
             await sleep_unless(stop, _CHECK_S)
         if not stop.is_set():
@@ -353,17 +359,19 @@ class Worker:
             )
 
     async def _process(
-        self, consumer: QueueConsumer, out: _Outbound, message: Message, ran: Callable[[], None]
+        self, consumer: QueueConsumer, out: _Outbound, message: Message, inflight: InFlight
     ) -> None:
-        """Run ``message`` and report its result until the server records it; only then is the
-        message committed (with the next batch). ``ran`` frees its handler slot as soon as the
-        handler returned: waiting for the server delays no start, only the commit."""
+        """Run ``message`` once it is due and report its result until the server records it;
+        only then is the message committed (with the next batch). Its handler slot frees as
+        soon as the handler returned: waiting for the server delays no start, only the commit."""
+        if self.server_clock.now_ms() < message.delivery.due_time.ToMilliseconds():
+            await inflight.hold_early(until_due(self.server_clock, message.delivery))
         now_ms = self._wall_clock.now_ms()
         if not await may_start(out.results, message, self.worker_id, now_ms):
             out.commits.add(consumer, message)  # dead-lettered by its start timeout: not run
             return
         result = await self.execute(message)
-        ran()
+        inflight.ran()
         if await report_until_settled(out.results, result):
             self.completed += 1
         else:

@@ -16,11 +16,12 @@ from server.ops.refusals import ResultRefused, StartTooLate
 from server.ops.results import ResultRecorder
 from server.ops.tasks import RunningAttempt, TaskOps
 from tikk import delivery_codec
+from tikk.clock import Clock
 from tikk.delivery_tokens import TokenRefused
 from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import ResultKind, RunReport
 from tikk.settings import Settings
-from tikk.timestamps import to_duration
+from tikk.timestamps import to_duration, to_timestamp
 from tikk.urls import redact
 from tikk.v1 import worker_pb2, worker_pb2_grpc
 
@@ -34,10 +35,13 @@ _REFUSALS = (TokenRefused, ResultRefused, StartTooLate)
 
 
 class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc]
-    def __init__(self, results: ResultRecorder, tasks: TaskOps, settings: Settings) -> None:
+    def __init__(
+        self, results: ResultRecorder, tasks: TaskOps, settings: Settings, clock: Clock
+    ) -> None:
         self._results = results
         self._tasks = tasks
         self._settings = settings
+        self._clock = clock
 
     async def GetWorkerConfig(
         self, request: worker_pb2.GetWorkerConfigRequest, context: Ctx
@@ -46,6 +50,7 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
             # Never a password: a worker supplies its own (``tikk worker --queue-url``).
             queue_url=redact(self._settings.queue_url),
             visibility_timeout=to_duration(self._settings.visibility_timeout_ms),
+            server_time=to_timestamp(self._clock.now_ms()),
         )
 
     async def CheckCancellations(

@@ -143,12 +143,14 @@ class GetWorkerConfigRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetWorkerConfigResponse(_message.Message):
-    __slots__ = ("queue_url", "visibility_timeout")
+    __slots__ = ("queue_url", "visibility_timeout", "server_time")
     QUEUE_URL_FIELD_NUMBER: _ClassVar[int]
     VISIBILITY_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    SERVER_TIME_FIELD_NUMBER: _ClassVar[int]
     queue_url: str
     visibility_timeout: _duration_pb2.Duration
-    def __init__(self, queue_url: _Optional[str] = ..., visibility_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    server_time: _timestamp_pb2.Timestamp
+    def __init__(self, queue_url: _Optional[str] = ..., visibility_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., server_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RunningAttempt(_message.Message):
     __slots__ = ("namespace", "task_id", "queue", "attempt", "due_time")

@@ -663,8 +663,12 @@ type GetWorkerConfigResponse struct {
 	QueueUrl string `protobuf:"bytes,1,opt,name=queue_url,json=queueUrl,proto3" json:"queue_url,omitempty"`
 	// How long a consumer may hold a message before it is handed to another worker.
 	VisibilityTimeout *durationpb.Duration `protobuf:"bytes,2,opt,name=visibility_timeout,json=visibilityTimeout,proto3" json:"visibility_timeout,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The server's clock as it answered. A delivery may arrive before its due_time (the
+	// dispatcher's lead); a worker starts it only once the server's clock has reached due_time,
+	// and measures its own clock's offset from this (ask again now and then: clocks drift).
+	ServerTime    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=server_time,json=serverTime,proto3" json:"server_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetWorkerConfigResponse) Reset() {
@@ -707,6 +711,13 @@ func (x *GetWorkerConfigResponse) GetQueueUrl() string {
 func (x *GetWorkerConfigResponse) GetVisibilityTimeout() *durationpb.Duration {
 	if x != nil {
 		return x.VisibilityTimeout
+	}
+	return nil
+}
+
+func (x *GetWorkerConfigResponse) GetServerTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ServerTime
 	}
 	return nil
 }
@@ -940,10 +951,12 @@ const file_tikk_v1_worker_proto_rawDesc = "" +
 	"\aresults\x18\x01 \x03(\v2\x12.tikk.v1.RunResultR\aresults\"8\n" +
 	"\x0eResultAckBatch\x12&\n" +
 	"\x04acks\x18\x01 \x03(\v2\x12.tikk.v1.ResultAckR\x04acks\"\x18\n" +
-	"\x16GetWorkerConfigRequest\"\x80\x01\n" +
+	"\x16GetWorkerConfigRequest\"\xbd\x01\n" +
 	"\x17GetWorkerConfigResponse\x12\x1b\n" +
 	"\tqueue_url\x18\x01 \x01(\tR\bqueueUrl\x12H\n" +
-	"\x12visibility_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\"\xae\x01\n" +
+	"\x12visibility_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x11visibilityTimeout\x12;\n" +
+	"\vserver_time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"serverTime\"\xae\x01\n" +
 	"\x0eRunningAttempt\x12\x1c\n" +
 	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -1021,22 +1034,23 @@ var file_tikk_v1_worker_proto_depIdxs = []int32{
 	3,  // 14: tikk.v1.RunResultBatch.results:type_name -> tikk.v1.RunResult
 	4,  // 15: tikk.v1.ResultAckBatch.acks:type_name -> tikk.v1.ResultAck
 	15, // 16: tikk.v1.GetWorkerConfigResponse.visibility_timeout:type_name -> google.protobuf.Duration
-	14, // 17: tikk.v1.RunningAttempt.due_time:type_name -> google.protobuf.Timestamp
-	9,  // 18: tikk.v1.CheckCancellationsRequest.runs:type_name -> tikk.v1.RunningAttempt
-	9,  // 19: tikk.v1.CheckCancellationsResponse.cancelled:type_name -> tikk.v1.RunningAttempt
-	7,  // 20: tikk.v1.WorkerService.GetWorkerConfig:input_type -> tikk.v1.GetWorkerConfigRequest
-	3,  // 21: tikk.v1.WorkerService.ReportResults:input_type -> tikk.v1.RunResult
-	5,  // 22: tikk.v1.WorkerService.ReportResultBatches:input_type -> tikk.v1.RunResultBatch
-	10, // 23: tikk.v1.WorkerService.CheckCancellations:input_type -> tikk.v1.CheckCancellationsRequest
-	8,  // 24: tikk.v1.WorkerService.GetWorkerConfig:output_type -> tikk.v1.GetWorkerConfigResponse
-	4,  // 25: tikk.v1.WorkerService.ReportResults:output_type -> tikk.v1.ResultAck
-	6,  // 26: tikk.v1.WorkerService.ReportResultBatches:output_type -> tikk.v1.ResultAckBatch
-	11, // 27: tikk.v1.WorkerService.CheckCancellations:output_type -> tikk.v1.CheckCancellationsResponse
-	24, // [24:28] is the sub-list for method output_type
-	20, // [20:24] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	14, // 17: tikk.v1.GetWorkerConfigResponse.server_time:type_name -> google.protobuf.Timestamp
+	14, // 18: tikk.v1.RunningAttempt.due_time:type_name -> google.protobuf.Timestamp
+	9,  // 19: tikk.v1.CheckCancellationsRequest.runs:type_name -> tikk.v1.RunningAttempt
+	9,  // 20: tikk.v1.CheckCancellationsResponse.cancelled:type_name -> tikk.v1.RunningAttempt
+	7,  // 21: tikk.v1.WorkerService.GetWorkerConfig:input_type -> tikk.v1.GetWorkerConfigRequest
+	3,  // 22: tikk.v1.WorkerService.ReportResults:input_type -> tikk.v1.RunResult
+	5,  // 23: tikk.v1.WorkerService.ReportResultBatches:input_type -> tikk.v1.RunResultBatch
+	10, // 24: tikk.v1.WorkerService.CheckCancellations:input_type -> tikk.v1.CheckCancellationsRequest
+	8,  // 25: tikk.v1.WorkerService.GetWorkerConfig:output_type -> tikk.v1.GetWorkerConfigResponse
+	4,  // 26: tikk.v1.WorkerService.ReportResults:output_type -> tikk.v1.ResultAck
+	6,  // 27: tikk.v1.WorkerService.ReportResultBatches:output_type -> tikk.v1.ResultAckBatch
+	11, // 28: tikk.v1.WorkerService.CheckCancellations:output_type -> tikk.v1.CheckCancellationsResponse
+	25, // [25:29] is the sub-list for method output_type
+	21, // [21:25] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_tikk_v1_worker_proto_init() }

@@ -214,7 +214,15 @@ export interface GetWorkerConfigResponse {
   /** Where workers consume from, e.g. "local:///var/lib/tikk/queue.db" or "kafka://host:port". */
   queueUrl: string;
   /** How long a consumer may hold a message before it is handed to another worker. */
-  visibilityTimeout: Duration | undefined;
+  visibilityTimeout:
+    | Duration
+    | undefined;
+  /**
+   * The server's clock as it answered. A delivery may arrive before its due_time (the
+   * dispatcher's lead); a worker starts it only once the server's clock has reached due_time,
+   * and measures its own clock's offset from this (ask again now and then: clocks drift).
+   */
+  serverTime: Date | undefined;
 }
 
 /** An attempt a worker is running, as its delivery names it. */
@@ -1542,7 +1550,7 @@ export const GetWorkerConfigRequest: MessageFns<GetWorkerConfigRequest> = {
 };
 
 function createBaseGetWorkerConfigResponse(): GetWorkerConfigResponse {
-  return { queueUrl: "", visibilityTimeout: undefined };
+  return { queueUrl: "", visibilityTimeout: undefined, serverTime: undefined };
 }
 
 export const GetWorkerConfigResponse: MessageFns<GetWorkerConfigResponse> = {
@@ -1552,6 +1560,9 @@ export const GetWorkerConfigResponse: MessageFns<GetWorkerConfigResponse> = {
     }
     if (message.visibilityTimeout !== undefined) {
       Duration.encode(message.visibilityTimeout, writer.uint32(18).fork()).join();
+    }
+    if (message.serverTime !== undefined) {
+      Timestamp.encode(toTimestamp(message.serverTime), writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -1585,6 +1596,14 @@ export const GetWorkerConfigResponse: MessageFns<GetWorkerConfigResponse> = {
             message.visibilityTimeout = Duration.decode(reader, reader.uint32());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.serverTime = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1609,6 +1628,11 @@ export const GetWorkerConfigResponse: MessageFns<GetWorkerConfigResponse> = {
         : isSet(object.visibility_timeout)
         ? Duration.fromJSON(object.visibility_timeout)
         : undefined,
+      serverTime: isSet(object.serverTime)
+        ? fromJsonTimestamp(object.serverTime)
+        : isSet(object.server_time)
+        ? fromJsonTimestamp(object.server_time)
+        : undefined,
     };
   },
 
@@ -1619,6 +1643,9 @@ export const GetWorkerConfigResponse: MessageFns<GetWorkerConfigResponse> = {
     }
     if (message.visibilityTimeout !== undefined) {
       obj.visibilityTimeout = Duration.toJSON(message.visibilityTimeout);
+    }
+    if (message.serverTime !== undefined) {
+      obj.serverTime = message.serverTime.toISOString();
     }
     return obj;
   },
@@ -1632,6 +1659,7 @@ export const GetWorkerConfigResponse: MessageFns<GetWorkerConfigResponse> = {
     message.visibilityTimeout = (object.visibilityTimeout !== undefined && object.visibilityTimeout !== null)
       ? Duration.fromPartial(object.visibilityTimeout)
       : undefined;
+    message.serverTime = object.serverTime ?? undefined;
     return message;
   },
 };
