@@ -1,5 +1,5 @@
 """The dispatcher: reads only the due slice of each owned shard, holds the next few seconds in
-memory, and publishes each task at its due instant.
+memory, and publishes each task ``lead_ms`` before its due instant (its worker starts it then).
 
 Per shard it keeps a cursor (persisted: every index row with second <= cursor was handed to
 the ready queue) and reads rows after it in three ways:
@@ -202,12 +202,12 @@ class Dispatcher:
     async def _rescan(
         self, shard: int, st: ShardState, now_ms: int, forward: tuple[int, str]
     ) -> None:
-        """Read again from the last second up to one rescan interval ahead, for rows created
-        after their second was read. Not the whole prefetch window: a row created due later
-        in it is read by a later rescan, still before it is due, so each row is read again
-        only while it is close to due (the forward scan reads beyond ``forward``)."""
+        """Read again from the last second up to the lead and one rescan interval ahead, for
+        rows created after their second was read. Not the whole prefetch window: a row created
+        due later in it is read by a later rescan, still before its lead begins, so each row
+        is read again only while it is close to due (the forward scan reads past ``forward``)."""
         start = (max(st.swept + 1, second_of(now_ms) - 1), "")
-        horizon = second_of(now_ms + self._settings.rescan_interval_ms)
+        horizon = second_of(now_ms + self._settings.lead_ms + self._settings.rescan_interval_ms)
         if start < forward:
             await self._read(shard, st, start, min(horizon, forward[0]))
 
@@ -251,7 +251,7 @@ class Dispatcher:
             self.stats.handed_off_skipped += 1
             return
         st.unacked[key] = row.second
-        self._push(row.due_ms, row)
+        self._push(row.goes_out_ms(self._settings.lead_ms), row)
 
     def _push(self, fire_at_ms: int, entry: DueEntry) -> None:
         heapq.heappush(self._held, (fire_at_ms, next(self._seq), entry))
@@ -391,7 +391,7 @@ class Dispatcher:
     def _hold_again(self, entries: list[DueEntry], fire_at_ms: int) -> None:
         """Put popped rows back: they are still unacknowledged and must go out later."""
         for entry in entries:
-            self._push(max(entry.due_ms, fire_at_ms), entry)
+            self._push(max(entry.goes_out_ms(self._settings.lead_ms), fire_at_ms), entry)
 
     async def _admit(self, gates: QueueGates, batch: list[DueEntry], now_ms: int) -> list[DueEntry]:
         """The rows that may go out now; the rest were parked and no longer hold the cursor."""

@@ -190,6 +190,10 @@ class DueEntry:
         by (``start_deadline``). The dispatcher expires the attempt if no worker started it."""
         return self.attempt < 0
 
+    def goes_out_ms(self, lead_ms: int) -> int:
+        """When it goes out: a task ``lead_ms`` before due, a tick or deadline at due."""
+        return self.due_ms if self.is_tick or self.is_start_deadline else self.due_ms - lead_ms
+
     def start_deadline(self) -> DueEntry:
         """The row that comes due when this attempt's start timeout runs out. It shares the
         task's clustering key, in a later second than the attempt's own row, and is written

@@ -121,6 +121,12 @@ class DispatchSettings:
     poll_interval_ms: int = 100
     # How far ahead of now rows are read into memory.
     prefetch_ms: int = 2_000
+    # How long before its due time a task is handed to its queue: the worker holds it and
+    # starts it at its due instant by the server's clock (``worker_sdk.lead``), so the
+    # pipeline's latency up to this much never lands on the start. A plain cancel of a task
+    # already handed over is refused, so this is also how early cancels end. 0: at the due
+    # instant. Below ``prefetch_ms`` (rows must be read before their lead begins).
+    lead_ms: int = 500
     # Re-read the current second and the prefetch window this often, to catch tasks created
     # already due (their lateness is at most about this).
     rescan_interval_ms: int = 250
@@ -154,6 +160,13 @@ class DispatchSettings:
     # Rows per second released from a queue's parked rows when it has no rate of its own
     # (resumed after a pause), per dispatcher.
     release_per_s: int = 1_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.lead_ms < self.prefetch_ms:
+            raise ValueError(
+                f"lead_ms ({self.lead_ms}) must be at least 0 and below prefetch_ms "
+                f"({self.prefetch_ms}): a task must be read before its lead begins"
+            )
 
 
 @dataclass(frozen=True)

@@ -109,7 +109,11 @@ def apply(base: Settings, document: Mapping[str, Any], source: str,
         values = _from_file(section, document.get(section.name, {}), source)
         values.update(_from_env(section, env))
         if values:
-            settings = section.put(settings, replace(section.get(settings), **values))
+            try:
+                part = replace(section.get(settings), **values)
+            except ValueError as exc:  # a combination its dataclass refuses
+                raise InvalidArgument("--config", f"[{section.name}]: {exc}") from None
+            settings = section.put(settings, part)
     return settings
 
 

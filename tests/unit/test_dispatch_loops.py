@@ -23,7 +23,9 @@ from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 4
-SETTINGS = DispatchSettings(prefetch_ms=3_000, rescan_interval_ms=250, late_write_grace_s=5)
+SETTINGS = DispatchSettings(
+    prefetch_ms=3_000, rescan_interval_ms=250, late_write_grace_s=5, lead_ms=0
+)
 
 
 class HangingStore(SqliteTaskStore):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -21,8 +21,14 @@ from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 4
+# At the due instant (no lead): these tests time the dispatcher itself; the lead's own
+# tests give one.
 SETTINGS = DispatchSettings(
-    prefetch_ms=2_000, rescan_interval_ms=250, late_write_grace_s=5, cursor_flush_interval_ms=0
+    prefetch_ms=2_000,
+    rescan_interval_ms=250,
+    late_write_grace_s=5,
+    cursor_flush_interval_ms=0,
+    lead_ms=0,
 )
 
 
@@ -94,6 +100,47 @@ async def test_fires_at_due_instant_not_before(rig: Rig) -> None:
     assert wake == due  # held in memory: the next step is at the due millisecond
     await d.tick(due)
     assert await rig.published() == [("a", due)]
+
+
+LEAD = replace(SETTINGS, lead_ms=400)
+
+
+async def test_a_task_goes_out_its_lead_before_due_and_not_sooner(rig: Rig) -> None:
+    due = T0 + 10_123
+    await rig.store.create(make_task("a", due_ms=due, shard_count=SHARDS))
+    d = rig.dispatcher(settings=LEAD)
+    for now in (T0, T0 + 8_500, due - 401):
+        wake = await d.tick(now)
+        assert await rig.published() == []
+    assert wake == due - 400
+    await d.tick(due - 400)
+    [message] = await rig.consumer.fetch(10)
+    # The delivery names its due time: the worker holds it until then (worker_sdk.lead).
+    assert message.delivery.fired_time.ToMilliseconds() == due - 400
+    assert message.delivery.due_time.ToMilliseconds() == due
+
+
+async def test_a_task_created_inside_its_lead_goes_out_when_read(rig: Rig) -> None:
+    d = rig.dispatcher(settings=LEAD)
+    for now in range(T0, T0 + 10_000, 100):
+        await d.tick(now)
+    now = T0 + 10_000
+    await rig.store.create(make_task("soon", due_ms=now + 300, shard_count=SHARDS))
+    await rig.store.create(make_task("later", due_ms=now + 1_200, shard_count=SHARDS))
+    sent: list[tuple[str, int]] = []
+    for t in range(now, now + 2_000, 50):
+        await d.tick(t)
+        sent += await rig.published()
+    fired = dict(sent)
+    assert now <= fired["soon"] <= now + LEAD.rescan_interval_ms + 50  # before it is due
+    assert fired["later"] == now + 1_200 - 400  # read by a rescan before its lead began
+
+
+def test_ticks_and_start_deadlines_go_out_at_their_instant() -> None:
+    task = make_task("a", due_ms=T0, shard_count=SHARDS).entry()
+    tick = replace(task, attempt=0, schedule_id="s")
+    assert (task.goes_out_ms(400), tick.goes_out_ms(400)) == (T0 - 400, T0)
+    assert task.start_deadline().goes_out_ms(400) == task.start_deadline().due_ms
 
 
 async def test_each_row_is_published_once_across_many_ticks(rig: Rig) -> None:

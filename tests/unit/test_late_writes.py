@@ -29,7 +29,7 @@ from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 2
 GRACE_S = 5
-SETTINGS = DispatchSettings(late_write_grace_s=GRACE_S, rescan_interval_ms=250)
+SETTINGS = DispatchSettings(late_write_grace_s=GRACE_S, rescan_interval_ms=250, lead_ms=0)
 DRAIN_MS = 20_000
 
 

@@ -28,8 +28,9 @@ from tikk.store.sqlite.tasks import SqliteTaskStore
 from worker_sdk.queues.local import LocalQueueConsumer
 
 SHARDS = 4
-SETTINGS = DispatchSettings(cursor_flush_interval_ms=0, queue_control_refresh_ms=0,
-                            release_per_s=100)  # fmt: skip
+SETTINGS = DispatchSettings(
+    cursor_flush_interval_ms=0, queue_control_refresh_ms=0, release_per_s=100, lead_ms=0
+)
 
 
 @dataclass

@@ -62,6 +62,8 @@ def test_the_environment_wins_over_the_file() -> None:
         ({"quota_defaults": {"task_retention_seconds": 2**63 - 1}}, {}, "--config",
          "at most 316,224,000 (ten years)"),
         ({"deadlines": {"call_ms": "3661d"}}, {}, "--config", "(ten years)"),
+        ({"dispatcher": {"lead_ms": "3s"}}, {}, "--config",
+         "[dispatcher]: lead_ms (3000) must be at least 0 and below prefetch_ms (2000)"),
         ({}, {"TIKK_QUOTA_DEFAULTS_HISTORY_RETENTION_SECONDS": "316224001"},
          "TIKK_QUOTA_DEFAULTS_HISTORY_RETENTION_SECONDS", "ten years"),
     ],

@@ -285,8 +285,12 @@ async def advance_cursor(store: TaskStore, shard: int, second: int, epoch: int) 
 def require_scheduled(task: Task, verb: str) -> None:
     """Raise ``FailedPrecondition`` unless ``task`` is scheduled (what ``verb`` needs)."""
     if task.state is not TaskState.SCHEDULED:
+        # A dispatched task is with its queue or worker (which holds one handed over before
+        # its due time, the dispatcher's lead, until then): only stopping its run ends it.
+        dispatched = task.state is TaskState.DISPATCHED
+        hint = " (its worker has it; stop its run instead)" if dispatched else ""
         raise FailedPrecondition(
-            f"task {task.task_id!r} is {task.state.name.lower()} and can no longer be {verb}"
+            f"task {task.task_id!r} is {task.state.name.lower()} and can no longer be {verb}{hint}"
         )
 
 
