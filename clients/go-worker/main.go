@@ -23,7 +23,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/tikk-scheduler/tikk/clients/go/tikkv1"
@@ -97,6 +96,7 @@ func run(ctx context.Context, client tikkv1.WorkerServiceClient, queueURL, worke
 	defer cancel()
 	context.AfterFunc(ctx, func() { time.AfterFunc(shutdownGrace, cancel) })
 	rep := &reporter{client: client, ctx: finishing}
+	clock := newServerClock(config)
 	var wg sync.WaitGroup
 	for _, queue := range queues {
 		// One Kafka consumer per queue: each queue is a consumer group of its own.
@@ -108,7 +108,7 @@ func run(ctx context.Context, client tikkv1.WorkerServiceClient, queueURL, worke
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			consume(ctx, finishing, consumer, rep, workerID)
+			consume(ctx, finishing, consumer, rep, clock, workerID)
 		}()
 	}
 	wg.Wait()
@@ -138,7 +138,7 @@ func workerConfig(ctx context.Context, client tikkv1.WorkerServiceClient) (*tikk
 // partitions this worker still owns; and the whole poll is settled before the next, so
 // committing its newest offsets never passes an unfinished message. ctx ends polling;
 // finishing ends the reporting and committing of a poll (see run).
-func consume(ctx, finishing context.Context, consumer *kgo.Client, rep *reporter, workerID string) {
+func consume(ctx, finishing context.Context, consumer *kgo.Client, rep *reporter, clock serverClock, workerID string) {
 	defer consumer.Close() // leaves the group: what is uncommitted goes to other workers
 	defer consumer.AllowRebalance()
 	for ctx.Err() == nil {
@@ -152,7 +152,7 @@ func consume(ctx, finishing context.Context, consumer *kgo.Client, rep *reporter
 		}
 		records := fetches.Records()
 		if len(records) > 0 {
-			if err := work(rep, workerID, records); err != nil {
+			if err := work(rep, clock, workerID, records); err != nil {
 				return // out of time while stopping: uncommitted, the messages come back later
 			}
 			// Only now: every result was acknowledged, or refused for good (a refused
@@ -165,13 +165,17 @@ func consume(ctx, finishing context.Context, consumer *kgo.Client, rep *reporter
 	}
 }
 
-// work runs the records' deliveries and reports their results until settled.
-func work(rep *reporter, workerID string, records []*kgo.Record) error {
+// work runs the records' deliveries, each once it is due by the server's clock, and reports
+// their results until settled.
+func work(rep *reporter, clock serverClock, workerID string, records []*kgo.Record) error {
+	values := make([][]byte, len(records))
+	for i, record := range records {
+		values[i] = record.Value
+	}
 	var results []*tikkv1.RunResult
-	for _, record := range records {
-		delivery := &tikkv1.Delivery{}
-		if err := proto.Unmarshal(record.Value, delivery); err != nil {
-			delivery.Reset() // not a delivery: its report is refused (no token), then it is dropped
+	for _, delivery := range byDueTime(values) {
+		if !clock.untilDue(rep.ctx, delivery) {
+			return rep.ctx.Err() // stopping: uncommitted, the messages come back later
 		}
 		if delivery.GetStartTimeout() != nil {
 			may, err := claimStart(rep, workerID, delivery)
