@@ -90,8 +90,7 @@ class Dispatcher:
         self._fenced: dict[int, int] = {}  # shard → epoch refused: not taken again at it
         # (fire at, sequence, row): the due instant, or a queue's retry time after a failure.
         self._held: list[tuple[int, int, DueEntry]] = []
-        self._seq = itertools.count()
-        self._last_flush_ms = 0
+        self._seq, self._last_flush_ms = itertools.count(), 0
         self._fire_wakeup = Wakeup()
         self._batches = FireBatches(self._settings.error_backoff_ms, self._fire_wakeup.set)
         self._window_ms = min(FIRE_WINDOW_MS, self._settings.lead_ms)  # workers hold early rows
