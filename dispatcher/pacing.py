@@ -30,6 +30,11 @@ log = logging.getLogger("tikk.dispatcher")
 FIRE_BATCHES_IN_FLIGHT = 4
 # How long a batch in flight holds the next back (``FireBatches``).
 FIRE_PATIENCE_MS = 20
+# Rows going out within this of the earliest go with it, when the lead (``lead_ms``) covers
+# it: the worker holds an early delivery until due, so going out a little earlier costs
+# nothing, and at 1,000 fires/s a batch then carries about fifty rows, not a few: fewer
+# claims, publishes and hand-off marks (each a round trip) for the same rows.
+FIRE_WINDOW_MS = 50
 
 # One step at instant ``now_ms``; returns the instant of the next.
 Step = Callable[[int], Awaitable[int]]

@@ -36,7 +36,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from dispatcher.ownership import Ownership
-from dispatcher.pacing import FireBatches, Wakeup, run_loops
+from dispatcher.pacing import FIRE_WINDOW_MS, FireBatches, Wakeup, run_loops
 from dispatcher.queue_backoff import QueueBackoffs
 from dispatcher.queue_gates import QueueGates
 from dispatcher.schedule_steps import ScheduleStepper
@@ -90,10 +90,10 @@ class Dispatcher:
         self._fenced: dict[int, int] = {}  # shard → epoch refused: not taken again at it
         # (fire at, sequence, row): the due instant, or a queue's retry time after a failure.
         self._held: list[tuple[int, int, DueEntry]] = []
-        self._seq = itertools.count()
-        self._last_flush_ms = 0
+        self._seq, self._last_flush_ms = itertools.count(), 0
         self._fire_wakeup = Wakeup()
         self._batches = FireBatches(self._settings.error_backoff_ms, self._fire_wakeup.set)
+        self._window_ms = min(FIRE_WINDOW_MS, self._settings.lead_ms)  # workers hold early rows
         self._backoff = QueueBackoffs(
             self._settings.error_backoff_ms, self._settings.max_queue_backoff_ms
         )
@@ -149,7 +149,7 @@ class Dispatcher:
         """Start a batch of what is due; returns when the earliest held row falls due."""
         if wait := self._batches.wait_ms(now_ms):
             return now_ms + wait
-        if batch := self._pop_due(now_ms):
+        if batch := self._pop_due(now_ms + self._window_ms):
             self._batches.launch(self._fire(now_ms, batch), now_ms)
         return self._held[0][0] if self._held else now_ms + self._settings.poll_interval_ms
 
@@ -194,10 +194,7 @@ class Dispatcher:
         if start[0] > until:
             return  # nothing new entered the prefetch window
         end = await self._read(shard, st, start, until)
-        if end is None:
-            st.scan_from = max(st.scan_from, (until + 1, ""))
-        else:
-            st.scan_from = max(st.scan_from, end)
+        st.scan_from = max(st.scan_from, (until + 1, "") if end is None else end)
 
     async def _rescan(
         self, shard: int, st: ShardState, now_ms: int, forward: tuple[int, str]
@@ -269,7 +266,7 @@ class Dispatcher:
         return batch
 
     async def _fire(self, now_ms: int, popped: list[DueEntry] | None = None) -> None:
-        batch = self._pop_due(now_ms) if popped is None else popped
+        batch = self._pop_due(now_ms + self._window_ms) if popped is None else popped
         ticks = [e for e in batch if e.is_tick]
         if ticks:
             batch = [e for e in batch if not e.is_tick]
@@ -283,7 +280,7 @@ class Dispatcher:
                 raise
             # Stepping many schedules takes time: stamp what goes out with the real instant.
             now_ms = max(now_ms, self._clock.now_ms())
-            more = self._pop_due(now_ms)  # the occurrences just created, and ticks due again
+            more = self._pop_due(now_ms + self._window_ms)  # occurrences made, ticks due again
             batch += [e for e in more if not e.is_tick]
             self._hold_again([*later, *(e for e in more if e.is_tick)], now_ms)
         deadlines = [e for e in batch if e.is_start_deadline]

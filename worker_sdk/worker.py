@@ -144,8 +144,7 @@ class Worker:
         self._gates, self._inflight = HandlerGates(clock), InFlight(concurrency, concurrency)
         self._pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="handler")
         self.completed = self.dropped = 0  # results recorded / refused for good
-        # Spans and metrics of runs (``worker_sdk.telemetry.RunTelemetry``); off by default.
-        self.telemetry = telemetry or NoTelemetry()
+        self.telemetry = telemetry or NoTelemetry()  # spans and metrics of runs; off by default
         self._clock, self._wall_clock = clock, wall_clock or SystemClock()
         self.server_clock = ServerClock(self._wall_clock, clock)
         # Runs whose task is cancelled while they go on are stopped (``cancels.every_s``).
@@ -254,13 +253,12 @@ class Worker:
             intake = Intake(url, self.queues, visibility_ms, self.group_timing, self._wall_clock)
             try:
                 async with self._outbound(stub) as out:
-                    watch = asyncio.create_task(self.cancels.watch(stub))
-                    probing = asyncio.create_task(probe(stub, self.server_clock))
+                    # Cancels of running tasks; the server's clock, read again now and then.
+                    side = asyncio.gather(self.cancels.watch(stub), probe(stub, self.server_clock))
                     try:
                         await self._loop(intake, out, stop, burst, visibility_ms)
                     finally:
-                        watch.cancel()
-                        probing.cancel()
+                        side.cancel()
             finally:
                 await intake.close()  # after the commits that go to its consumers
         return self.completed

@@ -18,9 +18,14 @@ from typing import Any
 import grpc
 import pytest
 
+from dispatcher.pacing import FIRE_WINDOW_MS
+from tikk.settings import DispatchSettings
 from tikk.v1 import history_pb2, history_pb2_grpc, tasks_pb2, tasks_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
+# How long before its due time a task may be handed to its queue by default: the lead and the
+# fire batch's window (``dispatcher.pacing``). Its worker still starts it at due.
+EARLIEST_MS = DispatchSettings().lead_ms + FIRE_WINDOW_MS
 _LISTENING = re.compile(r"listening on [\d.]+:(\d+)")
 
 

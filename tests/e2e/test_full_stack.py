@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.e2e.conftest import Process, read_executions
+from tests.e2e.conftest import EARLIEST_MS, Process, read_executions
 from tests.services import CASSANDRA, KAFKA, ZOOKEEPER, require, with_login
 from tests.waiting import eventually
 from tikk.timestamps import to_duration, to_timestamp
@@ -146,7 +146,7 @@ def test_ten_thousand_tasks_fire_on_time_through_a_dispatcher_kill(full: FullSta
             f" p99 {values[int(len(values) * 0.99)]} ms, max {values[-1]} ms"
         )
     print(f"duplicate deliveries: {duplicates} of {len(dues)}")
-    assert min(fired) >= 0
+    assert min(fired) >= -EARLIEST_MS  # handed over up to the lead early, started at due
     # The kill delays dispatching of the dead owner's shards by at most the session timeout
     # plus 5 s. (Handler start adds the workers' own backlog, reported above, which the
     # failover does not cause.)

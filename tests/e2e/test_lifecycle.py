@@ -12,7 +12,7 @@ from google.protobuf.duration_pb2 import Duration
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import EARLIEST_MS, Stack
 from tests.waiting import eventually
 from tikk.timestamps import to_duration, to_timestamp
 from tikk.v1 import history_pb2, tasks_pb2
@@ -60,7 +60,8 @@ def test_tasks_fire_at_or_after_due_and_within_one_second(stack: Stack, ns: str)
         lateness = runs[task_id]["started_ms"] - due
         assert 0 <= lateness < 1_000, (task_id, lateness)
         (run,) = stack.runs(ns, task_id)
-        assert run.fired_time.ToMilliseconds() >= due
+        # Handed over up to the lead (and its batch's window) early; started at due.
+        assert run.fired_time.ToMilliseconds() >= due - EARLIEST_MS
         assert run.start_time.ToMilliseconds() >= due
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.ownership import SingleOwner
+from dispatcher.pacing import FIRE_WINDOW_MS
 from dispatcher.ready_queue.local import LocalReadyQueue
 from dispatcher.scanner import Dispatcher
 from tests.factories import T0, make_task
@@ -109,7 +110,7 @@ async def test_a_task_goes_out_its_lead_before_due_and_not_sooner(rig: Rig) -> N
     due = T0 + 10_123
     await rig.store.create(make_task("a", due_ms=due, shard_count=SHARDS))
     d = rig.dispatcher(settings=LEAD)
-    for now in (T0, T0 + 8_500, due - 401):
+    for now in (T0, T0 + 8_500, due - 400 - FIRE_WINDOW_MS - 1):
         wake = await d.tick(now)
         assert await rig.published() == []
     assert wake == due - 400
@@ -133,7 +134,21 @@ async def test_a_task_created_inside_its_lead_goes_out_when_read(rig: Rig) -> No
         sent += await rig.published()
     fired = dict(sent)
     assert now <= fired["soon"] <= now + LEAD.rescan_interval_ms + 50  # before it is due
-    assert fired["later"] == now + 1_200 - 400  # read by a rescan before its lead began
+    # Read by a rescan before its lead began; out with the batch of its window.
+    assert now + 1_200 - 400 - FIRE_WINDOW_MS <= fired["later"] <= now + 1_200 - 400
+
+
+async def test_rows_going_out_within_the_window_go_together(rig: Rig) -> None:
+    due = T0 + 10_000
+    close = [make_task(f"c{i}", due_ms=due + i * 10, shard_count=SHARDS) for i in range(5)]
+    await rig.store.create_many([*close, make_task("apart", due_ms=due + 200, shard_count=SHARDS)])
+    d = rig.dispatcher(settings=LEAD)
+    for now in (T0, T0 + 8_000):
+        await d.tick(now)
+    await d.tick(due - 400)
+    assert sorted(await rig.published()) == [(f"c{i}", due - 400) for i in range(5)]
+    await d.tick(due - 200)  # out of the window: on its own
+    assert await rig.published() == [("apart", due - 200)]
 
 
 def test_ticks_and_start_deadlines_go_out_at_their_instant() -> None:
