@@ -199,12 +199,13 @@ class Dispatcher:
     async def _rescan(
         self, shard: int, st: ShardState, now_ms: int, forward: tuple[int, str]
     ) -> None:
-        """Read again from the last second up to the lead and one rescan interval ahead, for
-        rows created after their second was read. Not the whole prefetch window: a row created
-        due later in it is read by a later rescan, still before its lead begins, so each row
-        is read again only while it is close to due (the forward scan reads past ``forward``)."""
+        """Read again from the last second up to one rescan interval ahead, for rows created
+        after their second was read. Not the whole prefetch window (nor the lead: three times
+        the rows re-read, measured): a row created due later in it is read by a later rescan,
+        before it is due, so each row is read again only while it is close to due (the forward
+        scan reads past ``forward``). Such a row goes out as soon as it is read."""
         start = (max(st.swept + 1, second_of(now_ms) - 1), "")
-        horizon = second_of(now_ms + self._settings.lead_ms + self._settings.rescan_interval_ms)
+        horizon = second_of(now_ms + self._settings.rescan_interval_ms)
         if start < forward:
             await self._read(shard, st, start, min(horizon, forward[0]))
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import deque
 from collections.abc import Awaitable
 from dataclasses import dataclass
 
@@ -98,7 +99,8 @@ class InFlight:
         self._reporting: set[asyncio.Task[None]] = set()  # handler returned, message held
         self._waiting: set[asyncio.Task[None]] = set()  # held by its handler's own limits
         self._early: set[asyncio.Task[None]] = set()  # not due yet (or due, without a slot)
-        self._slot = asyncio.Event()  # set whenever a handler slot may have freed
+        # Due early runs waiting for a slot, first come first: (its wake-up, the run).
+        self._due: deque[tuple[asyncio.Future[None], asyncio.Task[None]]] = deque()
         self._ended = asyncio.Event()
         self._woken = False
         self._full = False  # whether the backlog filled and has not drained to half
@@ -162,9 +164,10 @@ class InFlight:
         self._freed()
         try:
             await until_due
-            while self.running >= self.limit:
-                self._slot.clear()
-                await self._slot.wait()
+            if self.running >= self.limit or self._due:
+                slot = asyncio.get_running_loop().create_future()
+                self._due.append((slot, run))
+                await slot  # ``_freed`` hands the slots out in turn, one wake-up each
         finally:
             self._early.discard(run)
 
@@ -179,8 +182,15 @@ class InFlight:
         return len(early)
 
     def _freed(self) -> None:
+        """A slot or a place may have freed: due early runs take free slots first."""
+        free = self.limit - self.running
+        while free > 0 and self._due:
+            slot, run = self._due.popleft()
+            if not slot.done():  # not cancelled meanwhile
+                slot.set_result(None)
+                self._early.discard(run)  # running from now: the next slot is another's
+                free -= 1
         self._ended.set()
-        self._slot.set()
 
     def waiting(self) -> None:
         """Called by a run (the current task) that waits for its handler's limits: it holds
