@@ -398,6 +398,26 @@ def cassandra_roles(count: int = 1) -> None:
         admin.cluster.shutdown()
 
 
+def _roles_once_the_ring_agrees(count: int, within_s: float = 60.0) -> None:
+    """``cassandra_roles``, tried again while a node that just started (or started again)
+    does not see the others up yet: until gossip agrees, its writes at ``LOCAL_QUORUM`` are
+    Unavailable although every node answers."""
+    from cassandra import Unavailable
+    from cassandra.cluster import NoHostAvailable
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            cassandra_roles(count)
+            return
+        except NoHostAvailable as exc:
+            errors = list(exc.errors.values())
+            if time.monotonic() > deadline or not all(isinstance(e, Unavailable) for e in errors):
+                raise
+            print("cassandra    the ring does not agree yet; setting the logins again", flush=True)
+            time.sleep(2.0)
+
+
 def _logins_on_every_node(admin: Any, count: int) -> Any:
     """``system_auth`` on every node, and a session of ``STACK_ADMIN``, made there if need
     be; the built-in superuser may no longer log in."""
@@ -499,7 +519,7 @@ def up(
         for node in started:  # the first, Cassandra's seed, first
             _wait_or_again(node, ready, timeout_s, not plain)
         if name == "cassandra" and not plain:
-            cassandra_roles(count)
+            _roles_once_the_ring_agrees(count)
         for node in started:
             took = time.monotonic() - began
             print(
