@@ -14,6 +14,7 @@ on the last close.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import ssl
 import threading
@@ -26,6 +27,8 @@ from urllib.parse import parse_qs, urlsplit
 from tikk.drivers.cassandra_batches import PartitionRow, packed
 from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
 from tikk.urls import BackendUrl, Credentials, TlsFiles
+
+log = logging.getLogger("tikk.cassandra")
 
 # What ``ping`` reads: one row of one partition of a table every migrated keyspace has.
 _PING = "SELECT version FROM schema_migrations WHERE component = ? LIMIT 1"
@@ -324,6 +327,10 @@ class _Chain:
         self._lock = threading.Lock()
         self._owed = min(window, len(statements))  # sends owed to free slots
         self._sending = False
+        # Statements settled. A second callback of one (which the driver must never make)
+        # would otherwise end the lot early and hand back another's rows as empty: a claim
+        # reading no task row drops the row it fires.
+        self._settled: set[int] = set()
 
     def start(self) -> None:
         self._send_owed()
@@ -356,6 +363,9 @@ class _Chain:
         )
 
     def _on_rows(self, rows: Any, index: int, future: Any) -> None:
+        if index in self._settled:  # a second callback: its rows are in already
+            log.warning("cassandra: statement %d of a lot answered twice; ignored", index)
+            return
         self._results[index].extend(rows or ())
         if future.has_more_pages:
             future.start_fetching_next_page()
@@ -367,6 +377,10 @@ class _Chain:
 
     def _settle(self, index: int, exc: BaseException | None) -> None:
         with self._lock:
+            if index in self._settled:
+                log.warning("cassandra: statement %d of a lot settled twice; ignored", index)
+                return
+            self._settled.add(index)
             if exc is not None and self._error is None:
                 self._error = exc
             self._left -= 1
