@@ -1,7 +1,8 @@
 """``execute_many``'s chain of driver callbacks (``tikk.drivers.cassandra._Chain``): a lot
-ends once every statement settled once, and a second callback of one statement ends nothing
-early (it would hand back another statement's rows as empty, and a claim reading no task row
-drops the row it fires)."""
+ends once every statement answered, and a second answer of one statement (the driver gives
+one when a speculative execution and the first attempt both come back) ends nothing early:
+it would hand back another statement's rows as empty, and a claim reading no task row drops
+the row it fires."""
 
 from __future__ import annotations
 

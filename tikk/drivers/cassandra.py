@@ -327,10 +327,12 @@ class _Chain:
         self._lock = threading.Lock()
         self._owed = min(window, len(statements))  # sends owed to free slots
         self._sending = False
-        # Statements settled. A second callback of one (which the driver must never make)
-        # would otherwise end the lot early and hand back another's rows as empty: a claim
-        # reading no task row drops the row it fires.
-        self._settled: set[int] = set()
+        # Whether each statement awaits an answer (sent, or its next page asked for). The
+        # driver answers a statement twice when a speculative execution and the first
+        # attempt both come back (``ResponseFuture._set_final_result`` has no guard): counted
+        # twice, a lot would end before another statement answered and hand that one back
+        # with no rows, and a claim that reads no task row drops the due row it fires.
+        self._awaiting = [False] * len(statements)
 
     def start(self) -> None:
         self._send_owed()
@@ -353,6 +355,7 @@ class _Chain:
             self._send(*item)
 
     def _send(self, index: int, statement: Any) -> None:
+        self._awaiting[index] = True
         try:
             future = self._session.execute_async(statement)
         except Exception as exc:  # the driver refused it outright (e.g. no connection)
@@ -362,25 +365,30 @@ class _Chain:
             self._on_rows, self._on_error, callback_args=(index, future), errback_args=(index,)
         )
 
+    def _answered(self, index: int) -> bool:
+        """Take an answer of statement ``index``: False for a second one (ignored)."""
+        with self._lock:
+            awaited, self._awaiting[index] = self._awaiting[index], False
+        if not awaited:
+            log.info("cassandra: a statement answered twice (a speculative execution); ignored")
+        return awaited
+
     def _on_rows(self, rows: Any, index: int, future: Any) -> None:
-        if index in self._settled:  # a second callback: its rows are in already
-            log.warning("cassandra: statement %d of a lot answered twice; ignored", index)
+        if not self._answered(index):
             return
         self._results[index].extend(rows or ())
         if future.has_more_pages:
+            self._awaiting[index] = True
             future.start_fetching_next_page()
         else:
             self._settle(index, None)
 
     def _on_error(self, exc: BaseException, index: int) -> None:
-        self._settle(index, exc)
+        if self._answered(index):
+            self._settle(index, exc)
 
     def _settle(self, index: int, exc: BaseException | None) -> None:
         with self._lock:
-            if index in self._settled:
-                log.warning("cassandra: statement %d of a lot settled twice; ignored", index)
-                return
-            self._settled.add(index)
             if exc is not None and self._error is None:
                 self._error = exc
             self._left -= 1
