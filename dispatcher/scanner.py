@@ -1,5 +1,6 @@
 """The dispatcher: reads only the due slice of each owned shard, holds the next few seconds in
-memory, and publishes each task ``lead_ms`` before its due instant (its worker starts it then).
+memory, and publishes each task at its due instant (or ``lead_ms`` before it; its worker
+then starts it at the due instant).
 
 Per shard it keeps a cursor (persisted: every index row with second <= cursor was handed to
 the ready queue) and reads rows after it in three ways:
@@ -149,7 +150,7 @@ class Dispatcher:
         """Start a batch of what is due; returns when the earliest held row falls due."""
         if wait := self._batches.wait_ms(now_ms):
             return now_ms + wait
-        if batch := self._pop_due(now_ms + self._window_ms):
+        if batch := self._pop_due(now_ms):
             self._batches.launch(self._fire(now_ms, batch), now_ms)
         return self._held[0][0] if self._held else now_ms + self._settings.poll_interval_ms
 
@@ -257,8 +258,9 @@ class Dispatcher:
             self._fire_wakeup.set()
 
     def _pop_due(self, now_ms: int) -> list[DueEntry]:
+        """The held rows going out by ``now_ms`` and, with a lead, within the fire window."""
         batch: list[DueEntry] = []
-        while self._held and self._held[0][0] <= now_ms:
+        while self._held and self._held[0][0] <= now_ms + self._window_ms:
             _, _, entry = heapq.heappop(self._held)
             st = self._shards.get(entry.shard)
             gated = self.gates is not None and self.gates.is_released(entry)
@@ -267,7 +269,7 @@ class Dispatcher:
         return batch
 
     async def _fire(self, now_ms: int, popped: list[DueEntry] | None = None) -> None:
-        batch = self._pop_due(now_ms + self._window_ms) if popped is None else popped
+        batch = self._pop_due(now_ms) if popped is None else popped
         ticks = [e for e in batch if e.is_tick]
         if ticks:
             batch = [e for e in batch if not e.is_tick]
@@ -281,7 +283,7 @@ class Dispatcher:
                 raise
             # Stepping many schedules takes time: stamp what goes out with the real instant.
             now_ms = max(now_ms, self._clock.now_ms())
-            more = self._pop_due(now_ms + self._window_ms)  # occurrences made, ticks due again
+            more = self._pop_due(now_ms)  # the occurrences just created, and ticks due again
             batch += [e for e in more if not e.is_tick]
             self._hold_again([*later, *(e for e in more if e.is_tick)], now_ms)
         deadlines = [e for e in batch if e.is_start_deadline]
