@@ -70,6 +70,14 @@ class Rig:
         owner = SingleOwner(SHARDS, epoch)
         return Dispatcher(self.store, self.queue, owner, self.clock, settings=settings)
 
+    async def run(self, d: Dispatcher, instants: range) -> list[tuple[str, int]]:
+        """Tick ``d`` at each instant; what it published meanwhile, in order."""
+        sent: list[tuple[str, int]] = []
+        for now in instants:
+            await d.tick(now)
+            sent += await self.published()
+        return sent
+
     async def published(self) -> list[tuple[str, int]]:
         msgs = await self.consumer.fetch(10_000)
         for m in msgs:
@@ -128,10 +136,7 @@ async def test_a_task_created_inside_its_lead_goes_out_when_read(rig: Rig) -> No
     now = T0 + 10_000
     await rig.store.create(make_task("soon", due_ms=now + 300, shard_count=SHARDS))
     await rig.store.create(make_task("later", due_ms=now + 1_200, shard_count=SHARDS))
-    sent: list[tuple[str, int]] = []
-    for t in range(now, now + 2_000, 50):
-        await d.tick(t)
-        sent += await rig.published()
+    sent = await rig.run(d, range(now, now + 2_000, 50))
     fired = dict(sent)
     assert now <= fired["soon"] <= now + LEAD.rescan_interval_ms + 50  # before it is due
     # Read by a rescan within an interval of its second (rows created inside the prefetch
@@ -163,10 +168,7 @@ async def test_each_row_is_published_once_across_many_ticks(rig: Rig) -> None:
     tasks = [make_task(f"t{i}", due_ms=T0 + 1_000 + i * 37, shard_count=SHARDS) for i in range(300)]
     await rig.store.create_many(tasks)
     d = rig.dispatcher()
-    sent: list[tuple[str, int]] = []
-    for now in range(T0, T0 + 30_000, 50):
-        await d.tick(now)
-        sent += await rig.published()
+    sent = await rig.run(d, range(T0, T0 + 30_000, 50))
     assert sorted(t for t, _ in sent) == sorted(t.task_id for t in tasks)
     due = {t.task_id: t.due_ms for t in tasks}
     assert all(due[t] <= fired < due[t] + 50 for t, fired in sent)
@@ -184,10 +186,7 @@ async def test_cursor_moves_only_after_the_queue_acknowledged(rig: Rig) -> None:
     # Far past the grace period, yet the cursor waits for the unacknowledged row.
     assert (await rig.store.get_cursor(task.shard)).second < second_of(task.due_ms)
     rig.queue.failing = False
-    sent: list[tuple[str, int]] = []
-    for now in range(T0 + 21_000, T0 + 40_000, 100):
-        await d.tick(now)
-        sent += await rig.published()
+    sent = await rig.run(d, range(T0 + 21_000, T0 + 40_000, 100))
     assert [t for t, _ in sent] == ["a"]
     assert sent[0][1] <= T0 + 21_000 + SETTINGS.max_queue_backoff_ms
     assert (await rig.store.get_cursor(task.shard)).second >= second_of(task.due_ms)
@@ -241,10 +240,7 @@ async def test_task_written_into_an_already_scanned_second_still_fires(rig: Rig)
     # inside the prefetch window that was already read.
     await rig.store.create(make_task("now", due_ms=now, shard_count=SHARDS))
     await rig.store.create(make_task("soon", due_ms=now + 1_200, shard_count=SHARDS))
-    sent: list[tuple[str, int]] = []
-    for t in range(now, now + 2_000, 100):
-        await d.tick(t)
-        sent += await rig.published()
+    sent = await rig.run(d, range(now, now + 2_000, 100))
     fired = dict(sent)
     assert set(fired) == {"now", "soon"}
     assert now <= fired["now"] <= now + SETTINGS.rescan_interval_ms + 100
@@ -272,10 +268,7 @@ async def test_late_write_within_grace_period_fires(rig: Rig) -> None:
     # A writer whose clock lags by 3 s (less than the 5 s grace) writes a task "due now".
     late = make_task("skewed", due_ms=T0 + 7_000, shard_count=SHARDS)
     await rig.store.create(late)
-    sent: list[tuple[str, int]] = []
-    for t in range(T0 + 10_000, T0 + 16_000, 100):
-        await d.tick(t)
-        sent += await rig.published()
+    sent = await rig.run(d, range(T0 + 10_000, T0 + 16_000, 100))
     assert [t for t, _ in sent] == ["skewed"]
 
 
@@ -323,10 +316,7 @@ async def test_a_queue_that_refuses_deliveries_holds_back_no_other_queue(rig: Ri
     await rig.store.create_many(good + bad)
     rig.queue.refused = frozenset({"bad"})
     d = rig.dispatcher()
-    sent: list[tuple[str, int]] = []
-    for now in range(T0, T0 + 15_000, 100):
-        await d.tick(now)
-        sent += await rig.published()
+    sent = await rig.run(d, range(T0, T0 + 15_000, 100))
     assert sorted(t for t, _ in sent) == sorted(t.task_id for t in good)
     assert all(fired < T0 + 1_200 for _, fired in sent)  # on time despite the bad queue
     rig.queue.refused = frozenset()
