@@ -259,6 +259,8 @@ class Worker:
                         await self._loop(intake, out, stop, burst, visibility_ms)
                     finally:
                         side.cancel()
+                        # Awaited, so the cancelled gather is not logged as never retrieved.
+                        await asyncio.gather(side, return_exceptions=True)
             finally:
                 await intake.close()  # after the commits that go to its consumers
         return self.completed
