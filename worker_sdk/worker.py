@@ -43,6 +43,7 @@ from tikk.client.transport import Transport
 from tikk.clock import Clock, SystemClock
 from tikk.errors import BackendUnavailable
 from tikk.v1 import worker_pb2, worker_pb2_grpc
+from worker_sdk.background import beside
 from worker_sdk.cancellations import CancelWatch
 from worker_sdk.commits import CommitBatcher
 from worker_sdk.context import TaskContext
@@ -252,15 +253,12 @@ class Worker:
             url = queue_url or config.queue_url
             intake = Intake(url, self.queues, visibility_ms, self.group_timing, self._wall_clock)
             try:
-                async with self._outbound(stub) as out:
-                    # Cancels of running tasks; the server's clock, read again now and then.
-                    side = asyncio.gather(self.cancels.watch(stub), probe(stub, self.server_clock))
-                    try:
-                        await self._loop(intake, out, stop, burst, visibility_ms)
-                    finally:
-                        side.cancel()
-                        # Awaited, so the cancelled gather is not logged as never retrieved.
-                        await asyncio.gather(side, return_exceptions=True)
+                # Beside the loop: cancels of running tasks; the server's clock, read again.
+                async with (
+                    self._outbound(stub) as out,
+                    beside(self.cancels.watch(stub), probe(stub, self.server_clock)),
+                ):
+                    await self._loop(intake, out, stop, burst, visibility_ms)
             finally:
                 await intake.close()  # after the commits that go to its consumers
         return self.completed
