@@ -9,7 +9,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tikk.drivers.cassandra import _Chain
+import pytest
+from cassandra.cluster import NoHostAvailable
+
+from tikk.drivers.cassandra import CassandraConfig, CassandraSession, _Chain
+from tikk.errors import BackendUnavailable
 
 
 class _Future:
@@ -45,3 +49,19 @@ async def test_a_statement_settled_twice_does_not_end_the_lot_early() -> None:
     assert not done.done()  # b has not answered: the lot is not over
     second.answer(["row b"])
     assert await asyncio.wait_for(done, 5) == [["row a"], ["row b"]]
+
+
+class _DownSession:
+    """A session whose every node is marked down: preparing a statement fails."""
+
+    def prepare(self, cql: str) -> Any:
+        raise NoHostAvailable("Unable to complete the operation against any hosts", {})
+
+
+def test_a_statement_prepared_while_every_node_is_down_is_unavailable_not_unknown() -> None:
+    # First used while the nodes are down (a queue resumed during an outage): the driver's
+    # NoHostAvailable is no DriverException, and escaped as gRPC UNKNOWN.
+    session = CassandraSession(CassandraConfig.from_url("cassandra://127.0.0.1:1/ks"))
+    session._session = _DownSession()
+    with pytest.raises(BackendUnavailable, match="Unable to complete"):
+        session.prepare("SELECT x FROM t WHERE k = ?")

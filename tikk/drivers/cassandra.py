@@ -183,7 +183,7 @@ class CassandraSession:
         if statement is None:
             try:
                 statement = self.session.prepare(qualify_tables(cql, self.config.keyspace))
-            except DriverException as exc:
+            except (DriverException, NoHostAvailable) as exc:  # the latter is not the former
                 raise BackendUnavailable(f"cassandra: {exc}") from exc
             statement.is_idempotent = is_idempotent(cql)
             self._prepared[cql] = statement
