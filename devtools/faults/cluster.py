@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+import grpc
+
 from devtools.faults.records import Crash
 from devtools.faults.worker_app import LOG_ENV
 from devtools.stack import login
@@ -440,12 +442,22 @@ class Cluster:
         self.members[role].resume()
 
     def pause_queue(self, queue: str, paused: bool, timeout_s: float = 60.0) -> None:
-        """Pause or resume ``queue`` through the server, as an operator does (waiting for
-        the server if it is restarting)."""
+        """Pause or resume ``queue`` through the server, as an operator does: waiting for
+        the server if it is restarting, and asking again while it answers UNAVAILABLE (its
+        store is coming back), for ``timeout_s`` in all."""
         request = tasks_pb2.UpdateQueueRequest(name=queue, paused=paused)
+        deadline = time.monotonic() + timeout_s
         with self.config.transport.channel(self.config.address) as channel:
             stub: Any = tasks_pb2_grpc.TaskServiceStub(channel)
-            stub.UpdateQueue(request, timeout=timeout_s, wait_for_ready=True)
+            while True:
+                left = max(1.0, deadline - time.monotonic())
+                try:
+                    stub.UpdateQueue(request, timeout=left, wait_for_ready=True)
+                    return
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
 
     def revive_crashed(self) -> list[Crash]:
         """Start again every role whose process ended although no fault hit it (the nemesis

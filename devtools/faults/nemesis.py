@@ -301,9 +301,11 @@ class Nemesis:
             self.cluster.resume(role)
             restored.append(role)
         self._paused.clear()
+        restored += self.services.restore()
+        restored += self.nodes.restore() if self.nodes is not None else []
+        # Last: resuming a queue is a write to the store, which must be back first.
         for queue in list(self._held_queues):
             self.cluster.pause_queue(queue, False)
             restored.append(f"queue {queue}")
         self._held_queues.clear()
-        restored += self.services.restore()
-        return restored + (self.nodes.restore() if self.nodes is not None else [])
+        return restored
