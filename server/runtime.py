@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import gc
 import logging
 import random
 import signal
@@ -50,6 +51,22 @@ class Listening:
 
     port: int
     http_url: str = ""
+
+
+def settle_heap() -> None:
+    """Take what a long-lived process built while starting (its modules and their tables,
+    most of its heap) out of the garbage collector's sight, so that a full collection scans
+    only what the work itself keeps alive.
+
+    A started worker tracks about 60,000 objects that never become garbage, and a full
+    collection scanned them all with what the work made: bench-peers B (2,000 fires/s, a
+    500 ms lead) saw 16 collections of 36-91 ms in its two workers, each a stall of every
+    start due meanwhile, against 2-5 of at most 28 ms once frozen. Deliveries held until
+    their due time (the dispatcher's lead) live long enough to reach the oldest generation,
+    which makes full collections more frequent. Frozen objects are never freed, so this is
+    called once, after start-up's garbage was collected."""
+    gc.collect()
+    gc.freeze()
 
 
 def install_stop_signals(stop: asyncio.Event) -> None:

@@ -298,6 +298,9 @@ def _serve_member(args: argparse.Namespace, dispatcher: bool, member: Member) ->
 def run_process(name: str, main: Callable[[], Any], telemetry: Any) -> int:
     """Run a long-lived process; a refusal at start-up (a store created with another shard
     count, say) is one clear line and exit code 1, not a traceback."""
+    from server.runtime import settle_heap
+
+    settle_heap()
     try:
         asyncio.run(main())
     except TikkError as exc:

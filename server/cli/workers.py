@@ -82,7 +82,8 @@ def prometheus_sink(args: argparse.Namespace, telemetry: Telemetry) -> Prometheu
 
 
 def _run_worker(args: argparse.Namespace) -> int:
-    from server.runtime import install_stop_signals
+    from server.runtime import install_stop_signals, settle_heap
+    from server.web.listener import metrics_listener
 
     try:
         worker = load_worker(args.target)
@@ -102,8 +103,6 @@ def _run_worker(args: argparse.Namespace) -> int:
     queue_url = backend_urls(_worker_queue(args)).get("queue")
 
     async def main() -> int:
-        from server.web.listener import metrics_listener
-
         stop = asyncio.Event()
         install_stop_signals(stop)
         async with metrics_listener(args.metrics, metrics, worker_readiness(worker)):
@@ -112,6 +111,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             )
         return done
 
+    settle_heap()
     try:
         done = asyncio.run(main())
     except TikkError as exc:  # the queue refused the login: one clear line, not a traceback
