@@ -37,13 +37,22 @@ def test_side_loops_end_with_the_block_and_nothing_is_logged_after(
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
-def test_a_side_loop_that_fails_does_not_end_the_block() -> None:
+def test_a_side_loop_that_fails_is_logged_and_the_others_still_end_with_the_block(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    seen: list[str] = []
+
     async def fails() -> None:
         raise ValueError("side failure")
 
     async def main() -> str:
-        async with beside(fails()):
+        async with beside(fails(), _forever(seen)):
             await asyncio.sleep(0.01)
-            return "block finished"
+            assert seen == []  # the other loop goes on
+            result = "block finished"
+        assert seen == ["ended"]  # and ends with the block
+        return result
 
-    assert asyncio.run(main()) == "block finished"
+    with caplog.at_level(logging.ERROR, logger="tikk.worker"):
+        assert asyncio.run(main()) == "block finished"
+    assert any("side failure" in r.getMessage() for r in caplog.records)
