@@ -41,6 +41,9 @@ class Mode(Generic[Faults_co]):
     nodes: int = 1
     # tikk servers, all given to the workers and the suite's clients as one list.
     servers: int = 1
+    # Shards of the run's store. Each owned shard costs the store a few reads a second however
+    # idle it is (the rescans), so the replicated modes use fewer: see REPLICATED_SHARDS.
+    shards: int = 32
 
     def without_service_faults(self) -> Mode[Faults_co]:
         """The same run with Kafka and Cassandra left alone."""
@@ -136,8 +139,16 @@ _PROCESS_FAULTS = (
 )
 # Creates per second on the replicated stack: three Cassandra nodes, three brokers and three
 # ZooKeeper servers share the two cores with tikk, and a write costs Cassandra about four
-# times its work at one replica.
+# times its work at one replica. Measured without faults on the 2-core machine (90 s each,
+# CPU of all processes): 10/s with 32 shards started p50 44 / p99 281 ms late at 1.5 cores;
+# 20/s with 32 shards 197 / 1,199 ms at 1.95 (saturated), with 8 shards 45 / 309 ms at 1.75;
+# 40/s with 8 shards 174 / 6,109 ms (past saturation). So 20/s with 8 shards, for every
+# replicated mode, the storm included.
 REPLICATED_RATE_PER_S = 20.0
+# Two idle dispatchers owning 32 shards cost the three nodes about a third of a core in
+# rescans alone (four reads per shard a second, at any consistency level: the request is
+# the cost, not the replicas), 8 shards a quarter of that.
+REPLICATED_SHARDS = 8
 
 
 def replicated_ci() -> Mode[FaultSpec]:
@@ -166,6 +177,7 @@ def replicated_ci() -> Mode[FaultSpec]:
         timeout_s=600.0,
         nodes=3,
         servers=2,
+        shards=REPLICATED_SHARDS,
     )
 
 
@@ -189,6 +201,7 @@ def replicated(duration_s: float = 300.0) -> Mode[FaultSpec]:
         timeout_s=duration_s + 900.0,
         nodes=3,
         servers=2,
+        shards=REPLICATED_SHARDS,
     )
 
 
@@ -196,9 +209,7 @@ def replicated_storm(duration_s: float = 300.0) -> Mode[StormSpec]:
     """A fault every 10-15 s, node faults and tikk's process faults dealt from one deck."""
     return Mode(
         name="replicated-storm",
-        workload=WorkloadSpec(
-            rate_per_s=REPLICATED_RATE_PER_S * 2, duration_s=duration_s, threads=128
-        ),
+        workload=WorkloadSpec(rate_per_s=REPLICATED_RATE_PER_S, duration_s=duration_s),
         faults=StormSpec(
             first_at_s=10.0,
             last_at_s=max(10.0, duration_s - 10.0),
@@ -208,6 +219,7 @@ def replicated_storm(duration_s: float = 300.0) -> Mode[StormSpec]:
         timeout_s=duration_s + 900.0,
         nodes=3,
         servers=2,
+        shards=REPLICATED_SHARDS,
     )
 
 
@@ -224,4 +236,5 @@ def replicated_rolling(duration_s: float = 420.0) -> Mode[RollingSpec]:
         timeout_s=duration_s + 900.0,
         nodes=3,
         servers=2,
+        shards=REPLICATED_SHARDS,
     )

@@ -148,6 +148,7 @@ class Run:
             code_dir=workdir / "code",
             tls=tls,
             replicas=mode.nodes,
+            shards=mode.shards,
         )
         self.cluster = Cluster(self.config)
         nodes = None
