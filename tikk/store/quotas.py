@@ -7,8 +7,9 @@ store of the same database as tasks are created and finish:
 
 - SQLite: exact, by triggers in the same transaction as the task row.
 - Cassandra: a counter per namespace, moved after the task rows are written. A process that
-  dies between a task write and its counter update leaves the counter off by the tasks of
-  that one write (too low after a create, too high after a finish), and a task whose row
+  dies between a task write and its counter update, or an update that fails (logged, not
+  raised: the task write stands), leaves the counter off by the tasks of that one write
+  (too low after a create, too high after a finish), and a task whose row
   expires unfinished (its retention ran out) is never subtracted. Both errors are bounded by
   what the crashed writes held; a recount (``count_open``, then ``put_usage``) corrects a
 drifted counter from the task rows.

@@ -10,13 +10,17 @@ read of the task table by token ranges (rows whose retention ran out are gone fr
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from tikk.drivers.cassandra import CassandraSession
+from tikk.errors import BackendUnavailable
 from tikk.model import TaskState
 from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
 from tikk.store.quotas import OpenCount
+
+log = logging.getLogger("tikk.store")
 
 _COLUMNS = ", ".join(QUOTA_NAMES)
 SELECT_QUOTAS = f"SELECT {_COLUMNS} FROM namespace_quotas WHERE namespace = ?"
@@ -53,12 +57,29 @@ def ring_part(part: int) -> list[int]:
 
 async def count_usage(db: CassandraSession, changes: Iterable[tuple[str, int]]) -> None:
     """Add each (namespace, delta) to the namespaces' unfinished-task counters, one update
-    per namespace (deltas of one namespace summed first)."""
+    per namespace (deltas of one namespace summed first), after the task rows they count were
+    written. An update that fails is logged, not raised: the change it counts is durable
+    already, so failing it would only make its caller (a create, a result) send it again,
+    while the counter drifts by the delta either way (a timed-out update may have applied),
+    as after a crash between the two writes; a recount corrects it. On the replicated stack,
+    after a node's ``kill -9``, Cassandra sent about a third of counter updates to the dead
+    node (it picks a counter's leader among the replicas gossip still calls up) for about
+    20 s, and each failed its result after 5 s."""
     per_namespace: Counter[str] = Counter()
     for namespace, delta in changes:
         per_namespace[namespace] += delta
-    updates = [db.bind(ADD_USAGE, [d, ns]) for ns, d in per_namespace.items() if d]
-    await db.execute_many(updates)
+    try:
+        await set_usage_deltas(db, per_namespace)
+    except BackendUnavailable as exc:
+        moves = ", ".join(f"{ns!r} {d:+d}" for ns, d in sorted(per_namespace.items()) if d)
+        log.warning(
+            "usage counters not moved (%s): %s; `tikk quota recount` corrects them", moves, exc
+        )
+
+
+async def set_usage_deltas(db: CassandraSession, deltas: Mapping[str, int]) -> None:
+    """Move each namespace's counter by its delta; raises ``BackendUnavailable``."""
+    await db.execute_many([db.bind(ADD_USAGE, [d, ns]) for ns, d in deltas.items() if d])
 
 
 class CassandraQuotaStore:
@@ -121,7 +142,7 @@ class CassandraQuotaStore:
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         # A counter cannot be set, only moved: by the difference to what it holds now.
         delta = usage.tasks_stored - await self._open_tasks(namespace)
-        await count_usage(self._db, [(namespace, delta)])
+        await set_usage_deltas(self._db, {namespace: delta})  # a repair must not fail quietly
 
     async def _open_tasks(self, namespace: str) -> int:
         rows = await self._db.execute(SELECT_USAGE, [namespace])

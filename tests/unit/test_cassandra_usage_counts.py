@@ -1,0 +1,58 @@
+"""The unfinished-task counters on Cassandra (``tikk.store.cassandra.quotas``): an update that
+fails after the task rows it counts were written is logged, not raised (raising failed
+creates and results whose change was durable, which their clients then sent again); an
+operator's repair of a counter still fails loudly. The session is a stand-in that records
+the updates or refuses them; the counters' behaviour on a live cluster is covered by the
+quota contract suite."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from tikk.errors import BackendUnavailable
+from tikk.quotas import NamespaceUsage
+from tikk.store.cassandra.quotas import CassandraQuotaStore, count_usage
+
+
+class _Session:
+    """Binds statements as (cql, params) and runs them, or refuses every write."""
+
+    def __init__(self, refuse: bool) -> None:
+        self.refuse = refuse
+        self.sent: list[tuple[str, Sequence[Any]]] = []
+
+    def bind(self, cql: str, params: Sequence[Any]) -> tuple[str, Sequence[Any]]:
+        return (cql, params)
+
+    async def execute_many(self, statements: Sequence[Any]) -> list[list[Any]]:
+        if self.refuse and statements:
+            raise BackendUnavailable("cassandra: Coordinator node timed out (COUNTER)")
+        self.sent += statements
+        return [[] for _ in statements]
+
+    async def execute(self, cql: str, params: Sequence[Any] = ()) -> list[Any]:
+        return []  # no counter row yet: the usage reads as 0
+
+
+async def test_deltas_of_one_namespace_go_out_as_one_update() -> None:
+    db = _Session(refuse=False)
+    await count_usage(db, [("a", 1), ("b", -1), ("a", 1), ("b", 1)])  # type: ignore[arg-type]
+    assert [params for _, params in db.sent] == [[2, "a"]]
+
+
+async def test_a_failed_update_is_logged_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    db = _Session(refuse=True)
+    with caplog.at_level(logging.WARNING, logger="tikk.store"):
+        await count_usage(db, [("shop", -1), ("shop", -2)])  # type: ignore[arg-type]
+    [record] = caplog.records
+    assert "'shop' -3" in record.getMessage() and "recount" in record.getMessage()
+
+
+async def test_a_repair_that_fails_raises() -> None:
+    store = CassandraQuotaStore(_Session(refuse=True))  # type: ignore[arg-type]
+    with pytest.raises(BackendUnavailable):
+        await store.put_usage("shop", NamespaceUsage(tasks_stored=5))
