@@ -1,13 +1,15 @@
 """The unfinished-task counters on Cassandra (``tikk.store.cassandra.quotas``): an update that
-fails after the task rows it counts were written is logged, not raised (raising failed
-creates and results whose change was durable, which their clients then sent again); an
-operator's repair of a counter still fails loudly. The session is a stand-in that records
-the updates or refuses them; the counters' behaviour on a live cluster is covered by the
-quota contract suite."""
+fails, or goes unanswered for a while, after the task rows it counts were written is logged,
+not raised (raising failed creates and results whose change was durable, which their clients
+then sent again); an operator's repair of a counter still fails loudly. The session is a
+stand-in that records the updates, refuses them or never answers; the counters' behaviour on
+a live cluster is covered by the quota contract suite."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,8 +23,9 @@ from tikk.store.cassandra.quotas import CassandraQuotaStore, count_usage
 class _Session:
     """Binds statements as (cql, params) and runs them, or refuses every write."""
 
-    def __init__(self, refuse: bool) -> None:
+    def __init__(self, refuse: bool, answer: bool = True) -> None:
         self.refuse = refuse
+        self.answer = answer
         self.sent: list[tuple[str, Sequence[Any]]] = []
 
     def bind(self, cql: str, params: Sequence[Any]) -> tuple[str, Sequence[Any]]:
@@ -31,6 +34,8 @@ class _Session:
     async def execute_many(self, statements: Sequence[Any]) -> list[list[Any]]:
         if self.refuse and statements:
             raise BackendUnavailable("cassandra: Coordinator node timed out (COUNTER)")
+        if not self.answer:
+            await asyncio.Event().wait()  # a leader that is gone: no answer for seconds
         self.sent += statements
         return [[] for _ in statements]
 
@@ -50,6 +55,18 @@ async def test_a_failed_update_is_logged_not_raised(caplog: pytest.LogCaptureFix
         await count_usage(db, [("shop", -1), ("shop", -2)])  # type: ignore[arg-type]
     [record] = caplog.records
     assert "'shop' -3" in record.getMessage() and "recount" in record.getMessage()
+
+
+async def test_a_task_write_waits_for_its_counter_update_only_so_long(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    db = _Session(refuse=False, answer=False)
+    began = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="tikk.store"):
+        await count_usage(db, [("shop", 1)], wait_s=0.05)  # type: ignore[arg-type]
+    assert time.monotonic() - began < 1.0
+    [record] = caplog.records
+    assert "'shop' +1" in record.getMessage() and "may still apply" in record.getMessage()
 
 
 async def test_a_repair_that_fails_raises() -> None:

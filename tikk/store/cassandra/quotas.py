@@ -10,6 +10,7 @@ read of the task table by token ranges (rows whose retention ran out are gone fr
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -55,25 +56,34 @@ def ring_part(part: int) -> list[int]:
     return [low, 2**63 - 1 if part == RING_PARTS - 1 else low + _RING_SPAN - 1]
 
 
-async def count_usage(db: CassandraSession, changes: Iterable[tuple[str, int]]) -> None:
+# How long a task write waits for its counter update before it goes on without it: past what
+# an update takes on a busy healthy cluster, well short of Cassandra's 5 s counter timeout.
+USAGE_WAIT_S = 1.0
+
+
+async def count_usage(
+    db: CassandraSession, changes: Iterable[tuple[str, int]], wait_s: float = USAGE_WAIT_S
+) -> None:
     """Add each (namespace, delta) to the namespaces' unfinished-task counters, one update
     per namespace (deltas of one namespace summed first), after the task rows they count were
-    written. An update that fails is logged, not raised: the change it counts is durable
-    already, so failing it would only make its caller (a create, a result) send it again,
-    while the counter drifts by the delta either way (a timed-out update may have applied),
-    as after a crash between the two writes; a recount corrects it. On the replicated stack,
-    after a node's ``kill -9``, Cassandra sent about a third of counter updates to the dead
-    node (it picks a counter's leader among the replicas gossip still calls up) for about
-    20 s, and each failed its result after 5 s."""
+    written. An update that fails, or is not answered within ``wait_s`` (it goes on in the
+    driver), is logged, not raised: the change it counts is durable already, so failing it
+    would only make its caller (a create, a result) send it again, while the counter drifts by
+    the delta either way, as after a crash between the two writes; a recount corrects it.
+    On the replicated stack, after a node's ``kill -9``, Cassandra sent about a third of
+    counter updates to the dead node (it picks a counter's leader among the replicas gossip
+    still calls up) for about 20 s. Each failed after 5 s, and while two lots of successes
+    waited for theirs no other result of the server was recorded."""
     per_namespace: Counter[str] = Counter()
     for namespace, delta in changes:
         per_namespace[namespace] += delta
     try:
-        await set_usage_deltas(db, per_namespace)
-    except BackendUnavailable as exc:
+        await asyncio.wait_for(set_usage_deltas(db, per_namespace), wait_s)
+    except (BackendUnavailable, TimeoutError) as exc:
         moves = ", ".join(f"{ns!r} {d:+d}" for ns, d in sorted(per_namespace.items()) if d)
+        why = str(exc) or f"no answer within {wait_s:g} s; it may still apply"
         log.warning(
-            "usage counters not moved (%s): %s; `tikk quota recount` corrects them", moves, exc
+            "usage counters not confirmed (%s): %s; `tikk quota recount` corrects them", moves, why
         )
 
 
