@@ -21,7 +21,7 @@ from tikk.store.cassandra.quotas import CassandraQuotaStore, count_usage
 
 
 class _Session:
-    """Binds statements as (cql, params) and runs them, or refuses every write."""
+    """Binds statements as (cql, params) and runs them, refuses every write, or never answers."""
 
     def __init__(self, refuse: bool, answer: bool = True) -> None:
         self.refuse = refuse
