@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from tikk.drivers.cassandra_batches import PartitionRow, packed
+from tikk.drivers.cassandra_counters import CounterTally
 from tikk.errors import BackendRefused, BackendUnavailable, InvalidArgument
 from tikk.urls import BackendUrl, Credentials, TlsFiles
 
@@ -140,6 +141,8 @@ class CassandraSession:
         self._session: Session | None = None
         self._prepared: dict[str, PreparedStatement] = {}
         self._users = 0
+        # Counter updates of every backend of the session, written in the background.
+        self.counters = CounterTally(self)
         # Backends of one process may start at once; only the first connects.
         self._starting = asyncio.Lock()
 
@@ -148,12 +151,14 @@ class CassandraSession:
         async with self._starting:
             if self._session is None:
                 await asyncio.to_thread(self.connect)
+                self.counters.start()
             self._users += 1
 
     async def close(self) -> None:
-        """Shut the session down when its last user closes it."""
+        """Shut the session down when its last user closes it (its counters flushed first)."""
         self._users = max(0, self._users - 1)
         if self._users == 0:
+            await self.counters.stop()
             await asyncio.to_thread(self.shutdown)
 
     def connect(self) -> None:

@@ -6,13 +6,15 @@ not finished yet, i.e. scheduled, dispatched or waiting for a retry) is counted 
 store of the same database as tasks are created and finish:
 
 - SQLite: exact, by triggers in the same transaction as the task row.
-- Cassandra: a counter per namespace, moved after the task rows are written. A process that
-  dies between a task write and its counter update, or an update that fails (logged, not
-  raised: the task write stands), leaves the counter off by the tasks of that one write
-  (too low after a create, too high after a finish), and a task whose row
-  expires unfinished (its retention ran out) is never subtracted. Both errors are bounded by
-  what the crashed writes held; a recount (``count_open``, then ``put_usage``) corrects a
-drifted counter from the task rows.
+- Cassandra: a counter per namespace, moved after the task rows are written, in the
+  background: each process gathers its changes and writes them about twice a second
+  (``tikk.drivers.cassandra_counters``), and its own reads add what it has not written yet,
+  so another process sees a change up to about half a second later. A process that dies
+  with changes not yet written, or an update that may have applied but was not confirmed (a
+  timeout; logged, not sent again), leaves the counter off by those changes (too low after
+  creates, too high after finishes), and a task whose row expires unfinished (its retention
+  ran out) is never subtracted. Both errors are bounded by what the lost changes held; a
+  recount (``count_open``, then ``put_usage``) corrects a drifted counter from the task rows.
 
 The per-second rate is drawn from a row per namespace and second that every server process
 takes from (``draw_rate``), so processes on separate hosts admit the rate together, not each.

@@ -115,7 +115,7 @@ class CassandraQueueHoldStore:
             for e, row in zip(skipped, rows, strict=True)
         ]
         await self._db.execute_many(writes)
-        await count_usage(self._db, [(e.namespace, -1) for e in skipped])
+        count_usage(self._db, [(e.namespace, -1) for e in skipped])
         return skipped
 
     async def start(self) -> None:

@@ -2,21 +2,19 @@
 
 Tables (``tikk.store.cassandra.schema`` v8): ``namespace_quotas`` by namespace, and the counter
 table ``task_usage`` that the task store moves (``count_usage``) after it wrote the task rows
-a change concerns: one counter update per namespace and write, never one per task of a bulk
-load. Counter updates are not idempotent and not atomic with the task rows, so the count can
-drift by what a crash interrupts (see ``tikk.store.quotas``); ``recount`` corrects it from a
-read of the task table by token ranges (rows whose retention ran out are gone from it, too).
+a change concerns: through the session's counter tally, one counter update per namespace
+about twice a second, however many tasks were written. Counter updates are not idempotent and
+not atomic with the task rows, so the count can drift by what a crash interrupts (see
+``tikk.store.quotas``); ``recount`` corrects it from a read of the task table by token ranges
+(rows whose retention ran out are gone from it, too).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from tikk.drivers.cassandra import CassandraSession
-from tikk.errors import BackendUnavailable
 from tikk.model import TaskState
 from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
 from tikk.store.quotas import OpenCount
@@ -56,35 +54,17 @@ def ring_part(part: int) -> list[int]:
     return [low, 2**63 - 1 if part == RING_PARTS - 1 else low + _RING_SPAN - 1]
 
 
-# How long a task write waits for its counter update before it goes on without it: past what
-# an update takes on a busy healthy cluster, well short of Cassandra's 5 s counter timeout.
+# How long a usage read waits for a counter flush under way before it reads beside it.
 USAGE_WAIT_S = 1.0
 
 
-async def count_usage(
-    db: CassandraSession, changes: Iterable[tuple[str, int]], wait_s: float = USAGE_WAIT_S
-) -> None:
-    """Add each (namespace, delta) to the namespaces' unfinished-task counters, one update
-    per namespace (deltas of one namespace summed first), after the task rows they count were
-    written. An update that fails, or is not answered within ``wait_s`` (it goes on in the
-    driver), is logged, not raised: the change it counts is durable already, so failing it
-    would only make its caller (a create, a result) send it again, while the counter drifts by
-    the delta either way, as after a crash between the two writes; a recount corrects it.
-    On the replicated stack, after a node's ``kill -9``, Cassandra sent about a third of
-    counter updates to the dead node (it picks a counter's leader among the replicas gossip
-    still calls up) for about 20 s. Each failed after 5 s, and while two lots of successes
-    waited for theirs no other result of the server was recorded."""
-    per_namespace: Counter[str] = Counter()
+def count_usage(db: CassandraSession, changes: Iterable[tuple[str, int]]) -> None:
+    """Add each (namespace, delta) to the namespaces' unfinished-task counters, after the task
+    rows they count were written. The deltas go to the session's counter tally, which writes
+    one update per namespace about twice a second in the background: a task write never waits
+    for a counter (``tikk.drivers.cassandra_counters`` says why, with the figures)."""
     for namespace, delta in changes:
-        per_namespace[namespace] += delta
-    try:
-        await asyncio.wait_for(set_usage_deltas(db, per_namespace), wait_s)
-    except (BackendUnavailable, TimeoutError) as exc:
-        moves = ", ".join(f"{ns!r} {d:+d}" for ns, d in sorted(per_namespace.items()) if d)
-        why = str(exc) or f"no answer within {wait_s:g} s; it may still apply"
-        log.warning(
-            "usage counters not confirmed (%s): %s; `tikk quota recount` corrects them", moves, why
-        )
+        db.counters.add(ADD_USAGE, [namespace], delta)
 
 
 async def set_usage_deltas(db: CassandraSession, deltas: Mapping[str, int]) -> None:
@@ -108,7 +88,7 @@ class CassandraQuotaStore:
         await self._db.execute(INSERT_QUOTAS, [namespace, *values, now_ms])
 
     async def usage(self, namespace: str) -> NamespaceUsage:
-        return NamespaceUsage(tasks_stored=max(0, await self._open_tasks(namespace)))
+        return NamespaceUsage(tasks_stored=max(0, await self._counted(namespace)))
 
     async def count_open(self, namespace: str, part: int) -> OpenCount:
         parts = range(part, min(part + PARTS_AT_ONCE, RING_PARTS))
@@ -151,12 +131,16 @@ class CassandraQuotaStore:
 
     async def put_usage(self, namespace: str, usage: NamespaceUsage) -> None:
         # A counter cannot be set, only moved: by the difference to what it holds now.
-        delta = usage.tasks_stored - await self._open_tasks(namespace)
+        delta = usage.tasks_stored - await self._counted(namespace)
         await set_usage_deltas(self._db, {namespace: delta})  # a repair must not fail quietly
 
-    async def _open_tasks(self, namespace: str) -> int:
-        rows = await self._db.execute(SELECT_USAGE, [namespace])
-        return int(rows[0].open_tasks or 0) if rows else 0
+    async def _counted(self, namespace: str) -> int:
+        """The stored counter plus this process's deltas not yet confirmed written."""
+        tally = self._db.counters
+        async with tally.settled(USAGE_WAIT_S):
+            rows = await self._db.execute(SELECT_USAGE, [namespace])
+            stored = int(rows[0].open_tasks or 0) if rows else 0
+            return stored + tally.unconfirmed(ADD_USAGE, [namespace])
 
     async def start(self) -> None:
         await self._db.start()

@@ -67,7 +67,7 @@ async def create_tasks(
     if new_ids:
         await db.execute_many([db.bind(CREATE_NEW_TASK, _insert(t, ttl)) for t in tasks])
         await _write_pointers(db, tasks, ttl)
-        await count_usage(db, [(t.namespace, 1) for t in tasks])
+        count_usage(db, [(t.namespace, 1) for t in tasks])
         return [(t, True) for t in tasks]
     inserts = [db.bind(CREATE_TASK, _insert(t, ttl)) for t in tasks]
     answers = await db.execute_many(inserts)
@@ -79,7 +79,7 @@ async def create_tasks(
     ])  # fmt: skip
     # Counted after the completion mark: a create found half-written was never counted
     # by the try that died, so it is counted here, with the new ones.
-    await count_usage(db, [(t.namespace, 1) for t in unfinished])
+    count_usage(db, [(t.namespace, 1) for t in unfinished])
     return [o.outcome() if isinstance(o, _Unfinished) else o for o in outcomes]
 
 

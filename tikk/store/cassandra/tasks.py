@@ -200,7 +200,7 @@ class CassandraTaskStore:
         if not settled:
             # Marked so that asking again gives the same answer rather than OK.
             await self._db.execute(SET_UPDATED, [ttl, written_ms, namespace, task_id])
-        await count_usage(self._db, [(namespace, -1)])
+        count_usage(self._db, [(namespace, -1)])
         second = second_of(task.due_ms)
         key = task_key(namespace, task_id)
         await self._db.execute(DELETE_DUE, [task.shard, minute_of_second(second), second, key])
@@ -319,7 +319,7 @@ class CassandraTaskStore:
             await self._heal_finished(await self.get(namespace, task_id), attempt, now_ms)
             return None
         if updated.state.finished:
-            await count_usage(self._db, [(namespace, -1)])
+            count_usage(self._db, [(namespace, -1)])
         await self._write_finished(updated, now_ms)
         return updated
 
@@ -347,7 +347,7 @@ class CassandraTaskStore:
     async def succeed_many(self, entries: Sequence[DueEntry], now_ms: int) -> list[bool]:
         done = await succeed_after_read(self._db, entries, now_ms)
         finished = [(e.namespace, -1) for e, ok in zip(entries, done, strict=True) if ok]
-        await count_usage(self._db, finished)
+        count_usage(self._db, finished)
         return done
 
     async def redrive(self, namespace: str, task_id: str, now_ms: int) -> Task:
@@ -358,7 +358,7 @@ class CassandraTaskStore:
         # the rows that point at it, for the reason given in create_many.
         if not await self._update_if(again, task, now_ms):
             raise FailedPrecondition(f"task {task_id!r} changed while it was re-driven; retry")
-        await count_usage(self._db, [(namespace, 1)])
+        count_usage(self._db, [(namespace, 1)])
         ttl = ttl_after(again.due_ms, now_ms, self._retention_s(namespace))
         await self._db.execute_batch([
             (INSERT_DUE, due_values(again.entry(), now_ms)),
