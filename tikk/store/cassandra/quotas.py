@@ -11,15 +11,12 @@ not atomic with the task rows, so the count can drift by what a crash interrupts
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Mapping, Sequence
 
 from tikk.drivers.cassandra import CassandraSession
 from tikk.model import TaskState
 from tikk.quotas import QUOTA_NAMES, NamespaceQuotas, NamespaceUsage
 from tikk.store.quotas import OpenCount
-
-log = logging.getLogger("tikk.store")
 
 _COLUMNS = ", ".join(QUOTA_NAMES)
 SELECT_QUOTAS = f"SELECT {_COLUMNS} FROM namespace_quotas WHERE namespace = ?"
