@@ -120,10 +120,14 @@ class CounterTally:
             return
         cql, key = counter
         table = _TABLE.search(cql)
+        name = table.group(1) if table else "?"
         log.warning(
             "counter %s%s moved by %+d not confirmed (%s): it may or may not have applied",
-            table.group(1) if table else "?", list(key), delta, exc,
-        )  # fmt: skip
+            name,
+            list(key),
+            delta,
+            exc,
+        )
 
     def start(self) -> None:
         """Flush about every ``flush_s`` in a task of the running loop, until ``stop``."""
