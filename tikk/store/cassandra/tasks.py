@@ -101,8 +101,10 @@ HAND_OFF = (
     "UPDATE due_index USING TTL ? SET handed_off_ms = ?"
     " WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
 )
+# With the row's position: a husk (below) has nothing else to continue a page from.
 SELECT_DUE = (
-    f"SELECT {', '.join(DUE_READ_COLUMNS)} FROM due_index WHERE shard = ? AND minute = ?"
+    f"SELECT second, task_key, {', '.join(DUE_READ_COLUMNS)} FROM due_index"
+    " WHERE shard = ? AND minute = ?"
     " AND (second, task_key) > (?, ?) AND (second, task_key) < (?, ?) LIMIT ?"
 )
 # With the TTL of the row's other cells: a cell without one would keep a husk of the row
@@ -263,15 +265,21 @@ class CassandraTaskStore:
     async def read_due(
         self, shard: int, after: tuple[int, str], until_second: int, limit: int
     ) -> list[DueEntry]:
-        after_second, after_key = after
         out: list[DueEntry] = []
-        for minute in minutes_between(after_second, until_second):
-            rows = await self._db.execute(
-                SELECT_DUE,
-                [shard, minute, after_second, after_key, until_second + 1, "", limit - len(out)],
-            )
-            # A row whose mark outlived it (TTL, delete) has no due time: not a row to fire.
-            out += [entry_from_cql_row(r) for r in rows if r.due_ms is not None]
+        for minute in minutes_between(after[0], until_second):
+            position = after
+            while len(out) < limit:
+                want = limit - len(out)
+                bounds = [*position, until_second + 1, ""]
+                rows = await self._db.execute(SELECT_DUE, [shard, minute, *bounds, want])
+                # A husk (a hand-off mark written after its row was moved or cancelled) has
+                # no due time: no row to fire. It still took a place under the limit, so a
+                # full answer means more may follow in this minute: the caller takes fewer
+                # rows than its limit for the end of the range, and must not get them here.
+                out += [entry_from_cql_row(r) for r in rows if r.due_ms is not None]
+                if len(rows) < want:
+                    break
+                position = (rows[-1].second, rows[-1].task_key)
             if len(out) >= limit:
                 break
         return out
