@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 
 from tikk.drivers.cassandra import is_idempotent
-from tikk.store.cassandra import claims, credentials, due_counts, quotas, tasks
+from tikk.store.cassandra import claims, credentials, due_counts, quotas, task_rows, tasks
 from tikk.store.cassandra.task_creates import CREATE_TASK
 
 
 @pytest.mark.parametrize(
     "cql",
     [
-        tasks.SELECT_DUE,
+        task_rows.SELECT_DUE,
         tasks.HAND_OFF,
         tasks.SET_STATE,
         "UPDATE tasks USING TTL ? AND TIMESTAMP ? SET state = ? WHERE namespace = ?",

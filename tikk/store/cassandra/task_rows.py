@@ -9,12 +9,12 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tikk.buckets import minute_of_second
+from tikk.buckets import minute_of_second, minutes_between
 from tikk.drivers.cassandra import MAX_TTL_S, CassandraSession
 from tikk.errors import NotFound
 from tikk.model import DueEntry, RetryPolicy, Task, TaskState
 from tikk.store.cassandra.schema import DUE_RETENTION_S, TASK_RETENTION_S
-from tikk.store.tasks import DUE_WRITE_COLUMNS, TASK_COLUMNS
+from tikk.store.tasks import DUE_READ_COLUMNS, DUE_WRITE_COLUMNS, TASK_COLUMNS
 
 # ``row_ttl``: what is left of the TTL of a cell only whole-row writes set (``queue``), so a
 # write of a few cells can end them with the row, whatever retention it was written with.
@@ -31,6 +31,12 @@ SELECT_STATES = (
     "SELECT task_id, state, attempt, due_ms, create_pending, create_done, succeeded_by,"
     " WRITETIME(state) AS state_written, TTL(queue) AS row_ttl FROM tasks"
     " WHERE namespace = ? AND task_id IN ?"
+)
+# With the row's position: a husk (``read_due_rows``) has nothing else to continue a page from.
+SELECT_DUE = (
+    f"SELECT second, task_key, {', '.join(DUE_READ_COLUMNS)} FROM due_index"
+    " WHERE shard = ? AND minute = ?"
+    " AND (second, task_key) > (?, ?) AND (second, task_key) < (?, ?) LIMIT ?"
 )
 _IDS_PER_READ = 16
 INSERT_DUE = (
@@ -195,3 +201,27 @@ async def _rows_by_id(
         for (namespace, _), rows in zip(reads, found, strict=True)
         for row in rows
     }
+
+
+async def read_due_rows(
+    db: CassandraSession, shard: int, after: tuple[int, str], until_second: int, limit: int
+) -> list[DueEntry]:
+    """``TaskStore.read_due``: the minute buckets of the range in turn."""
+    out: list[DueEntry] = []
+    for minute in minutes_between(after[0], until_second):
+        position = after
+        while len(out) < limit:
+            want = limit - len(out)
+            bounds = [*position, until_second + 1, ""]
+            rows = await db.execute(SELECT_DUE, [shard, minute, *bounds, want])
+            # A husk (a hand-off mark written after its row was moved or cancelled) has no
+            # due time: no row to fire. It still took a place under the limit, so a full
+            # answer means more may follow in this minute: the caller takes fewer rows than
+            # its limit for the end of the range, and must not get them here.
+            out += [entry_from_cql_row(r) for r in rows if r.due_ms is not None]
+            if len(rows) < want:
+                break
+            position = (rows[-1].second, rows[-1].task_key)
+        if len(out) >= limit:
+            break
+    return out

@@ -29,7 +29,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tikk.buckets import minute_of_second, minutes_between, second_of, task_key
+from tikk.buckets import minute_of_second, second_of, task_key
 from tikk.clock import Clock
 from tikk.drivers.cassandra import CassandraSession
 from tikk.drivers.cassandra_batches import MAX_BATCH_PARTITIONS, PartitionRow
@@ -77,16 +77,15 @@ from tikk.store.cassandra.task_rows import (
     INSERT_DUE,
     cells_ttl,
     due_values,
-    entry_from_cql_row,
     label_writes,
     listing_write,
+    read_due_rows,
     read_task,
     read_task_row,
     task_from_cql_row,
     ttl_after,
 )
 from tikk.store.tasks import (
-    DUE_READ_COLUMNS,
     check_shard_count,
     require_dead_lettered,
     require_scheduled,
@@ -100,12 +99,6 @@ INIT_META = "INSERT INTO store_meta (key, value) VALUES (?, ?) IF NOT EXISTS"
 HAND_OFF = (
     "UPDATE due_index USING TTL ? SET handed_off_ms = ?"
     " WHERE shard = ? AND minute = ? AND second = ? AND task_key = ?"
-)
-# With the row's position: a husk (below) has nothing else to continue a page from.
-SELECT_DUE = (
-    f"SELECT second, task_key, {', '.join(DUE_READ_COLUMNS)} FROM due_index"
-    " WHERE shard = ? AND minute = ?"
-    " AND (second, task_key) > (?, ?) AND (second, task_key) < (?, ?) LIMIT ?"
 )
 # With the TTL of the row's other cells: a cell without one would keep a husk of the row
 # (its state and update time) after the rest expired, for ever.
@@ -265,24 +258,7 @@ class CassandraTaskStore:
     async def read_due(
         self, shard: int, after: tuple[int, str], until_second: int, limit: int
     ) -> list[DueEntry]:
-        out: list[DueEntry] = []
-        for minute in minutes_between(after[0], until_second):
-            position = after
-            while len(out) < limit:
-                want = limit - len(out)
-                bounds = [*position, until_second + 1, ""]
-                rows = await self._db.execute(SELECT_DUE, [shard, minute, *bounds, want])
-                # A husk (a hand-off mark written after its row was moved or cancelled) has
-                # no due time: no row to fire. It still took a place under the limit, so a
-                # full answer means more may follow in this minute: the caller takes fewer
-                # rows than its limit for the end of the range, and must not get them here.
-                out += [entry_from_cql_row(r) for r in rows if r.due_ms is not None]
-                if len(rows) < want:
-                    break
-                position = (rows[-1].second, rows[-1].task_key)
-            if len(out) >= limit:
-                break
-        return out
+        return await read_due_rows(self._db, shard, after, until_second, limit)
 
     async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> Claimed:
         return await claim_due(self._db, entries, now_ms)
