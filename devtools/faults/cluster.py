@@ -194,9 +194,14 @@ class ClusterConfig:
     def start_log(self) -> Path:
         return self.workdir / "starts.jsonl"
 
+    @property
+    def store_url(self) -> str:
+        """The run's keyspace, with the stack's login."""
+        return login(f"cassandra://{self.cassandra}/{self.keyspace}")
+
     def backend_args(self) -> list[str]:
         """The backend options every ``tikk`` process of the cluster is started with."""
-        cassandra = login(f"cassandra://{self.cassandra}/{self.keyspace}")
+        cassandra = self.store_url
         return [
             "--store",
             cassandra,

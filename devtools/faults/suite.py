@@ -51,6 +51,7 @@ from devtools.faults.records import (
 )
 from devtools.faults.report import RunInfo, render
 from devtools.faults.services import ServiceStopper
+from devtools.faults.whereabouts import locate
 from devtools.faults.worker_app import QUEUE
 from devtools.faults.workload import Workload, create_now, create_request, plan_tasks
 
@@ -202,6 +203,7 @@ class Run:
             self.load_and_break()
             self.drain()
             self.read_back()
+            self.locate_lost()
         except Exception as exc:
             self.incomplete = f"{type(exc).__name__}: {exc}"
             log.error("run incomplete: %s", self.incomplete)
@@ -273,6 +275,18 @@ class Run:
             self.dead_letters = reader.dead_letters()
         finally:
             reader.close()
+
+    def locate_lost(self) -> None:
+        """Where the rows of each task still expected and not final are (``whereabouts``),
+        in the report's notes, read before the run's data is dropped."""
+        assert self.workload is not None
+        creates, cancels = self.workload.records()
+        cancelled = {c.task_id for c in cancels if c.ok or c.indeterminate}
+        expected = set(still_expected(creates, cancelled, self.starts.read()))
+        lost = sorted(t for t in expected if t in _not_final(self.finals))
+        if lost:
+            lines = locate(self.config.store_url, self.config.shards, NAMESPACE, lost)
+            self.notes += [f"where lost: {line}" for line in lines]
 
     def history(self) -> History:
         """What was recorded (also after a failure: what there is)."""
