@@ -134,15 +134,20 @@ class QueueGates:
     ) -> tuple[list[DueEntry], list[DueEntry]]:
         """The rows of ``batch`` that may be published now, and those parked instead
         (written before this returns, so the caller may settle them)."""
-        go: list[DueEntry] = []
+        go = [e for e in batch if e.queue not in self._controls]
+        held = [e for e in batch if e.queue in self._controls]
         park: list[DueEntry] = []
-        for e in batch:
-            (go if self._may_go(e, now_ms) else park).append(e)
-        if park:
+        if held:
+            # Decided under the lock the releases take: a release reading the lanes meanwhile
+            # could release a row decided here to be parked, and the caller, settling it as
+            # parked, would finish that release (its row unparked, never published).
             async with self._lanes_lock:
-                await self._holds.park(park)
-                for e in park:
-                    self._lane(e.queue, e.shard).parked(e)
+                for e in held:
+                    (go if self._may_go(e, now_ms) else park).append(e)
+                if park:
+                    await self._holds.park(park)
+                    for e in park:
+                        self._lane(e.queue, e.shard).parked(e)
             self.parked += len(park)
         return go, park
 
