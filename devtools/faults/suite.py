@@ -283,10 +283,14 @@ class Run:
         creates, cancels = self.workload.records()
         cancelled = {c.task_id for c in cancels if c.ok or c.indeterminate}
         expected = set(still_expected(creates, cancelled, self.starts.read()))
-        lost = sorted(t for t in expected if t in _not_final(self.finals))
-        if lost:
+        lost = sorted(expected & set(_not_final(self.finals)))
+        if not lost:
+            return
+        try:
             lines = locate(self.config.store_url, self.config.shards, NAMESPACE, lost)
-            self.notes += [f"where lost: {line}" for line in lines]
+        except Exception as exc:  # a diagnosis that fails must not fail the run it explains
+            lines = [f"could not be read ({type(exc).__name__}: {exc})"]
+        self.notes += [f"where lost: {line}" for line in lines]
 
     def history(self) -> History:
         """What was recorded (also after a failure: what there is)."""
