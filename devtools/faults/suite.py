@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -43,6 +43,7 @@ from devtools.faults.nodes import NodeFaults
 from devtools.faults.readback import TERMINAL, StartLog, StateReader, still_expected
 from devtools.faults.records import (
     WARM_UP_ID,
+    CancelRecord,
     FinalState,
     History,
     TaskKind,
@@ -232,8 +233,7 @@ class Run:
         period after the last due time ends."""
         assert self.workload is not None
         creates, cancels = self.workload.records()
-        maybe_cancelled = {c.task_id for c in cancels if c.ok or c.indeterminate}
-        maybe_cancelled |= self._bulk_cancelled()
+        maybe_cancelled = _maybe_cancelled(cancels) | self._bulk_cancelled()
         while _now_ms() < self._drain_until_ms() and still_expected(
             creates, maybe_cancelled, self.starts.read()
         ):
@@ -281,8 +281,7 @@ class Run:
         in the report's notes, read before the run's data is dropped."""
         assert self.workload is not None
         creates, cancels = self.workload.records()
-        cancelled = {c.task_id for c in cancels if c.ok or c.indeterminate}
-        expected = set(still_expected(creates, cancelled, self.starts.read()))
+        expected = set(still_expected(creates, _maybe_cancelled(cancels), self.starts.read()))
         lost = sorted(expected & set(_not_final(self.finals)))
         if not lost:
             return
@@ -331,6 +330,11 @@ class Run:
         svc.best_effort("delete chroot", lambda: svc.delete_zookeeper_chroot(c.zookeeper, c.chroot))
         topics = [f"{c.topic_prefix}faults", f"{c.topic_prefix}faults.dlq"]
         svc.best_effort("delete topics", lambda: svc.delete_kafka_topics(c.kafka, topics))
+
+
+def _maybe_cancelled(cancels: Iterable[CancelRecord]) -> set[str]:
+    """Tasks a cancel may have reached: acknowledged, or sent and never answered."""
+    return {c.task_id for c in cancels if c.ok or c.indeterminate}
 
 
 def _not_final(finals: dict[str, FinalState]) -> list[str]:
