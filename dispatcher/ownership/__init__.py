@@ -4,8 +4,9 @@ States, as the dispatcher sees them through ``owned()``:
 
 * a shard is in ``owned()`` → this process is its one active owner and may dispatch it,
   presenting the epoch to the store when it moves the cursor;
-* a shard drops out (lost, rebalanced, or the coordination session is SUSPENDED) → stop acting
-  on it at once; whatever was in flight is re-sent by the next owner from the cursor;
+* a shard drops out (lost, rebalanced, or the lease that outlives a dropped coordination
+  connection ended before the session could expire) → stop acting on it at once; whatever
+  was in flight is re-sent by the next owner from the cursor;
 * the epoch of a shard changes → ownership was lost and regained; state is rebuilt.
 
 Backends: ``SingleOwner`` (embedded: one process owns everything) and

@@ -39,9 +39,11 @@ one: a stale owner presents an older epoch and the task store refuses its cursor
     ACTIVE ──members or owner nodes changed──▶ ACTIVE   (release first, then acquire)
     any ──stop()──▶ STOPPED
 
-* SUSPENDED: the connection dropped; the session may live on but nothing can be proven, so
-  ``owned()`` is emptied at once. kazoo suspends after 2/3 of the session timeout without an
-  answer, before the server may expire the session and hand the shards to another member.
+* SUSPENDED: the connection dropped, but no other member can take our shards before our
+  session expires, so ``owned()`` keeps them under a lease that ends a margin before it can
+  (``dispatcher.ownership.session_lease``; SYNCING on the same session keeps the lease until
+  the pass publishes): a ZooKeeper leader's election, which closes every client's
+  connection for about a second, costs the dispatcher nothing.
 * LOST: the session expired, and with it every node of ours; kazoo reconnects with a new one.
 * SYNCING: connected; the worker (re)registers the member node and checks each owner node's
   ``ephemeralOwner`` against our session before anything is reported owned again.
@@ -53,7 +55,7 @@ wakes the worker thread of this class, which makes every ZooKeeper call, each wi
 wait could hang for ever).
 ``owned()`` is an immutable mapping replaced as a whole, so the event loop reads it without a
 lock. Every connection event bumps a generation; the worker publishes what it found only if
-the generation did not move meanwhile.
+the generation did not move meanwhile. A heartbeat thread's reads time the lease.
 """
 
 from __future__ import annotations
@@ -66,11 +68,14 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from dispatcher.ownership.assignment import assign
+from dispatcher.ownership.session_lease import EMPTY, Lease, SessionLease
 from dispatcher.ownership.zk_connection import (
     DEFAULT_CHROOT,
     check_zk_access,
@@ -93,9 +98,17 @@ except ImportError as exc:  # pragma: no cover - depends on the installed extras
 
 log = logging.getLogger("tikk.ownership")
 
-_EMPTY: Mapping[int, int] = MappingProxyType({})
 # Pause after a failed sync pass before the next one (the cause is logged).
 _RETRY_DELAY_S = 0.5
+
+
+@dataclass(frozen=True)
+class _View:
+    """What ``owned()`` reads, replaced as a whole: the verified shards (ACTIVE), and the
+    lease on the shards held when the connection dropped (SUSPENDED, then SYNCING)."""
+
+    owned: Mapping[int, int]
+    lease: Lease | None
 
 
 class ZkState(enum.Enum):
@@ -117,7 +130,8 @@ class ZkOwnership:
     """The ``Ownership`` backend on ZooKeeper (see the module docstring).
 
     ``session_timeout_s`` bounds how long the shards of a crashed dispatcher stay without an
-    owner. Construction does no I/O; ``start()`` connects.
+    owner. ``clock`` (monotonic seconds) times the lease. Construction does no I/O;
+    ``start()`` connects.
     """
 
     def __init__(
@@ -129,6 +143,7 @@ class ZkOwnership:
         member_id: str | None = None,
         session_timeout_s: float = 10.0,
         credentials: Credentials | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.member_id = member_id if member_id is not None else default_member_id()
         if not self.member_id or "/" in self.member_id:
@@ -145,7 +160,8 @@ class ZkOwnership:
         self._stopping = threading.Event()
         self._state = ZkState.STOPPED
         self._generation = 0
-        self._owned: Mapping[int, int] = _EMPTY
+        self._view = _View(EMPTY, None)
+        self._lease = SessionLease(session_timeout_s, clock)
         # Worker thread only: the session we joined with and shard → czxid of our owner nodes.
         self._session: int | None = None
         self._held: dict[int, int] = {}
@@ -180,7 +196,8 @@ class ZkOwnership:
         return self._state
 
     def owned(self) -> Mapping[int, int]:
-        return self._owned
+        view = self._view
+        return view.owned if view.lease is None else self._lease.holds(view.lease)
 
     async def ping(self) -> None:
         state = self._state
@@ -220,6 +237,8 @@ class ZkOwnership:
         )
         self._wake.set()
         self._worker.start()
+        beat = threading.Thread(target=self._beat, args=(self._client,), daemon=True)
+        beat.start()
 
     async def close(self) -> None:
         """Stop reporting shards, delete our owner and member nodes, close the session."""
@@ -249,14 +268,38 @@ class ZkOwnership:
         self._wake.set()
 
     def _set_state(self, state: ZkState, *, unless_stopped: bool = False) -> None:
-        # Every transition empties owned(): only a sync pass that finished within one
-        # generation may fill it again. The lock is only ever held for these few assignments.
+        # Every transition empties the verified shards: only a sync pass that finished within
+        # one generation may fill them again. A dropped connection leases what was held; an
+        # expired or closed session ends the lease. The lock is only ever held for these few
+        # assignments.
         with self._lock:
             if unless_stopped and self._state is ZkState.STOPPED:
                 return
+            view = self._view
+            lease = view.lease
+            if state is ZkState.SUSPENDED:
+                lease = self._lease.grant(view.owned or (lease.shards if lease else EMPTY))
+            elif state in (ZkState.LOST, ZkState.STOPPED):
+                lease = None
+                self._lease.forget()
             self._state = state
             self._generation += 1
-            self._owned = _EMPTY
+            self._view = _View(EMPTY, lease)
+
+    # -- the heartbeat thread -------------------------------------------------------------------
+
+    def _beat(self, client: Any) -> None:
+        """A small read every ``heartbeat_s`` while connected, until this client is closed;
+        each answer moves the time the lease counts from."""
+        while not self._stopping.wait(self._lease.heartbeat_s) and self._client is client:
+            if self._state not in (ZkState.SYNCING, ZkState.ACTIVE):
+                continue
+            sent = self._lease.now()
+            try:
+                client.exists_async(self._member_path).get(timeout=self._timeout_s)
+            except (KazooException, KazooTimeoutError):
+                continue  # no answer, no proof: the lease counts from an earlier one
+            self._lease.answered(sent)
 
     # -- the worker thread ----------------------------------------------------------------------
 
@@ -314,9 +357,9 @@ class ZkOwnership:
         if not shards:
             return
         with self._lock:
-            self._owned = MappingProxyType(
-                {s: e for s, e in self._owned.items() if s not in shards}
-            )
+            view = self._view
+            kept = MappingProxyType({s: e for s, e in view.owned.items() if s not in shards})
+            self._view = _View(kept, view.lease.without(shards) if view.lease else None)
         self._delete_own(client, [self._owner_path(s) for s in shards])
         self._held = {s: e for s, e in self._held.items() if s not in shards}
 
@@ -355,7 +398,7 @@ class ZkOwnership:
             if generation != self._generation:
                 return  # a connection event came in meanwhile; the next pass decides
             self._state = ZkState.ACTIVE
-            self._owned = MappingProxyType(dict(held))
+            self._view = _View(MappingProxyType(dict(held)), None)
 
     def _delete_own(self, client: Any, paths: list[str]) -> None:
         """Delete those of ``paths`` that are ephemeral nodes of our current session."""

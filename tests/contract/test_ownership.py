@@ -373,43 +373,80 @@ def proxy() -> Iterator[LinkProxy]:
     relay.close()
 
 
-async def test_suspended_empties_owned_at_once_and_same_session_reverifies(
+async def watch_owners(owners: list[ZkOwnership], until: asyncio.Event) -> list[str]:
+    """Every 10 ms until ``until``, like dispatcher ticks: each instant at which two members
+    reported the same shard."""
+    overlaps = []
+    while not until.is_set():
+        seen: dict[int, str] = {}
+        for owner in owners:
+            for shard in owner.owned():
+                if shard in seen:
+                    overlaps.append(f"shard {shard}: {seen[shard]} and {owner.member_id}")
+                seen[shard] = owner.member_id
+        await asyncio.sleep(0.01)
+    return overlaps
+
+
+async def test_a_dropped_link_keeps_the_shards_under_the_lease_and_the_session_goes_on(
     zk: ZkGroup, proxy: LinkProxy
 ) -> None:
+    """A link dropped for less than the lease (a ZooKeeper leader's election): the member
+    is SUSPENDED and says so to its readiness probe, but its dispatcher never sees a shard
+    go; the same session comes back with the same owner nodes."""
     a = await zk.join("a", via=proxy.address, session_s=4.0)
     await seconds_until(lambda: len(a.owned()) == SHARDS, SOON_S, "a owns all")
+    await asyncio.sleep(1.0)  # heartbeats answered
     before = dict(a.owned())
     proxy.cut()
-    took = await seconds_until(lambda: a.owned() == {}, 0.5, "owned() empty on SUSPENDED")
-    assert a.state is ZkState.SUSPENDED
+    await seconds_until(lambda: a.state is ZkState.SUSPENDED, 0.5, "SUSPENDED")
     with pytest.raises(BackendUnavailable, match="suspended"):
         await a.ping()  # what a dispatcher's /readyz asks
-    print(f"owned() empty {took * 1000:.0f} ms after the link was cut")
-    await asyncio.sleep(0.5)  # time passes while SUSPENDED: nothing is owned again meanwhile
-    assert a.owned() == {}
+    seen = []
+    for _ in range(50):  # 0.5 s of ticks
+        seen.append(dict(a.owned()))
+        await asyncio.sleep(0.01)
     proxy.restore()
-    await seconds_until(lambda: a.state is ZkState.ACTIVE, SOON_S, "reconnected and verified")
+    while a.state is not ZkState.ACTIVE:
+        seen.append(dict(a.owned()))
+        await asyncio.sleep(0.01)
+    assert all(owned == before for owned in seen)
     await a.ping()
-    # The same session kept the same owner nodes: same epochs, nothing moved.
-    assert dict(a.owned()) == before
+    assert dict(a.owned()) == before  # the same owner nodes: same epochs, nothing moved
 
 
-async def test_a_stale_owner_is_fenced_after_failover_and_rejoins_with_a_new_session(
+async def test_a_lease_ends_before_the_session_can_expire_and_no_tick_sees_two_owners(
     zk: ZkGroup, proxy: LinkProxy, tmp_path: Path
 ) -> None:
+    """A link cut for good: ``a`` keeps its shards under the lease, drops them before its
+    session can expire, and only then does ``b`` take them, with newer epochs that fence a
+    stale cursor write of ``a``; when the link heals, ``a`` rejoins with a new session."""
     store = SqliteTaskStore(str(tmp_path / "tikk.db"), SHARDS)
     await store.start()
     a, b = await zk.join("a", via=proxy.address), await zk.join("b")
     expected = assign(SHARDS, ["a", "b"])
     await seconds_until(lambda: shards_of([a, b]) == expected, SOON_S, "two split")
+    await asyncio.sleep(0.5)  # heartbeats answered
     stale = dict(a.owned())
     shard = expected["a"][0]
     await advance_cursor(store, shard, 10, stale[shard])
 
+    done = asyncio.Event()
+    watcher = asyncio.create_task(watch_owners([a, b], done))
     proxy.cut()
-    assert await seconds_until(lambda: a.owned() == {}, 0.5, "a stops at once") < 0.5
-    took = await seconds_until(lambda: len(b.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
-    print(f"failover after a cut link with a {SESSION_S}s session: {took:.2f}s")
+    cut_at = time.monotonic()
+    await asyncio.sleep(0.2)
+    assert dict(a.owned()) == stale  # under the lease
+    dropped = await seconds_until(lambda: a.owned() == {}, SESSION_S, "a's lease ends")
+    await seconds_until(lambda: len(b.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
+    took = time.monotonic() - cut_at
+    done.set()
+    assert await watcher == []
+    print(
+        f"{SESSION_S}s session: a stopped {dropped + 0.2:.2f}s after the cut, "
+        f"b took over at {took:.2f}s"
+    )
+    assert dropped + 0.2 < SESSION_S * (1 - 1 / 3)  # the lease's end: a margin before expiry
     successor = dict(b.owned())
     assert all(successor[s] > e for s, e in stale.items())
     await advance_cursor(store, shard, 20, successor[shard])
