@@ -13,7 +13,11 @@
 Faults are planned up front (seeded, so a run can be repeated) by a mode's schedule: a
 ``FaultSpec`` spreads given numbers of each kind evenly over a span, a ``storm.StormSpec``
 brings one of a random kind every few seconds. They are carried out one at a time; one that
-overruns its slot delays the next. ``restore`` undoes whatever is left undone.
+overruns its slot delays the next. A killed node is the exception: it comes back beside the
+next faults (a JVM started on the loaded machine takes up to a minute to answer, which held
+every later fault of the smoke past the workload), and its window ends when it answers; a
+fault aimed at the same service waits for it, so one node per service is down at most.
+``restore`` undoes whatever is left undone.
 """
 
 from __future__ import annotations
@@ -181,6 +185,15 @@ def plan_faults(
 _REVIVE_EVERY_S = 1.0
 
 
+def _service_of(fault: PlannedFault) -> str:
+    """The service a node fault hits (the leader it names is found only when it comes)."""
+    if fault.kind is FaultKind.KILL_KAFKA_LEADER:
+        return "kafka"
+    if fault.kind is FaultKind.KILL_ZOOKEEPER_LEADER:
+        return "zookeeper"
+    return node_of(fault.target).name
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -198,15 +211,53 @@ class Nemesis:
         self._paused: set[str] = set()
         self._held_queues: set[str] = set()
         self._stop = threading.Event()
+        # Service name → the thread starting its killed node again; window index → when it
+        # answered.
+        self._returning: dict[str, threading.Thread] = {}
+        self._back_at: dict[int, int] = {}
 
     def run(self, plan: list[PlannedFault], origin: float) -> None:
         """Each fault at ``origin`` (a ``time.monotonic`` instant) plus its offset, one after
         another (a fault that overruns its slot delays the next)."""
-        for fault in plan:
-            if not self._wait_until(origin + fault.at_s):
-                return
-            log.info("fault: %s %s for %.1f s", fault.kind, fault.target, fault.hold_s)
-            self.windows.append(self.inflict(fault))
+        try:
+            for fault in plan:
+                if not self._wait_until(origin + fault.at_s):
+                    return
+                if fault.kind.is_node_fault:
+                    self._node_back(_service_of(fault))
+                log.info("fault: %s %s for %.1f s", fault.kind, fault.target, fault.hold_s)
+                self.windows.append(self.inflict(fault))
+        finally:
+            self._nodes_back()
+
+    def _node_back(self, service: str) -> None:
+        """Wait until a killed node of ``service`` answers again, if one is starting."""
+        if (thread := self._returning.pop(service, None)) is not None:
+            thread.join()
+
+    def _nodes_back(self) -> None:
+        """Wait for every killed node, then end each window when its node answered."""
+        for service in list(self._returning):
+            self._node_back(service)
+        for index, end_ms in self._back_at.items():
+            if index < len(self.windows):  # not so if the fault itself broke off
+                self.windows[index] = replace(self.windows[index], end_ms=end_ms)
+        self._back_at.clear()
+
+    def _start_beside(self, nodes: NodeFaults, node: stack.Service) -> None:
+        """Start ``node`` again on a thread of its own; the window about to be recorded
+        ends when it answers (or when starting it failed: ``restore`` tries again)."""
+        index = len(self.windows)
+
+        def back() -> None:
+            try:
+                nodes.start(node)
+            except Exception as exc:
+                log.error("could not start %s again: %s", node.label, exc)
+            self._back_at[index] = _now_ms()
+
+        self._returning[node.name] = threading.Thread(target=back, daemon=True)
+        self._returning[node.name].start()
 
     def cancel(self) -> None:
         self._stop.set()
@@ -262,7 +313,7 @@ class Nemesis:
         if fault.kind in _NODE_KILLS:
             pid = self.nodes.kill(node)
             time.sleep(fault.hold_s)
-            self.nodes.start(node)
+            self._start_beside(self.nodes, node)
         elif fault.kind is FaultKind.PARTITION_NODE:
             pid = node.pid() or 0
             self.nodes.cut(node)
@@ -296,6 +347,7 @@ class Nemesis:
     def restore(self) -> list[str]:
         """Continue paused processes and stopped services (waiting until the services
         answer), start killed nodes again; returns what had to be restored."""
+        self._nodes_back()
         restored = []
         for role in list(self._paused):
             self.cluster.resume(role)
