@@ -415,6 +415,30 @@ async def test_a_dropped_link_keeps_the_shards_under_the_lease_and_the_session_g
     assert dict(a.owned()) == before  # the same owner nodes: same epochs, nothing moved
 
 
+async def cut_until_b_owns_all(
+    proxy: LinkProxy, a: ZkOwnership, b: ZkOwnership, held: dict[int, int]
+) -> float:
+    """Cut ``a``'s link and wait until ``b`` owns every shard, watching that no tick sees
+    two owners and that ``a`` keeps ``held`` at first; seconds from the cut until ``a``
+    owned nothing."""
+    done = asyncio.Event()
+    watcher = asyncio.create_task(watch_owners([a, b], done))
+    proxy.cut()
+    cut_at = time.monotonic()
+    await asyncio.sleep(0.2)
+    assert dict(a.owned()) == held  # under the lease
+    await seconds_until(lambda: a.owned() == {}, SESSION_S, "a's lease ends")
+    dropped = time.monotonic() - cut_at
+    await seconds_until(lambda: len(b.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
+    done.set()
+    assert await watcher == []
+    took = time.monotonic() - cut_at
+    print(
+        f"{SESSION_S}s session: a stopped {dropped:.2f}s after the cut, b took over at {took:.2f}s"
+    )
+    return dropped
+
+
 async def test_a_lease_ends_before_the_session_can_expire_and_no_tick_sees_two_owners(
     zk: ZkGroup, proxy: LinkProxy, tmp_path: Path
 ) -> None:
@@ -431,22 +455,8 @@ async def test_a_lease_ends_before_the_session_can_expire_and_no_tick_sees_two_o
     shard = expected["a"][0]
     await advance_cursor(store, shard, 10, stale[shard])
 
-    done = asyncio.Event()
-    watcher = asyncio.create_task(watch_owners([a, b], done))
-    proxy.cut()
-    cut_at = time.monotonic()
-    await asyncio.sleep(0.2)
-    assert dict(a.owned()) == stale  # under the lease
-    dropped = await seconds_until(lambda: a.owned() == {}, SESSION_S, "a's lease ends")
-    await seconds_until(lambda: len(b.owned()) == SHARDS, SESSION_S + SOON_S, "failover")
-    took = time.monotonic() - cut_at
-    done.set()
-    assert await watcher == []
-    print(
-        f"{SESSION_S}s session: a stopped {dropped + 0.2:.2f}s after the cut, "
-        f"b took over at {took:.2f}s"
-    )
-    assert dropped + 0.2 < SESSION_S * (1 - 1 / 3)  # the lease's end: a margin before expiry
+    dropped = await cut_until_b_owns_all(proxy, a, b, stale)
+    assert dropped < SESSION_S * (1 - 1 / 3)  # the lease's end: a margin before expiry
     successor = dict(b.owned())
     assert all(successor[s] > e for s, e in stale.items())
     await advance_cursor(store, shard, 20, successor[shard])
