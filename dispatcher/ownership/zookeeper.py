@@ -299,6 +299,9 @@ class ZkOwnership:
                 client.exists_async(self._member_path).get(timeout=self._timeout_s)
             except (KazooException, KazooTimeoutError):
                 continue  # no answer, no proof: the lease counts from an earlier one
+            except Exception:  # the thread must live on, or every lease would shrink to none
+                log.exception("%r: heartbeat failed", self)
+                continue
             self._lease.answered(sent)
 
     # -- the worker thread ----------------------------------------------------------------------
