@@ -39,11 +39,12 @@ from devtools.faults.cluster import (
 )
 from devtools.faults.modes import Mode
 from devtools.faults.nemesis import FaultSchedule, Nemesis
-from devtools.faults.nodes import NodeFaults
+from devtools.faults.nodes import NodeFaults, check_can_cut_off
 from devtools.faults.readback import TERMINAL, StartLog, StateReader, still_expected
 from devtools.faults.records import (
     WARM_UP_ID,
     CancelRecord,
+    FaultKind,
     FinalState,
     History,
     TaskKind,
@@ -184,6 +185,16 @@ class Run:
                 "service faults stop the JVMs of devtools.stack, but the run uses other "
                 f"addresses ({self.addresses} != {stack_runs}); disable them"
             )
+        if FaultKind.PARTITION_NODE in self._kinds_planned():
+            check_can_cut_off()
+
+    def _kinds_planned(self) -> set[FaultKind]:
+        """The kinds of fault the run's plan deals (planned on a copy of the seeded draws,
+        which ``load_and_break`` then makes for real)."""
+        probe = random.Random()
+        probe.setstate(self.rng.getstate())
+        roles = {k: self.cluster.roles(k) for k in ("server", "dispatcher", "worker")}
+        return {fault.kind for fault in self.mode.faults.plan(probe, roles)}
 
     def warm_up(self, timeout_s: float = 120.0) -> None:
         """One task through server, dispatcher, queue and worker before the clock starts."""

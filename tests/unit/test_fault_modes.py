@@ -128,3 +128,15 @@ def test_the_cluster_is_started_with_the_modes_shard_count(tmp_path: Path) -> No
     run = Run(replace(modes.ci(), shards=8), 1, tmp_path, where)
     args = run.config.backend_args()
     assert args[args.index("--shards") + 1] == "8"
+
+
+def test_a_run_that_will_cut_a_node_off_knows_it_before_it_starts(tmp_path: Path) -> None:
+    # Checked in preflight (root and iptables), so a machine without them fails at once,
+    # not minutes in at the first cut; planning on a copy leaves the run's draws alone.
+    where = {"cassandra": "127.0.0.1:1", "kafka": "127.0.0.1:2", "zookeeper": "127.0.0.1:3"}
+    storm = Run(modes.replicated_storm(), 1, tmp_path / "a", where)
+    before = storm.rng.getstate()
+    assert FaultKind.PARTITION_NODE in storm._kinds_planned()
+    assert storm.rng.getstate() == before
+    smoke = Run(modes.replicated_ci(), 1, tmp_path / "b", where)
+    assert FaultKind.PARTITION_NODE not in smoke._kinds_planned()
