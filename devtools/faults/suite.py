@@ -193,8 +193,11 @@ class Run:
         which ``load_and_break`` then makes for real)."""
         probe = random.Random()
         probe.setstate(self.rng.getstate())
-        roles = {k: self.cluster.roles(k) for k in ("server", "dispatcher", "worker")}
-        return {fault.kind for fault in self.mode.faults.plan(probe, roles)}
+        return {fault.kind for fault in self.mode.faults.plan(probe, self._roles())}
+
+    def _roles(self) -> dict[str, list[str]]:
+        """The cluster's roles by kind, as a fault plan draws its targets from them."""
+        return {k: self.cluster.roles(k) for k in ("server", "dispatcher", "worker")}
 
     def warm_up(self, timeout_s: float = 120.0) -> None:
         """One task through server, dispatcher, queue and worker before the clock starts."""
@@ -230,8 +233,7 @@ class Run:
         )
         origin = time.monotonic()
         self.workload.start()
-        roles = {k: self.cluster.roles(k) for k in ("server", "dispatcher", "worker")}
-        self.nemesis.run(self.mode.faults.plan(self.rng, roles), origin)
+        self.nemesis.run(self.mode.faults.plan(self.rng, self._roles()), origin)
         deadline = time.monotonic() + spec.duration_s + spec.retry_budget_s + 60
         while self.workload.pacing and time.monotonic() < deadline:
             time.sleep(1.0)
