@@ -26,6 +26,7 @@ from dispatcher.schedule_steps import ScheduleStepper
 from server.app import ApiServer
 from server.auth.authenticator import CredentialView
 from server.ops.start_timeouts import StartTimeouts
+from server.start_patience import patiently
 from server.web.browser_guard import HostRules, guard
 from server.web.console.routes import Console
 from server.web.console.sessions import ConsoleSessions
@@ -119,12 +120,12 @@ async def run_dispatcher(
     grace_s = settings.late_write_grace_ms // 1000  # one grace for servers and dispatchers
     dispatch = dispatch or dataclasses.replace(settings.dispatch, late_write_grace_s=grace_s)
     with store_owner(settings) if lock_store else contextlib.nullcontext():
-        backends = await open_backends(settings, drivers)
+        backends, _ = await _open_backends(settings, stop, clock, drivers)
         try:
             # Read after the backends opened: they make the data dir private (0700), and the
             # keys file (``<data-dir>/delivery-keys`` by default) would make it open to all.
             keys = keys or keys_for(settings.security.delivery_keys_file)
-            ownership = await open_ownership(settings, epoch=clock.now_ms())
+            ownership = await _open_ownership(settings, stop, clock)
             try:
                 await _dispatch(
                     backends, ownership, stop, clock, dispatch=dispatch, telemetry=telemetry,
@@ -134,6 +135,34 @@ async def run_dispatcher(
                 await ownership.close()
         finally:
             await backends.close()
+
+
+async def _open_backends(
+    settings: Settings, stop: asyncio.Event, clock: Clock, drivers: Drivers | None = None
+) -> tuple[Backends, Drivers]:
+    """``open_backends`` with patience (``server.start_patience``), and the driver sessions
+    they use. Without ``drivers`` (a server's, already connected) each attempt has sessions
+    of its own: those of a failed attempt were shut down with the backends it had opened."""
+
+    async def attempt() -> tuple[Backends, Drivers]:
+        sessions = drivers or Drivers()
+        return await open_backends(settings, sessions), sessions
+
+    patience_ms = settings.start_patience_ms
+    return await patiently(
+        attempt, what="the backends", patience_ms=patience_ms, clock=clock, stop=stop
+    )
+
+
+async def _open_ownership(settings: Settings, stop: asyncio.Event, clock: Clock) -> Ownership:
+    """``open_ownership`` with patience (``server.start_patience``), epoch the attempt's."""
+    return await patiently(
+        lambda: open_ownership(settings, epoch=clock.now_ms()),
+        what="shard ownership",
+        patience_ms=settings.start_patience_ms,
+        clock=clock,
+        stop=stop,
+    )
 
 
 async def _dispatch(
@@ -190,9 +219,8 @@ async def serve(
     dispatches holds the store's owner lock (``store_owner``), taken before anything opens;
     False for a group's member, whose supervisor holds it."""
     clock = clock or SystemClock()
-    drivers = Drivers()
     with store_owner(settings) if dispatcher and lock_store else contextlib.nullcontext():
-        backends = await open_backends(settings, drivers)
+        backends, drivers = await _open_backends(settings, stop, clock)
         try:
             # Read after the backends opened: they make the data dir private (0700), and the
             # keys file (``<data-dir>/delivery-keys`` by default) would make it open to all.

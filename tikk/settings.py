@@ -219,6 +219,9 @@ class Settings:
     # A due row written less than this long after its due time is still fired; the server
     # re-places rows it wrote later than half of it (see ``server.ops.late_writes``).
     late_write_grace_ms: int = 5_000
+    # How long a process starting keeps trying backends that do not answer yet (a node
+    # restarting, an election) before it exits (``server.start_patience``).
+    start_patience_ms: int = 60_000
     limits: Limits = field(default_factory=Limits)
     deadlines: Deadlines = field(default_factory=Deadlines)
     dispatch: DispatchSettings = field(default_factory=DispatchSettings)

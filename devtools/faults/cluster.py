@@ -342,6 +342,18 @@ class Member:
             self._out = None
 
 
+def last_line(path: Path, limit: int = 300) -> str:
+    """The last non-empty line of the log at ``path`` (at most ``limit`` characters), or ""."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(0, f.seek(0, 2) - 4096))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    lines = [line.strip() for line in tail.splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
+
+
 class Cluster:
     """The server, the dispatchers and the workers of one run."""
 
@@ -474,10 +486,11 @@ class Cluster:
         for role, m in self.members.items():
             if m.proc is None or (code := m.proc.poll()) is None:
                 continue
-            crash = Crash(role, code, time.time_ns() // 1_000_000, str(m.log_path))
+            at_ms = time.time_ns() // 1_000_000
             log.error("%s exited with code %s on its own; starting it again", role, code)
-            found.append(crash)
             m.kill9()  # reaps it and closes its log
+            crash = Crash(role, code, at_ms, str(m.log_path), last_line(m.log_path))
+            found.append(crash)
             try:
                 self.restart(role)
             except ClusterError as exc:

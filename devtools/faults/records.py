@@ -262,12 +262,14 @@ class FinalState:
 class Crash:
     """A process of the cluster that ended although no fault hit it: ``code`` is its exit
     status (negative: the signal), ``log`` the file of the incarnation that ended. The suite
-    starts it again, as a supervisor would, and the run fails for it."""
+    starts it again, as a supervisor would, and the run fails for it. ``last_line``: the
+    log's last line, most often the reason (a record kept where the log is not, CI's)."""
 
     role: str
     code: int
     at_ms: int
     log: str
+    last_line: str = ""
 
 
 @dataclass(frozen=True)

@@ -82,10 +82,12 @@ def _violations(r: CheckResult) -> list[str]:
         for i in r.dead_letter_inexact[:SHOWN]
     ]
     lines.append(f"  crashed on its own:   {len(r.crashes)}")
-    lines += [
-        f"    {c.role} exited with code {c.code} at {c.at_ms} (restarted; log {c.log})"
-        for c in r.crashes[:SHOWN]
-    ]
+    for c in r.crashes[:SHOWN]:
+        lines.append(
+            f"    {c.role} exited with code {c.code} at {c.at_ms} (restarted; log {c.log})"
+        )
+        if c.last_line:
+            lines.append(f"      its last line: {c.last_line}")
     return lines
 
 

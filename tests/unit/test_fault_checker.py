@@ -10,6 +10,7 @@ from pathlib import Path
 
 from devtools.faults import checker, modes
 from devtools.faults.checker import Percentiles, check
+from devtools.faults.cluster import last_line
 from devtools.faults.nemesis import FaultSpec, plan_faults
 from devtools.faults.records import (
     BulkCancelRecord,
@@ -367,13 +368,22 @@ def test_a_fault_soon_after_another_is_not_charged_with_its_backlog_when_isolate
 
 
 def test_a_process_that_crashed_on_its_own_fails_the_run_and_is_named() -> None:
-    crash = Crash("worker-1", 1, DUE + 2_000, "logs/worker-1.1.log")
+    crash = Crash("worker-1", 1, DUE + 2_000, "logs/worker-1.1.log", "tikk worker: refused")
     h = replace(history(creates=(create("a"),), starts=(start("a", DUE + 5),)), crashes=(crash,))
     r = check(h)
     assert r.failures == ["crashed on its own: 1"]
     text = render(r, RunInfo("ci", 1, 200.0, "records", 1, 20.0, incomplete=None))
     assert "worker-1 exited with code 1" in text and "FAILED: crashed on its own: 1" in text
+    assert "its last line: tikk worker: refused" in text
     assert check(history(creates=(create("a"),), starts=(start("a", DUE + 5),))).failures == []
+
+
+def test_a_crashed_process_is_remembered_by_its_logs_last_line(tmp_path: Path) -> None:
+    log = tmp_path / "dispatcher-0.2.log"
+    log.write_text("tikk dispatcher running\n" + "WARNING noise\n" * 1_000 + "tikk x: why\n\n")
+    assert last_line(log) == "tikk x: why"
+    assert last_line(log, limit=6) == "tikk x"
+    assert last_line(tmp_path / "absent.log") == ""
 
 
 def test_a_start_line_cut_short_by_a_kill_is_skipped() -> None:
@@ -391,7 +401,8 @@ def test_a_history_written_and_read_back_is_the_same(tmp_path: Path) -> None:
         finals=(FinalState("a", "SUCCEEDED", 2),),
         dead=frozenset({"c"}),
     )
-    h = replace(h, crashes=(Crash("dispatcher-0", -11, DUE + 7, "logs/dispatcher-0.2.log"),))
+    crash = Crash("dispatcher-0", -11, DUE + 7, "logs/dispatcher-0.2.log", "Segmentation fault")
+    h = replace(h, crashes=(crash,))
     write_history(h, tmp_path / "records.jsonl")
     (tmp_path / "starts.jsonl").write_text("".join(s.to_json() + "\n" for s in h.starts))
     assert read_history(tmp_path / "records.jsonl", tmp_path / "starts.jsonl") == h
