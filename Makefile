@@ -78,7 +78,8 @@ deploy-check: venv
 image:
 	bash scripts/build-image.sh
 
-# The audit runs after the tests, so a run reports both the tests and the dependencies.
-test: check browser deploy-check stack-up
-	CI=$${CI:-true} bash scripts/run-tests.sh
-	bash scripts/audit-deps.sh
+# check, browser, stack-up, the tests, deploy-check, audit (scripts/test.sh): the deployment
+# checks' tools build at the lowest CPU priority meanwhile. The audit runs after the tests, so
+# a run reports both the tests and the dependencies.
+test: venv
+	bash scripts/test.sh

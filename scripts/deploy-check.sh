@@ -14,6 +14,9 @@
 # converted by kubeconform's own openapi2jsonschema.py. All of it is kept in .tools/ and made
 # again only when a pinned version changes; the checks themselves run offline.
 #
+# `deploy-check.sh tools` only builds the tools and fetches the schemas (what `make test` runs
+# at the lowest CPU priority beside the tests, scripts/test.sh); without it, the checks follow.
+#
 # Needs the project's .venv (`make venv`: pip, PyYAML) or $PYTHON naming a python with both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -152,6 +155,10 @@ install_tool kubeconform "$KUBECONFORM_MODULE/cmd/kubeconform" "$KUBECONFORM_VER
 install_tool promtool "$PROMETHEUS_MODULE/cmd/promtool" "$PROMETHEUS_VERSION"
 kube_schemas
 crd_schemas
+if [ "${1:-}" = tools ]; then
+  say "deploy-check: tools ready"
+  exit 0
+fi
 
 # The values that take the templates' other branches: Secrets and a certificate of the
 # operator's and a CA of its own for the backends; two workers, server-wide settings, no TLS

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.deploy_tools import BIN, SCHEMAS, built
 from tikk.credentials import Grant
 from tikk.queue_contract import KafkaQueueUrl
 from tikk.urls import BackendUrl
@@ -30,9 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE_DIR = ROOT / "deploy" / "compose"
 CHART = ROOT / "deploy" / "helm" / "tikk"
-TOOLS = ROOT / ".tools"
-HELM, KUBECONFORM = TOOLS / "bin" / "helm", TOOLS / "bin" / "kubeconform"
-SCHEMAS = TOOLS / "schemas"
+HELM, KUBECONFORM = BIN / "helm", BIN / "kubeconform"
 # The unprivileged user the image runs as, and the chart's pods with it.
 TIKK_UID = 10001
 # The services of the compose stack: the backends, tikk's one-shot steps and processes, and
@@ -417,12 +416,11 @@ def test_each_tikk_command_line_of_the_chart_is_one_tikk_accepts(template: str) 
 
 # --- the chart through helm and kubeconform, when scripts/deploy-check.sh built them ---
 
-needs_helm = pytest.mark.skipif(not HELM.exists(), reason="scripts/deploy-check.sh builds helm")
-
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(HELM), *args], capture_output=True, text=True, timeout=120,
-                          check=False)  # fmt: skip
+    """``helm`` run with ``args``, once built (``tests.deploy_tools``; skips if it is not)."""
+    return subprocess.run([str(built(HELM)), *args], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
 
 
 def rendered() -> list[dict[str, Any]]:
@@ -431,13 +429,11 @@ def rendered() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
 
 
-@needs_helm
 def test_the_chart_passes_helm_lint_strict() -> None:
     done = helm("lint", "--strict", str(CHART))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-@needs_helm
 def test_each_rendered_tikk_command_line_is_one_tikk_accepts() -> None:
     commands = [
         container["args"]
@@ -450,7 +446,6 @@ def test_each_rendered_tikk_command_line_is_one_tikk_accepts() -> None:
         assert_tikk_accepts(command)
 
 
-@needs_helm
 def test_the_rendered_config_files_hold_urls_tikk_parses(tmp_path: Path) -> None:
     (config,) = [doc for doc in rendered() if doc["kind"] == "ConfigMap"]
     secrets = "/etc/tikk/secrets/"
@@ -468,15 +463,13 @@ def test_the_rendered_config_files_hold_urls_tikk_parses(tmp_path: Path) -> None
     assert workers.startswith(f"kafka://{values()['backends']['kafka']['workerUser']}@")
 
 
-@needs_helm
 def test_the_rendered_chart_is_valid_against_the_kubernetes_schemas() -> None:
-    kube = SCHEMAS / "kubernetes"
-    if not KUBECONFORM.exists() or not kube.exists():
-        pytest.skip("scripts/deploy-check.sh builds kubeconform and fetches the schemas")
+    kube = built(SCHEMAS / "kubernetes")
+    kubeconform = built(KUBECONFORM)
     version = sorted(p.name.split("-")[0] for p in kube.iterdir())[-1].lstrip("v")
     manifests = helm("template", "tikk", str(CHART), "--namespace", "tikk").stdout
     done = subprocess.run(
-        [str(KUBECONFORM), "-strict", "-summary", "-kubernetes-version", version,
+        [str(kubeconform), "-strict", "-summary", "-kubernetes-version", version,
          "-schema-location", f"{kube}/{{{{ .NormalizedKubernetesVersion }}}}-local"
          "{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json",
          "-schema-location", f"{SCHEMAS}/crds/{{{{ .Group }}}}/{{{{ .ResourceKind }}}}_"

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import yaml
 
-from tests.unit.test_deploy_files import CHART, helm, needs_helm
+from tests.unit.test_deploy_files import CHART, helm
 from tikk.queue_contract import KafkaQueueUrl
 
 REPLICATED = CHART / "values-replicated.yaml"
@@ -53,7 +53,6 @@ def hosts_of(url: str) -> list[str]:
     return urlsplit(url).netloc.rpartition("@")[2].split(",")
 
 
-@needs_helm
 def test_the_replicated_urls_name_three_nodes_of_each_backend_at_quorum(tmp_path: Path) -> None:
     (config,) = of_kind(replicated(), "ConfigMap").values()
     urls = tomllib.loads(config["data"]["tikk.toml"])["backends"]
@@ -69,7 +68,6 @@ def test_the_replicated_urls_name_three_nodes_of_each_backend_at_quorum(tmp_path
     assert len(hosts_of(urls["ownership"])) == 3
 
 
-@needs_helm
 def test_the_replicated_keyspace_is_made_with_three_replicas() -> None:
     (job,) = of_kind(replicated(), "Job").values()
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -77,7 +75,6 @@ def test_the_replicated_keyspace_is_made_with_three_replicas() -> None:
     assert re.search(r"'dc1': 3\b", replication) and "NetworkTopologyStrategy" in replication
 
 
-@needs_helm
 def test_one_node_lost_leaves_a_quorum_of_servers_and_dispatchers() -> None:
     docs = replicated()
     deployments, budgets = of_kind(docs, "Deployment"), of_kind(docs, "PodDisruptionBudget")
