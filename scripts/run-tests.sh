@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Runs the whole test suite and prints why any test was skipped. A run that collected no test
-# is a failure, not a pass; under CI (CI set to anything but empty, 0 or false) so is a skip,
-# since a skipped test there means a service or tool the suite needs was missing.
+# Runs the whole test suite and prints why any test was skipped, and the 30 slowest tests (where
+# a run's time goes). A run that collected no test is a failure, not a pass; under CI (CI set
+# to anything but empty, 0 or false) so is a skip, since a skipped test there means a service
+# or tool the suite needs was missing.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 report=$(mktemp)
 trap 'rm -f "$report"' EXIT
-"$PY" -m pytest -q -rs -p no:cacheprovider --junitxml="$report" "$@"
+"$PY" -m pytest -q -rs -p no:cacheprovider --durations=30 --junitxml="$report" "$@"
 rc=$?
 if [ "$rc" -eq 5 ]; then
   echo "run-tests: pytest collected no tests; treating that as a failure" >&2
