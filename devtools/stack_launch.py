@@ -531,10 +531,16 @@ def up(
 
 def start_node(node: Service) -> None:
     """Start one node again (after a crash, say) in the variant its stack runs in, and wait
-    until it answers."""
+    until it answers. One that does not answer in time is killed before ``StackError`` is
+    raised: left running, it would hold the node's ports against the next start, and its pid
+    file would name that start's process, not it, so no ``down`` would stop it."""
     start, ready, timeout_s = _STARTERS[node.name]
     start(node, variant(_count(node)) == AUTH)
-    _wait(node, ready, timeout_s)
+    try:
+        _wait(node, ready, timeout_s)
+    except StackError:
+        node.kill()
+        raise
 
 
 def _wait_or_again(
