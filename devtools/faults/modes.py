@@ -145,6 +145,11 @@ _PROCESS_FAULTS = (
 # 40/s with 8 shards 174 / 6,109 ms (past saturation). So 20/s with 8 shards, for every
 # replicated mode, the storm included.
 REPLICATED_RATE_PER_S = 20.0
+# The CI smoke's rate: half of it. In CI the one-node stack runs beside the nine JVMs, and a
+# killed node's JVM restarts beside the next faults; at 20/s a CI run saturated the machine
+# until each fault's backlog outlasted the next (fired -> start p50 61 s in one run, and in
+# another tasks still unstarted at the end of the drain, each started minutes later).
+REPLICATED_CI_RATE_PER_S = 10.0
 # Two idle dispatchers owning 32 shards cost the three nodes about a third of a core in
 # rescans alone (four reads per shard a second, at any consistency level: the request is
 # the cost, not the replicas), 8 shards a quarter of that.
@@ -157,7 +162,7 @@ def replicated_ci() -> Mode[FaultSpec]:
     dispatcher and a worker, while tasks fire; about three minutes."""
     return Mode(
         name="replicated-ci",
-        workload=WorkloadSpec(rate_per_s=REPLICATED_RATE_PER_S, duration_s=90.0),
+        workload=WorkloadSpec(rate_per_s=REPLICATED_CI_RATE_PER_S, duration_s=90.0),
         faults=FaultSpec(
             server_kills=0,
             dispatcher_kills=1,
@@ -173,8 +178,12 @@ def replicated_ci() -> Mode[FaultSpec]:
                 (FaultKind.KILL_ZOOKEEPER_LEADER, 1),
             ),
         ),
-        drain_s=45.0,
-        timeout_s=600.0,
+        # A task is lost if it has not started when the drain ends. On a cold stack in CI a
+        # fault's backlog took minutes to clear (tasks started up to 4.5 min late, after a
+        # 45 s drain had ended): late, which the report measures, not lost. The drain ends
+        # as soon as every task started, so the margin costs nothing on time.
+        drain_s=150.0,
+        timeout_s=780.0,
         nodes=3,
         servers=2,
         shards=REPLICATED_SHARDS,

@@ -118,8 +118,10 @@ def test_every_replicated_mode_runs_below_the_rate_where_the_machine_saturates(
     mode: modes.Mode[FaultSchedule],
 ) -> None:
     # 40/s saturated the two cores even with 8 shards; 20/s with 32 shards was late by a
-    # second at p99. A storm deals faults, not a heavier load.
-    assert mode.workload.rate_per_s == modes.REPLICATED_RATE_PER_S == 20.0
+    # second at p99. A storm deals faults, not a heavier load; the CI smoke, run beside the
+    # one-node stack, half of it.
+    expected = 10.0 if mode.name == "replicated-ci" else 20.0
+    assert mode.workload.rate_per_s == expected <= modes.REPLICATED_RATE_PER_S
     assert mode.shards == modes.REPLICATED_SHARDS < modes.ci().shards
 
 
