@@ -61,9 +61,11 @@ class CassandraCredentialStore:
             # A keyspace migrated before v7 has no table: say so at start, not at a call.
             await asyncio.to_thread(self._db.prepare, SELECT_CREDENTIALS)
         except BackendUnavailable as exc:
-            raise BackendUnavailable(
-                f"{exc} (the credentials table is missing? run `tikk migrate`)"
-            ) from exc
+            # Cassandra refused the statement itself (no such table): no retry mends that,
+            # so it is not "unavailable", which a starting process would try again.
+            refused = type(exc.__cause__).__name__ == "InvalidRequest"
+            kind = FailedPrecondition if refused else BackendUnavailable
+            raise kind(f"{exc} (the credentials table is missing? run `tikk migrate`)") from exc
 
     async def close(self) -> None:
         await self._db.close()
