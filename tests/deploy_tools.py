@@ -6,10 +6,11 @@ fails a CI run, ``scripts/run-tests.sh``)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[1]
 TOOLS = ROOT / ".tools"
@@ -23,11 +24,7 @@ BUILD_WAIT_S = 1_800.0
 def built(path: Path, marker: Path = BUILDING) -> Path:
     """``path`` once the build ``marker`` names is not under way; skips the test if ``path``
     is not there then."""
-    deadline = time.monotonic() + BUILD_WAIT_S
-    while build_under_way(marker):
-        if time.monotonic() > deadline:
-            pytest.fail(f"the build named in {marker} ran over {BUILD_WAIT_S:.0f} s")
-        time.sleep(0.2)  # the poll interval of this wait
+    eventually(lambda: not build_under_way(marker), timeout=BUILD_WAIT_S, every=0.2)
     if not path.exists():
         pytest.skip(f"scripts/deploy-check.sh builds {path.name}")
     return path
