@@ -13,8 +13,9 @@ import (
 )
 
 // reporter holds the one ReportResultBatches call of the worker. Exchanges go lock-step:
-// a batch is sent and its ResultAckBatch read back before the next batch goes out (the
-// server answers batches in the order they came), so a mutex is all the bookkeeping needed.
+// a batch is sent and its ResultAckBatch read back before the next batch goes out (with
+// one batch in flight, its answer is the next one read), so a mutex is all the bookkeeping
+// needed.
 // The Python SDK pipelines batches instead; this is slower but short.
 type reporter struct {
 	client tikkv1.WorkerServiceClient

@@ -10,15 +10,15 @@ from collections.abc import AsyncIterator
 
 from server.api import validation
 from server.api.result_fields import check_result_text
-from server.api.status import Ctx, bounded, code_of, detail_of, numeric
-from server.api.streams import answer_in_order
+from server.api.status import Ctx, bounded, code_of, detail_of, numeric, over_limit
+from server.api.streams import answer_as_done
 from server.ops.refusals import ResultRefused, StartTooLate
 from server.ops.results import ResultRecorder
 from server.ops.tasks import RunningAttempt, TaskOps
 from tikk import delivery_codec
 from tikk.clock import Clock
 from tikk.delivery_tokens import TokenRefused
-from tikk.errors import InvalidArgument, ResourceExhausted, TikkError
+from tikk.errors import BackendUnavailable, InvalidArgument, ResourceExhausted, TikkError
 from tikk.model import ResultKind, RunReport
 from tikk.settings import Settings
 from tikk.timestamps import to_duration, to_timestamp
@@ -104,7 +104,8 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         self, request_iterator: AsyncIterator[worker_pb2.RunResultBatch], context: Ctx
     ) -> AsyncIterator[worker_pb2.ResultAckBatch]:
         """A batch's results are recorded together and acknowledged in one message; up to
-        ``_BATCHES_IN_FLIGHT`` batches of a stream are recorded at once."""
+        ``_BATCHES_IN_FLIGHT`` batches of a stream are recorded at once, each answered as soon
+        as it is done, so one slow batch holds back no other's acknowledgements."""
 
         async def one(batch: worker_pb2.RunResultBatch) -> worker_pb2.ResultAckBatch:
             return await self._settle_batch(batch)
@@ -112,23 +113,31 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         # Headers at once: a worker waits for them before writing, to tell this server from
         # one without the method (see worker_sdk.results).
         await context.send_initial_metadata(())
-        async for answer in answer_in_order(request_iterator, one, _BATCHES_IN_FLIGHT):
+        async for answer in answer_as_done(request_iterator, one, _BATCHES_IN_FLIGHT):
             yield answer
 
     async def _settle_batch(self, batch: worker_pb2.RunResultBatch) -> worker_pb2.ResultAckBatch:
-        """A batch's acknowledgements; a batch over the size limit, or not recorded within the
-        server's bound on one message, is refused whole (each result may be sent again)."""
+        """A batch's acknowledgements. A batch over the size limit is refused whole; a result
+        not recorded within the server's bound on one message is refused on its own (it may
+        be sent again), and the others of its batch are acknowledged as they settled."""
         most, limit_ms = self._settings.limits.max_result_batch, self._settings.deadlines.call_ms
-        try:
-            if len(batch.results) > most:
-                raise ResourceExhausted(
-                    f"a result batch holds at most {most:,} results (max_result_batch), this "
-                    f"one {len(batch.results):,}: split it"
-                )
-            work = asyncio.gather(*(self._settle(r) for r in batch.results))
-            acks = await bounded(work, limit_ms, "recording a result batch")
-        except TikkError as exc:
-            acks = [_ack(r.run_id, exc) for r in batch.results]
+        if len(batch.results) > most:
+            too_big = ResourceExhausted(
+                f"a result batch holds at most {most:,} results (max_result_batch), this "
+                f"one {len(batch.results):,}: split it"
+            )
+            return worker_pb2.ResultAckBatch(acks=[_ack(r.run_id, too_big) for r in batch.results])
+        if not batch.results:
+            return worker_pb2.ResultAckBatch()
+        settling = [asyncio.ensure_future(self._settle(r)) for r in batch.results]
+        _, late = await asyncio.wait(settling, timeout=limit_ms / 1000)
+        for task in late:
+            task.cancel()
+        slow = BackendUnavailable(over_limit("recording a result", limit_ms / 1000))
+        acks = [
+            _ack(r.run_id, slow) if task in late else task.result()
+            for r, task in zip(batch.results, settling, strict=True)
+        ]
         return worker_pb2.ResultAckBatch(acks=acks)
 
     async def _record_one(

@@ -74,8 +74,10 @@ class WorkerServiceServicer:
 
     def ReportResultBatches(self, request_iterator, context):
         """The same in batches, what the Python worker uses: each batch's results are recorded
-        together and acknowledged in one message once all of them are durable (or refused, each
-        with its own code). A worker may fall back to ReportResults on UNIMPLEMENTED.
+        together and acknowledged in one message once each of them is durable or refused (with
+        its own code; one not recorded within the server's bound on a message is refused alone,
+        UNAVAILABLE). Batches are answered as they are done, not always in the order sent: match
+        acknowledgements by run_id. A worker may fall back to ReportResults on UNIMPLEMENTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -35,8 +35,10 @@ type WorkerServiceClient interface {
 	// Workers stream run results; the server acknowledges each once it is durably recorded.
 	ReportResults(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunResult, ResultAck], error)
 	// The same in batches, what the Python worker uses: each batch's results are recorded
-	// together and acknowledged in one message once all of them are durable (or refused, each
-	// with its own code). A worker may fall back to ReportResults on UNIMPLEMENTED.
+	// together and acknowledged in one message once each of them is durable or refused (with
+	// its own code; one not recorded within the server's bound on a message is refused alone,
+	// UNAVAILABLE). Batches are answered as they are done, not always in the order sent: match
+	// acknowledgements by run_id. A worker may fall back to ReportResults on UNIMPLEMENTED.
 	ReportResultBatches(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunResultBatch, ResultAckBatch], error)
 	// Which of a worker's running attempts were cancelled meanwhile (CancelTask of a
 	// dispatched task). Workers ask every half second or so for runs that have been going
@@ -106,8 +108,10 @@ type WorkerServiceServer interface {
 	// Workers stream run results; the server acknowledges each once it is durably recorded.
 	ReportResults(grpc.BidiStreamingServer[RunResult, ResultAck]) error
 	// The same in batches, what the Python worker uses: each batch's results are recorded
-	// together and acknowledged in one message once all of them are durable (or refused, each
-	// with its own code). A worker may fall back to ReportResults on UNIMPLEMENTED.
+	// together and acknowledged in one message once each of them is durable or refused (with
+	// its own code; one not recorded within the server's bound on a message is refused alone,
+	// UNAVAILABLE). Batches are answered as they are done, not always in the order sent: match
+	// acknowledgements by run_id. A worker may fall back to ReportResults on UNIMPLEMENTED.
 	ReportResultBatches(grpc.BidiStreamingServer[RunResultBatch, ResultAckBatch]) error
 	// Which of a worker's running attempts were cancelled meanwhile (CancelTask of a
 	// dispatched task). Workers ask every half second or so for runs that have been going

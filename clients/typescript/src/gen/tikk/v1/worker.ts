@@ -1970,8 +1970,10 @@ export const WorkerServiceService = {
   },
   /**
    * The same in batches, what the Python worker uses: each batch's results are recorded
-   * together and acknowledged in one message once all of them are durable (or refused, each
-   * with its own code). A worker may fall back to ReportResults on UNIMPLEMENTED.
+   * together and acknowledged in one message once each of them is durable or refused (with
+   * its own code; one not recorded within the server's bound on a message is refused alone,
+   * UNAVAILABLE). Batches are answered as they are done, not always in the order sent: match
+   * acknowledgements by run_id. A worker may fall back to ReportResults on UNIMPLEMENTED.
    */
   reportResultBatches: {
     path: "/tikk.v1.WorkerService/ReportResultBatches" as const,
@@ -2006,8 +2008,10 @@ export interface WorkerServiceServer extends UntypedServiceImplementation {
   reportResults: handleBidiStreamingCall<RunResult, ResultAck>;
   /**
    * The same in batches, what the Python worker uses: each batch's results are recorded
-   * together and acknowledged in one message once all of them are durable (or refused, each
-   * with its own code). A worker may fall back to ReportResults on UNIMPLEMENTED.
+   * together and acknowledged in one message once each of them is durable or refused (with
+   * its own code; one not recorded within the server's bound on a message is refused alone,
+   * UNAVAILABLE). Batches are answered as they are done, not always in the order sent: match
+   * acknowledgements by run_id. A worker may fall back to ReportResults on UNIMPLEMENTED.
    */
   reportResultBatches: handleBidiStreamingCall<RunResultBatch, ResultAckBatch>;
   /**
@@ -2040,8 +2044,10 @@ export interface WorkerServiceClient extends Client {
   reportResults(metadata: Metadata, options?: Partial<CallOptions>): ClientDuplexStream<RunResult, ResultAck>;
   /**
    * The same in batches, what the Python worker uses: each batch's results are recorded
-   * together and acknowledged in one message once all of them are durable (or refused, each
-   * with its own code). A worker may fall back to ReportResults on UNIMPLEMENTED.
+   * together and acknowledged in one message once each of them is durable or refused (with
+   * its own code; one not recorded within the server's bound on a message is refused alone,
+   * UNAVAILABLE). Batches are answered as they are done, not always in the order sent: match
+   * acknowledgements by run_id. A worker may fall back to ReportResults on UNIMPLEMENTED.
    */
   reportResultBatches(): ClientDuplexStream<RunResultBatch, ResultAckBatch>;
   reportResultBatches(options: Partial<CallOptions>): ClientDuplexStream<RunResultBatch, ResultAckBatch>;
