@@ -44,7 +44,6 @@ Kafka has no lease at all), then for ``result_grace_ms`` after the attempt ended
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import random
@@ -54,6 +53,7 @@ from typing import Protocol
 
 from history.run_history import RunHistory
 from server.ops.coalescing import Coalescer
+from server.ops.keyed_locks import KeyedLocks
 from server.ops.late_writes import LateWriteGuard
 from server.ops.refusals import (
     ResultRefused,
@@ -102,10 +102,11 @@ class ScheduleOutcomes(Protocol):
 
 @dataclass
 class _PendingSuccess:
-    """A success waiting in the coalescer, and its refusal once its batch was written."""
+    """A success waiting in the coalescer, and whether the store applied it once its batch
+    was written."""
 
     report: RunReport
-    refused: TikkError | None = None
+    applied: bool = False
 
 
 class ResultRecorder:
@@ -141,9 +142,10 @@ class ResultRecorder:
         self._expiry = expiry
         # Successes of every stream are written together.
         self._successes = Coalescer(self._write_successes)
-        # Further runs of succeeded attempts are counted and appended one at a time, so that
-        # a burst of them (one token replayed at once) cannot all pass the same count.
-        self._extra_runs = asyncio.Lock()
+        # Further runs of one succeeded attempt are counted and appended one at a time, so
+        # that a burst of them (one token replayed at once) cannot all pass the same count;
+        # those of different attempts go on at once.
+        self._extra_runs: KeyedLocks[tuple[str, str, int, int]] = KeyedLocks()
 
     async def record(self, report: RunReport) -> None:
         """Record ``report`` (see the module). Safe to repeat: the history keeps one record per
@@ -246,27 +248,33 @@ class ResultRecorder:
                 await self._occurrence_finished(e, task.state)
 
     async def _record_success(self, report: RunReport) -> None:
+        """Written with the successes that arrive meanwhile; one the store did not apply is
+        looked into by its own caller, after the batch, so that a burst of repeats and
+        duplicate deliveries (after a rebalance) reads concurrently, not one by one while the
+        whole batch waits."""
         pending = _PendingSuccess(report)
         await self._successes.submit(pending)
-        if pending.refused is not None:
-            raise pending.refused
+        if pending.applied:
+            await self._occurrence_finished(report.entry, TaskState.SUCCEEDED)
+            return
+        refused = await self._not_applied(report, self._clock.now_ms())
+        if refused is not None:
+            raise refused
 
     async def _write_successes(self, batch: Sequence[_PendingSuccess]) -> None:
         """One conditional write per task, with no read (a success needs none), then one
-        history write for the lot; each report's refusal is left on its entry."""
+        history write for the runs it applied; each entry learns whether it was applied."""
         reports = [p.report for p in batch]
         now = self._clock.now_ms()
         moved = await self._store.succeed_many([r.entry for r in reports], now)
         done = [r for r, ok in zip(reports, moved, strict=True) if ok]
-        # Before the others: a run of an attempt that just succeeded counts its runs.
+        # Before the others are looked into: a run of an attempt that just succeeded counts
+        # its runs.
         await self._history.append_many([r.record(RunStatus.SUCCEEDED, now) for r in done])
         for report in done:
             self._counted(report, RunStatus.SUCCEEDED)
         for pending, ok in zip(batch, moved, strict=True):
-            if not ok:
-                pending.refused = await self._not_applied(pending.report, now)
-        for report in done:
-            await self._occurrence_finished(report.entry, TaskState.SUCCEEDED)
+            pending.applied = ok
 
     async def _not_applied(self, report: RunReport, now: int) -> TikkError | None:
         """Why a success the store did not apply is refused; None for a repeat or another run
@@ -300,11 +308,11 @@ class ResultRecorder:
         """Record another run of the attempt ``task`` succeeded at (a duplicate delivery's),
         within the grace after that success and while the attempt has fewer than
         ``max_extra_runs`` further runs. The count reads the task's newest runs: this rare
-        path may read, the success path never does. One at a time in this process; servers
-        racing on one attempt may each let one more through."""
+        path may read, the success path never does. One at a time per attempt in this
+        process; servers racing on one attempt may each let one more through."""
         e, most = report.entry, self._limits.max_extra_runs
         refuse_if_expired(task.updated_ms, now, self._limits.result_grace_ms)
-        async with self._extra_runs:
+        async with self._extra_runs.held((e.namespace, e.task_id, e.attempt, e.due_ms)):
             newest = await self._history.list_for_task(e.namespace, e.task_id, most + 1, "")
             runs = sum((r.attempt, r.due_ms) == (e.attempt, e.due_ms) for r in newest.items)
             # One of them finished the attempt (none if a crash cut its write short).

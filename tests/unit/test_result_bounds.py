@@ -26,7 +26,8 @@ from tests.factories import T0, make_task
 from tikk import delivery_codec
 from tikk.clock import ManualClock
 from tikk.delivery_tokens import DeliveryKeys, TokenRefused, new_keys
-from tikk.model import Delivery, ResultKind, RunQuery, RunReport, RunStatus, TaskState
+from tikk.errors import BackendUnavailable
+from tikk.model import Delivery, ResultKind, RunQuery, RunRecord, RunReport, RunStatus, TaskState
 from tikk.settings import DispatchSettings, Limits
 from tikk.store.sqlite.tasks import SqliteTaskStore
 from tikk.telemetry import Telemetry
@@ -221,3 +222,33 @@ async def test_a_run_is_filed_under_the_servers_clock(rig: Rig) -> None:
     hour = RunQuery("default", "q", now - 3_600_000, now + 1, RunStatus.DEAD_LETTERED)
     found = await rig.history.list_by_queue(hour, 10, "")
     assert sorted(r.run_id for r in found.items) == ["far", "zero"]
+
+
+async def test_a_success_not_applied_fails_alone_not_the_lot_written_with_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Successes arriving together are written as one lot. One the store did not apply (here
+    another run of an attempt that already succeeded) is looked into after the lot: a store
+    failure while doing so fails that report only."""
+    done, fresh = await rig.delivered("done"), await rig.delivered("fresh")
+    await rig.results.record(report(done, "first"))
+    real_get = rig.history.get
+
+    async def failing_get(namespace: str, run_id: str) -> RunRecord:
+        if run_id == "again":
+            raise BackendUnavailable("history: read timed out")
+        return await real_get(namespace, run_id)
+
+    monkeypatch.setattr(rig.history, "get", failing_get)
+
+    async def kind(r: RunReport) -> str:
+        try:
+            await rig.results.record(r)
+        except BackendUnavailable:
+            return "unavailable"
+        return "ok"
+
+    outcomes = await asyncio.gather(kind(report(done, "again")), kind(report(fresh, "f1")))
+    assert list(outcomes) == ["unavailable", "ok"]
+    assert (await rig.store.get("default", "fresh")).state is TaskState.SUCCEEDED
+    assert await rig.runs("fresh") == ["f1"]
