@@ -73,3 +73,12 @@ def test_the_replicated_urls_name_every_node_and_three_replicas(stack_dir: Path)
         (secrets / f"{service}.password").write_text("pw\n")
     for setting, url in stack.urls("auth", count=3).items():
         assert BackendUrl.parse(setting, url).credentials is not None
+
+
+def test_only_the_replicated_stacks_jvms_skip_the_optimising_compiler(stack_dir: Path) -> None:
+    replica, one = stack.Service("kafka", 2), stack.KAFKA
+    assert "-XX:TieredStopAtLevel=1" in stack_launch._kafka_java_opts(replica)
+    assert not any("Tiered" in flag for flag in stack_launch._kafka_java_opts(one))
+    for name in stack.SERVICE_NAMES:
+        assert stack_launch.sizing(stack.Service(name, 1)).jit == stack_launch.C1_ONLY
+        assert stack_launch.sizing(stack.nodes(name)[0]).jit == ()
