@@ -130,9 +130,11 @@ class WorkerService(worker_pb2_grpc.WorkerServiceServicer):  # type: ignore[misc
         if not batch.results:
             return worker_pb2.ResultAckBatch()
         settling = [asyncio.ensure_future(self._settle(r)) for r in batch.results]
-        _, late = await asyncio.wait(settling, timeout=limit_ms / 1000)
-        for task in late:
-            task.cancel()
+        try:
+            _, late = await asyncio.wait(settling, timeout=limit_ms / 1000)
+        finally:  # past the bound, or the stream ended: no result is left recording unseen
+            for task in settling:
+                task.cancel()
         slow = BackendUnavailable(over_limit("recording a result", limit_ms / 1000))
         acks = [
             _ack(r.run_id, slow) if task in late else task.result()

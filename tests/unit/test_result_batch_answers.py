@@ -84,3 +84,19 @@ async def test_only_the_result_over_the_bound_is_refused() -> None:
         ("b", 0),
     ]
     assert "took longer than the server's limit of 0.2 s" in answer.acks[1].message
+
+
+def _settling() -> list[asyncio.Task[object]]:
+    return [t for t in asyncio.all_tasks() if "_settle" in repr(t.get_coro())]
+
+
+async def test_a_stream_that_ends_leaves_no_result_recording() -> None:
+    recorder = _Recorder(hang={"slow"})
+    service = _service(recorder, call_ms=60_000)
+    answers = service.ReportResultBatches(_requests(_batch("slow")), CTX)
+    reading = asyncio.ensure_future(anext(answers))
+    await asyncio.sleep(0.1)
+    assert len(_settling()) == 1  # waiting for the store
+    reading.cancel()  # the worker went away
+    await asyncio.sleep(0.1)
+    assert _settling() == []
