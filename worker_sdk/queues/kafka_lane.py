@@ -68,6 +68,7 @@ class QueueLane:
         self._epoch = 0
         self._commit_lock = asyncio.Lock()
         self._rereading: asyncio.Task[None] | None = None
+        self._refused = False  # the group refused the last commit: said once, until one passes
 
     async def take(self, max_messages: int, wait_ms: int) -> list[Message]:
         """Up to ``max_messages`` messages, waiting about ``wait_ms`` at most."""
@@ -161,10 +162,29 @@ class QueueLane:
                 try:
                     async with asyncio.timeout(REQUEST_TIMEOUT_S):
                         await self._consumer.commit(offsets)
-                except (CommitFailedError, IllegalStateError):
+                except (CommitFailedError, IllegalStateError) as exc:
+                    self._commit_refused(exc)
                     return  # the group moved on: the partitions' next owners re-read them
+            self._commit_passed()
             for _, ledger, (offset, metadata) in targets:
                 ledger.mark_committed(offset, metadata)
+
+    def _commit_refused(self, exc: Exception) -> None:
+        """Say once that the group refuses this member's commits: while it does, everything
+        finished here since the last commit runs again on the partitions' next owner."""
+        if not self._refused:
+            log.warning(
+                "queue %s: the group refused a commit (%s); what this worker finished since "
+                "its last commit will run again if its partitions move",
+                self.queue,
+                type(exc).__name__,  # aiokafka's text is a paragraph of advice
+            )
+        self._refused = True
+
+    def _commit_passed(self) -> None:
+        if self._refused:
+            log.warning("queue %s: the group takes this worker's commits again", self.queue)
+        self._refused = False
 
     async def revoked(self, partitions: Iterable[Any]) -> None:
         """Commit what is done on ``partitions``, then forget them."""
