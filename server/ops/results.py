@@ -69,7 +69,7 @@ from server.ops.upcoming import UpcomingCounts
 from tikk.backoff import retry_delay_ms
 from tikk.clock import Clock
 from tikk.delivery_tokens import DeliveryKeys, TokenRefused
-from tikk.errors import BackendUnavailable, NotFound, TikkError
+from tikk.errors import BackendUnavailable, NotFound
 from tikk.model import (
     DeadLetter,
     Delivery,
@@ -257,9 +257,7 @@ class ResultRecorder:
         if pending.applied:
             await self._occurrence_finished(report.entry, TaskState.SUCCEEDED)
             return
-        refused = await self._not_applied(report, self._clock.now_ms())
-        if refused is not None:
-            raise refused
+        await self._not_applied(report, self._clock.now_ms())
 
     async def _write_successes(self, batch: Sequence[_PendingSuccess]) -> None:
         """One conditional write per task, with no read (a success needs none), then one
@@ -276,33 +274,30 @@ class ResultRecorder:
         for pending, ok in zip(batch, moved, strict=True):
             pending.applied = ok
 
-    async def _not_applied(self, report: RunReport, now: int) -> TikkError | None:
-        """Why a success the store did not apply is refused; None for a repeat or another run
-        of the attempt that succeeded, once recorded. A repeat also moves a retry the first
-        report placed late (see ``server.ops.late_writes``)."""
+    async def _not_applied(self, report: RunReport, now: int) -> None:
+        """Look into a success the store did not apply: returns for a repeat or another run of
+        the attempt that succeeded, once recorded, and raises why it is refused otherwise. A
+        repeat also moves a retry the first report placed late (see
+        ``server.ops.late_writes``)."""
         e = report.entry
-        try:
-            task = await self._current(e)
-            first = await self._first_recording(report)
-            if first is not None:
-                if not dispatched_at(task, e):
-                    refuse_if_expired(first.recorded_ms, now, self._limits.result_grace_ms)
-                # As first stored: completes a write a crash cut short, adds no record.
-                await self._history.append(first)
-            elif task.state is TaskState.SUCCEEDED and same_attempt(task, e):
-                await self._another_run(report, task, now)
-            elif cancelled_running(task, e):
-                await self._record_after_cancel(report, task, RunStatus.SUCCEEDED, now)
-            else:
-                await self._refuse(task, e, now)
-                # Still running that attempt: the store's write raced a change. Retriable.
-                return BackendUnavailable(
-                    f"task {e.task_id!r} changed while its success was written: report again"
-                )
-        except (ResultRefused, TokenRefused) as exc:
-            return exc
+        task = await self._current(e)
+        first = await self._first_recording(report)
+        if first is not None:
+            if not dispatched_at(task, e):
+                refuse_if_expired(first.recorded_ms, now, self._limits.result_grace_ms)
+            # As first stored: completes a write a crash cut short, adds no record.
+            await self._history.append(first)
+        elif task.state is TaskState.SUCCEEDED and same_attempt(task, e):
+            await self._another_run(report, task, now)
+        elif cancelled_running(task, e):
+            await self._record_after_cancel(report, task, RunStatus.SUCCEEDED, now)
+        else:
+            await self._refuse(task, e, now)
+            # Still running that attempt: the store's write raced a change. Retriable.
+            raise BackendUnavailable(
+                f"task {e.task_id!r} changed while its success was written: report again"
+            )
         await self._guard.confirm([task])
-        return None
 
     async def _another_run(self, report: RunReport, task: Task, now: int) -> None:
         """Record another run of the attempt ``task`` succeeded at (a duplicate delivery's),
