@@ -201,14 +201,14 @@ class Dispatcher:
         self, shard: int, st: ShardState, now_ms: int, forward: tuple[int, str]
     ) -> None:
         """Read again from the last second up to one rescan interval ahead, for rows created
-        after their second was read. Not the whole prefetch window (nor the lead: three times
+        after their second was read, leaving out those handed off (most: building them again
+        was most of a rescan's cost). Not the whole prefetch window (nor the lead: three times
         the rows re-read, measured): a row created due later in it is read by a later rescan,
-        before it is due, so each row is read again only while it is close to due (the forward
-        scan reads past ``forward``). Such a row goes out as soon as it is read."""
+        before it is due (the forward scan reads past ``forward``); it goes out once read."""
         start = (max(st.swept + 1, second_of(now_ms) - 1), "")
         horizon = second_of(now_ms + self._settings.rescan_interval_ms)
         if start < forward:
-            await self._read(shard, st, start, min(horizon, forward[0]))
+            await self._read(shard, st, start, min(horizon, forward[0]), unsent=True)
 
     async def _sweep(self, shard: int, st: ShardState, now_ms: int) -> None:
         """Read the seconds whose grace period has passed since the last sweep."""
@@ -224,13 +224,13 @@ class Dispatcher:
             st.swept, st.sweep_from = max(st.swept, end[0] - 1), end
 
     async def _read(
-        self, shard: int, st: ShardState, start: tuple[int, str], until: int
+        self, shard: int, st: ShardState, start: tuple[int, str], until: int, unsent: bool = False
     ) -> tuple[int, str] | None:
         """Hold every row after ``start`` up to second ``until``, page by page. Returns None
         when all were read, or the position reached when the held rows hit their limit."""
         s = self._settings
         while len(self._held) < s.max_held:
-            rows = await self._store.read_due(shard, start, until, s.scan_limit)
+            rows = await self._store.read_due(shard, start, until, s.scan_limit, unsent_only=unsent)
             self.stats.store_reads += 1
             self.stats.rows_read += len(rows)
             self._telemetry.store_read(len(rows))

@@ -300,6 +300,24 @@ async def test_a_handed_off_row_reads_as_handed_off(store: TaskStore) -> None:
     assert {r.task_id: r.handed_off for r in rows} == {"a": True, "b": False}
 
 
+async def test_unsent_only_leaves_out_handed_off_rows_and_pages_past_them(
+    store: TaskStore,
+) -> None:
+    # One shard: six rows in one second, the first four handed off. A limit of two must
+    # still reach the unsent ones behind them, in order, and a plain read keeps them all.
+    tasks = [make_task(f"t{i}", due_ms=T0 + 10_000 + i, shard_count=1) for i in range(6)]
+    await store.create_many(tasks)
+    claimed = await store.mark_dispatched([t.entry() for t in tasks], T0 + 10_000)
+    await store.mark_handed_off(claimed.entries[:4], T0 + 10_010)
+    until = second_of(T0 + 10_000)
+    unsent = await store.read_due(0, START, until, 2, unsent_only=True)
+    assert [r.task_id for r in unsent] == ["t4", "t5"]
+    assert await store.read_due(0, unsent[-1].position, until, 2, unsent_only=True) == []
+    assert [r.task_id for r in await store.read_due(0, START, until, 10)] == [
+        f"t{i}" for i in range(6)
+    ]
+
+
 async def test_a_retry_written_into_the_same_second_is_not_handed_off(store: TaskStore) -> None:
     # The mark belongs to one delivery: the next attempt's row, even in the same second
     # (overwriting the row), must be sent.

@@ -40,12 +40,18 @@ class HangingStore(SqliteTaskStore):
         self.returned = asyncio.Event()  # a read returned a row
 
     async def read_due(
-        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+        self,
+        shard: int,
+        after: tuple[int, str],
+        until_second: int,
+        limit: int,
+        *,
+        unsent_only: bool = False,
     ) -> list[DueEntry]:
         if self.hang:
             self.hanging += 1
             await self.release.wait()
-        rows = await super().read_due(shard, after, until_second, limit)
+        rows = await super().read_due(shard, after, until_second, limit, unsent_only=unsent_only)
         if rows:
             self.returned.set()
         return rows

@@ -132,11 +132,20 @@ class TaskStore(Protocol):
         ...
 
     async def read_due(
-        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+        self,
+        shard: int,
+        after: tuple[int, str],
+        until_second: int,
+        limit: int,
+        *,
+        unsent_only: bool = False,
     ) -> list[DueEntry]:
         """Due-index rows of ``shard`` with position (second, key) > ``after`` and second <=
         ``until_second``, in position order, at most ``limit``. Reads only the minute buckets
-        in that range; cost depends on what is due, not on how much is stored.
+        in that range; cost depends on what is due, not on how much is stored. With
+        ``unsent_only``, rows marked handed off are left out (and take no place under the
+        limit): a dispatcher reading its recent seconds again looks only for rows it has not
+        sent, and most of those it already did.
 
         May return rows of tasks that were since cancelled or moved; ``mark_dispatched`` filters.
         """

@@ -204,9 +204,17 @@ async def _rows_by_id(
 
 
 async def read_due_rows(
-    db: CassandraSession, shard: int, after: tuple[int, str], until_second: int, limit: int
+    db: CassandraSession,
+    shard: int,
+    after: tuple[int, str],
+    until_second: int,
+    limit: int,
+    *,
+    unsent_only: bool = False,
 ) -> list[DueEntry]:
-    """``TaskStore.read_due``: the minute buckets of the range in turn."""
+    """``TaskStore.read_due``: the minute buckets of the range in turn. Rows left out
+    (``unsent_only``) are read and skipped here: filtering on a regular column in Cassandra
+    would read them all the same."""
     out: list[DueEntry] = []
     for minute in minutes_between(after[0], until_second):
         position = after
@@ -215,10 +223,15 @@ async def read_due_rows(
             bounds = [*position, until_second + 1, ""]
             rows = await db.execute(SELECT_DUE, [shard, minute, *bounds, want])
             # A husk (a hand-off mark written after its row was moved or cancelled) has no
-            # due time: no row to fire. It still took a place under the limit, so a full
-            # answer means more may follow in this minute: the caller takes fewer rows than
-            # its limit for the end of the range, and must not get them here.
-            out += [entry_from_cql_row(r) for r in rows if r.due_ms is not None]
+            # due time: no row to fire. It, like a row ``unsent_only`` leaves out, still took
+            # a place under the limit, so a full answer means more may follow in this minute:
+            # the caller takes fewer rows than its limit for the end of the range, and must
+            # not get them here.
+            out += [
+                entry_from_cql_row(r)
+                for r in rows
+                if r.due_ms is not None and not (unsent_only and r.handed_off_ms == r.due_ms)
+            ]
             if len(rows) < want:
                 break
             position = (rows[-1].second, rows[-1].task_key)

@@ -256,9 +256,17 @@ class CassandraTaskStore:
         )
 
     async def read_due(
-        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+        self,
+        shard: int,
+        after: tuple[int, str],
+        until_second: int,
+        limit: int,
+        *,
+        unsent_only: bool = False,
     ) -> list[DueEntry]:
-        return await read_due_rows(self._db, shard, after, until_second, limit)
+        return await read_due_rows(
+            self._db, shard, after, until_second, limit, unsent_only=unsent_only
+        )
 
     async def mark_dispatched(self, entries: Sequence[DueEntry], now_ms: int) -> Claimed:
         return await claim_due(self._db, entries, now_ms)

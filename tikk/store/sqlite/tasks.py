@@ -55,6 +55,8 @@ from tikk.store.tasks import (
 
 _TASK_COLUMNS = ", ".join(TASK_COLUMNS)
 _DUE_COLUMNS = ", ".join(DUE_READ_COLUMNS)
+# A row not handed off: never marked, or marked for an earlier due time of its key.
+_UNSENT = " AND (handed_off_ms IS NULL OR handed_off_ms != due_ms)"
 # The task file's page cache. Its indexes grow with the tasks stored; at SQLite's default
 # (2 MiB) a load of millions re-read index pages from the OS on every batch.
 CACHE_MIB = 64
@@ -173,7 +175,13 @@ class SqliteTaskStore:
         return Page(tasks, encode_token(tasks[-1].updated_ms, tasks[-1].task_id))
 
     async def read_due(
-        self, shard: int, after: tuple[int, str], until_second: int, limit: int
+        self,
+        shard: int,
+        after: tuple[int, str],
+        until_second: int,
+        limit: int,
+        *,
+        unsent_only: bool = False,
     ) -> list[DueEntry]:
         after_second, after_key = after
         if until_second <= after_second - 1:
@@ -181,7 +189,7 @@ class SqliteTaskStore:
         sql = (
             f"SELECT {_DUE_COLUMNS} FROM due WHERE shard=? AND minute BETWEEN ? AND ?"
             " AND (second, task_key) > (?, ?) AND second <= ?"
-            " ORDER BY minute, second, task_key LIMIT ?"
+            f"{_UNSENT if unsent_only else ''} ORDER BY minute, second, task_key LIMIT ?"
         )
         args = (
             shard, minute_of_second(after_second), minute_of_second(until_second),
