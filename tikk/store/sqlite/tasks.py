@@ -186,15 +186,16 @@ class SqliteTaskStore:
         after_second, after_key = after
         if until_second <= after_second - 1:
             return []
+        # Bounds on the key's prefix as row values, so the read seeks to ``after`` in its
+        # minute instead of scanning the minute from its start (``minute BETWEEN`` alone
+        # would: its range ends the key's usable prefix).
         sql = (
-            f"SELECT {_DUE_COLUMNS} FROM due WHERE shard=? AND minute BETWEEN ? AND ?"
-            " AND (second, task_key) > (?, ?) AND second <= ?"
+            f"SELECT {_DUE_COLUMNS} FROM due WHERE shard=? AND (minute, second, task_key) >"
+            " (?, ?, ?) AND (minute, second) <= (?, ?)"
             f"{_UNSENT if unsent_only else ''} ORDER BY minute, second, task_key LIMIT ?"
         )
-        args = (
-            shard, minute_of_second(after_second), minute_of_second(until_second),
-            after_second, after_key, until_second, limit,
-        )  # fmt: skip
+        first, last = minute_of_second(after_second), minute_of_second(until_second)
+        args = (shard, first, after_second, after_key, last, until_second, limit)
         rows = await self._db.run(lambda conn: conn.execute(sql, args).fetchall())
         return [entry_from_sql_row(r) for r in rows]
 
