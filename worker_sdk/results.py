@@ -42,6 +42,11 @@ log = logging.getLogger("tikk.worker")
 _OPEN_TIMEOUT_S = 10.0
 # Results per batch message: a burst in few messages, each well under gRPC's size limit.
 _PER_MESSAGE = 256
+# How long a result waits for others to share its batch message. Results that come one at a
+# time (runs started at their due millisecond rather than fetched together) otherwise went one
+# per message, and each message costs the worker and the server far more than a result in it.
+# It delays an acknowledgement, and so a commit, never a start.
+LINGER_S = 0.005
 # The delay before a new result call when one ended: small, since the call itself waits for
 # a server that is away, doubling while calls keep ending (a server refusing them).
 _RECONNECT_FIRST_S = 0.05
@@ -241,10 +246,11 @@ class ResultStream:
                 raise await _ended(call) from None
 
     async def _next_batch(self, reader: asyncio.Task[None]) -> list[worker_pb2.RunResult]:
-        """Everything reported since the last batch, waiting for one result if there is none:
-        a burst is written in one go rather than one wake-up per result. Raises what ended the
-        call if ``reader`` finished (a result taken then is still pending and goes out on the
-        next call)."""
+        """Everything reported since the last batch, waiting for one result if there is none
+        and then ``LINGER_S`` for others (unless a message's worth is there): a burst is
+        written in one go rather than one wake-up per result. Raises what ended the call if
+        ``reader`` finished (a result taken then is still pending and goes out on the next
+        call)."""
         if not self._outbox:
             self._queued.clear()
             queued = asyncio.ensure_future(self._queued.wait())
@@ -252,6 +258,8 @@ class ResultStream:
                 await asyncio.wait({queued, reader}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 queued.cancel()
+        if self._batched and not reader.done() and len(self._outbox) < _PER_MESSAGE:
+            await asyncio.wait({reader}, timeout=LINGER_S)
         if reader.done():
             reader.result()
             raise _StreamEnded(_CLOSED)

@@ -15,6 +15,7 @@ import pytest
 from tests.waiting import eventually_async
 from tests.worker_server import WorkerServer
 from tikk.v1 import worker_pb2, worker_pb2_grpc
+from worker_sdk import results as results_module
 from worker_sdk.results import Backoff, ResultStream
 
 
@@ -65,6 +66,25 @@ async def test_a_burst_goes_out_on_one_call_each_result_once(
     assert stream.waiting_s() == 0.0
     more = [result() for _ in range(10)]  # a quiet stream wakes for the next one
     assert await report_all(stream, more) == {r.run_id for r in more}
+
+
+async def test_results_reported_one_at_a_time_share_batch_messages(
+    server: WorkerServer, stream: ResultStream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs started at their due millisecond report one by one; a result waits a few
+    milliseconds for others rather than taking a message of its own. (The wait is made
+    longer here, so that a busy machine's slow timers cannot spread the results past it.)"""
+    monkeypatch.setattr(results_module, "LINGER_S", 0.05)
+    results = [result() for _ in range(60)]
+    reports = []
+    async with asyncio.timeout(20):
+        for r in results:  # one result a millisecond: each write is done before the next
+            reports.append(asyncio.create_task(stream.report(r)))
+            await asyncio.sleep(0.001)
+        acks = await asyncio.gather(*reports)
+    assert {a.run_id for a in acks if a.code == 0} == {r.run_id for r in results}
+    if server.batches:
+        assert server.batch_messages <= 30  # one message per result without the wait
 
 
 async def test_calls_finished_or_aborted_half_way_lose_no_result(
