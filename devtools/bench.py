@@ -267,11 +267,14 @@ def _fire_figures(
 ) -> dict[str, Any]:
     handler = sorted(r[1] for r in runs.values())
     queue = sorted(r[2] for r in runs.values())
+    # How long each waited between the queue and its start: the workers' side, apart.
+    wait = sorted(r[1] - r[2] for r in runs.values())
     return {
         "seconds": round(seconds, 3), "distinct": len(runs),
         "duplicates": sum(r[0] - 1 for r in runs.values()),
         "missing": max(0, cfg.tasks - len(runs)),
         "queue_ms": summarize(queue), "handler_ms": summarize(handler),
+        "queue_to_start_ms": summarize(wait),
         "last_handler_start_ms": handler[-1] if handler else None,
         "early": sum(1 for v in handler if v < 0),
     }  # fmt: skip

@@ -92,14 +92,17 @@ def fire_table(runs: Sequence[dict[str, Any]]) -> str:
     for r in runs:
         f = r["fire"]
         q, h = f["queue_ms"], f["handler_ms"]
+        w = f.get("queue_to_start_ms", {})  # results of older runs have none
         rows.append([
             *_label(r), f"{_num(f['distinct'])} (+{f['duplicates']} dup, {f['missing']} missing)",
             _num(q["p50"]), _num(q["p99"]), _num(q["max"]),
             _num(h["p50"]), _num(h["p99"]), _num(h["max"]),
+            _num(w.get("p50")), _num(w.get("p99")),
             _num(f["store_reads_per_s"], 1), _num(f["dispatcher_cpu_pct"], 1),
         ])  # fmt: skip
     header = ["backend", "stored", "fired", "rate/s", "ran", "queue p50", "p99", "max",
-              "start p50", "p99", "max", "store reads/s", "dispatcher CPU %"]  # fmt: skip
+              "start p50", "p99", "max", "queue → start p50", "p99", "store reads/s",
+              "dispatcher CPU %"]  # fmt: skip
     return _table(header, rows)
 
 
@@ -246,7 +249,8 @@ def render_markdown(results: dict[str, Any]) -> str:
     parts = [
         f"Run {results.get('started_utc', '?')} on {host.get('cpus', '?')} CPUs, "
         f"{host.get('mem_gib', '?')} GiB; `{results.get('command', 'python -m devtools bench')}`. "
-        "Lateness in ms (queue: due → handed to the queue; start: due → handler start); "
+        "Lateness in ms (queue: due → handed to the queue; start: due → handler start; "
+        "queue → start: each task's wait between the two, the workers' side); "
         "CPU % is of one core.",
         "### Ingest through ImportTasks against the bare driver\n\n" + ingest_table(runs),
         _table(TARGET_HEADER, target_rows(runs)),

@@ -13,11 +13,13 @@ from typing import Any, cast
 import pytest
 
 from devtools import bench_procs
+from devtools.bench import BenchConfig, _fire_figures
 from devtools.bench_report import (
     README_END,
     README_START,
     cdf_points,
     comparison_rows,
+    fire_table,
     merge_results,
     percentile,
     readme_section,
@@ -291,3 +293,18 @@ def test_ingest_rates_are_drawn_as_window_means_weighted_by_time() -> None:
     # A last, partial window is drawn too; a gap between samples counts at its rate.
     assert windowed([(1.0, 10.0), (4.0, 20.0)], 30.0) == [(4.0, 70.0 / 4.0)]
     assert windowed([], 30.0) == []
+
+
+def test_the_fire_phase_shows_each_tasks_wait_between_queue_and_start() -> None:
+    # Two tasks: one reached the queue 90 ms late and started at 100 (waited 10 ms there);
+    # one was handed over 450 ms early and started 50 ms late (waited 500 ms). The wait is
+    # per task, not the difference of the two columns' percentiles.
+    runs = {"a": (1, 100, 90), "b": (1, 50, -450)}
+    fire = _fire_figures(BenchConfig("embedded", 2, 100.0), runs, 1.0)
+    assert fire["queue_to_start_ms"] == {"count": 2, "p50": 10, "p99": 500, "max": 500}
+    run = _run("embedded", 10, p99=1, reads=1.0, cpu=1.0, rss=1.0)
+    run["fire"] |= fire | {"store_reads_per_s": 1.0, "dispatcher_cpu_pct": 1.0}
+    row = fire_table([run]).splitlines()[-1].split(" | ")
+    assert row[-4:-2] == ["10", "500"]
+    older = _run("embedded", 10, p99=1, reads=1.0, cpu=1.0, rss=1.0)  # from before the column
+    assert fire_table([older]).splitlines()[-1].split(" | ")[-4:-2] == ["n/a", "n/a"]
