@@ -21,7 +21,8 @@ acknowledged, and an owner that lost the shard (fenced by its epoch) cannot move
 owner starts at the cursor, so nothing written within the grace period is lost through a
 takeover, a kill or a pause. Rows seen after the cursor are remembered so no re-read publishes
 twice; rows the queue accepted are marked *handed off* in the store, so a new owner re-sends
-only those whose hand-off was not recorded (in flight when the old owner died).
+only those whose hand-off was not recorded (in flight when the old owner died); the rescan
+and the sweep leave them out (rebuilding rows only to skip them was most of their cost).
 
 Queues are published independently: a queue that refuses deliveries is retried with backoff
 while the other queues' tasks go out.
@@ -201,8 +202,7 @@ class Dispatcher:
         self, shard: int, st: ShardState, now_ms: int, forward: tuple[int, str]
     ) -> None:
         """Read again from the last second up to one rescan interval ahead, for rows created
-        after their second was read, leaving out those handed off (most: building them again
-        was most of a rescan's cost). Not the whole prefetch window (nor the lead: three times
+        after their second was read. Not the whole prefetch window (nor the lead: three times
         the rows re-read, measured): a row created due later in it is read by a later rescan,
         before it is due (the forward scan reads past ``forward``); it goes out once read."""
         start = (max(st.swept + 1, second_of(now_ms) - 1), "")
@@ -217,7 +217,7 @@ class Dispatcher:
         if target <= st.swept or now_ms - st.last_sweep_ms < s.sweep_interval_ms:
             return
         st.last_sweep_ms = now_ms
-        end = await self._read(shard, st, st.sweep_from, target)
+        end = await self._read(shard, st, st.sweep_from, target, unsent=True)
         if end is None:
             st.swept, st.sweep_from = target, (target + 1, "")
         else:

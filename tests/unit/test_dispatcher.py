@@ -256,7 +256,8 @@ async def test_task_written_into_an_already_scanned_second_still_fires(rig: Rig)
 async def test_rescans_do_not_re_read_the_whole_prefetch_window(rig: Rig) -> None:
     # 200 tasks a second for 4 s. With a rescan every 250 ms over the last second and the
     # 2 s prefetch window, each row was read 17 times (with its forward read and its sweep);
-    # over the last second and one interval ahead, 11; leaving out the rows handed off, 5.7.
+    # over the last second and one interval ahead, 11; leaving out the rows handed off, 5.7;
+    # and in the sweep too, 4.7.
     await rig.store.create_many([
         make_task(f"t{i}", due_ms=T0 + 2_000 + i * 5, shard_count=SHARDS) for i in range(800)
     ])  # fmt: skip
@@ -264,7 +265,7 @@ async def test_rescans_do_not_re_read_the_whole_prefetch_window(rig: Rig) -> Non
     for now in range(T0, T0 + 12_000, 50):
         await d.tick(now)
     assert {task_id for task_id, _ in await rig.published()} == {f"t{i}" for i in range(800)}
-    assert d.stats.rows_read / 800 <= 7
+    assert d.stats.rows_read / 800 <= 5.2
 
 
 async def test_late_write_within_grace_period_fires(rig: Rig) -> None:
