@@ -210,10 +210,7 @@ class CassandraSession:
         """A LOGGED batch: either every statement is applied eventually, or none. Unlogged:
         one round trip, no atomicity (for idempotent writes the caller repeats on failure)."""
         batch = BatchStatement(batch_type=BatchType.LOGGED if logged else BatchType.UNLOGGED)
-        for cql, params in items:
-            batch.add(self.prepare(cql), params)
-        batch.is_idempotent = all(is_idempotent(cql) for cql, _ in items)
-        await self._run(batch)
+        await self._run(self._filled(batch, items))
 
     async def execute_conditional_batch(self, items: Sequence[tuple[str, Sequence[Any]]]) -> bool:
         """A batch of conditional statements on ONE partition: applied all-or-nothing through
@@ -245,9 +242,18 @@ class CassandraSession:
         if len(rows) == 1:  # a batch of one costs more than the statement alone
             return self.bind(rows[0].cql, rows[0].params)
         batch = BatchStatement(batch_type=BatchType.UNLOGGED)
-        for row in rows:
-            batch.add(self.prepare(row.cql), row.params)
-        batch.is_idempotent = all(is_idempotent(row.cql) for row in rows)
+        return self._filled(batch, [(row.cql, row.params) for row in rows])
+
+    def _filled(self, batch: Any, items: Sequence[tuple[str, Sequence[Any]]]) -> Any:
+        """``batch`` with ``items`` added, idempotent if each statement is: as each prepared
+        statement says (decided once, when it was prepared; reading every statement's text
+        again for each batch was 7 % of a server's CPU)."""
+        idempotent = True
+        for cql, params in items:
+            statement = self.prepare(cql)
+            batch.add(statement, params)
+            idempotent = idempotent and statement.is_idempotent
+        batch.is_idempotent = idempotent
         return batch
 
     async def execute_many(self, statements: Sequence[Any], window: int = 256) -> list[list[Any]]:
