@@ -100,6 +100,12 @@ def task_from_cql_row(row: Any) -> Task:
     )  # fmt: skip
 
 
+def _handed_off(row: Any) -> bool:
+    """Whether a due-index row was handed off: marked for its own due time. A row read without
+    the column (a parked row) never was."""
+    return bool(getattr(row, "handed_off_ms", None) == row.due_ms)
+
+
 def entry_from_cql_row(row: Any) -> DueEntry:
     return DueEntry(
         shard=row.shard, due_ms=row.due_ms, namespace=row.namespace, task_id=row.task_id,
@@ -109,8 +115,7 @@ def entry_from_cql_row(row: Any) -> DueEntry:
         trace_context=dict(row.trace_context or {}), schedule_id=row.schedule_id or "",
         start_timeout_ms=row.start_timeout_ms or 0,
         execution_timeout_ms=row.execution_timeout_ms or 0,
-        # A row read without the column (a parked row) was never handed off.
-        handed_off=getattr(row, "handed_off_ms", None) == row.due_ms,
+        handed_off=_handed_off(row),
     )  # fmt: skip
 
 
@@ -230,7 +235,7 @@ async def read_due_rows(
             out += [
                 entry_from_cql_row(r)
                 for r in rows
-                if r.due_ms is not None and not (unsent_only and r.handed_off_ms == r.due_ms)
+                if r.due_ms is not None and not (unsent_only and _handed_off(r))
             ]
             if len(rows) < want:
                 break
